@@ -1,0 +1,19 @@
+/* passes.h: the passes over the graph IR and the pass table the driver walks.
+ * A pass reads the Graph, changes it, and leaves it valid (the verifier runs
+ * after each one in tests and with --verify-each). It returns 0, or -1 after
+ * reporting errors to the context's diagnostics. */
+#ifndef TCC_PASSES_H
+#define TCC_PASSES_H
+
+#include "../ir/ir.h"
+
+typedef struct Pass {
+    const char *name;                 /* --dump-after=NAME */
+    int (*run)(Ctx *c, Graph *g);
+    const char *summary;              /* one line for --help */
+} Pass;
+
+/* The graph passes in pipeline order, terminated by a {NULL} entry. */
+extern const Pass pass_table[];
+
+#endif

@@ -1,0 +1,260 @@
+/* tcc.c: the driver. Reads the command line and a TDL (or IR) file, runs the
+ * pass pipeline -- lowering, then the verifier after every pass -- and writes
+ * the IR where asked. Key idea: the pipeline is one table; --dump-after names
+ * any entry of it, and --from-ir starts after lowering. */
+#include "frontend/frontend.h"
+#include "passes/passes.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct Options {
+    const char *input;
+    const char *from_ir;
+    const char *out;
+    const char *emit;       /* "ir" or NULL */
+    const char *dump_after; /* a pass name, "all" or NULL */
+} Options;
+
+/* The pipeline: lowering and the verifier first, then the graph passes. */
+typedef struct Stage {
+    const char *name;
+    const char *summary;
+} Stage;
+
+static const Stage front_stages[] = {
+    {"lower", "TDL -> graph IR: parse, check, evaluate shapes, expand blocks and repeats"},
+    {"verify", "check every IR invariant (runs again after each pass)"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tcc FILE.tdl [options]\n"
+            "       tcc --from-ir FILE.tir [options]\n"
+            "options:\n"
+            "  --mesh 8x4x2          bind mesh axis sizes in declaration order\n"
+            "  --mesh dp=8,tp=4      bind mesh axis sizes by name\n"
+            "  -D NAME=VALUE         override an integer model parameter\n"
+            "  --emit=ir             print the final graph IR (to -o FILE or stdout)\n"
+            "  --dump-after=PASS     print the IR after PASS ('all': after every pass)\n"
+            "  --from-ir FILE.tir    start from a printed IR instead of TDL\n"
+            "  -o FILE               write the output to FILE\n"
+            "  -v                    report each pass, its time and the op count\n"
+            "  --help                show this help\n"
+            "  --version             show the version\n"
+            "passes:\n");
+    for (size_t i = 0; i < sizeof front_stages / sizeof front_stages[0]; i++)
+        fprintf(f, "  %-20s  %s\n", front_stages[i].name, front_stages[i].summary);
+    for (const Pass *p = pass_table; p->name; p++)
+        fprintf(f, "  %-20s  %s\n", p->name, p->summary);
+}
+
+static int fail(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "tcc: error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\ntcc: run 'tcc --help' for the options\n");
+    return -1;
+}
+
+static int add_define(Ctx *c, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg)
+        return fail("-D expects NAME=VALUE, got '%s'", arg);
+    char *end;
+    errno = 0;
+    long long v = strtoll(eq + 1, &end, 10);
+    if (errno || *end || end == eq + 1)
+        return fail("-D %s: the value must be an integer", arg);
+    const char *name = intern_n(c->strings, arg, (size_t)(eq - arg));
+    for (int i = 0; i < c->defines.len; i++)
+        if (c->defines.data[i].name == name)
+            return fail("-D %s: given twice", arg);
+    Define d = {name, v, 0};
+    VEC_PUSH(c->arena, c->defines, d);
+    return 0;
+}
+
+/* Value of "--opt=V" or "--opt V"; advances *i for the second form. */
+static const char *opt_value(int argc, char **argv, int *i, const char *opt)
+{
+    size_t n = strlen(opt);
+    if (strncmp(argv[*i], opt, n) != 0)
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n] != 0)
+        return NULL;
+    if (*i + 1 >= argc) {
+        fail("%s needs a value", opt);
+        exit(1);
+    }
+    return argv[++*i];
+}
+
+static int parse_args(Ctx *c, Options *o, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        } else if (!strcmp(a, "--version")) {
+            printf("tcc %s\n", TCC_VERSION);
+            exit(0);
+        } else if (!strcmp(a, "-v")) {
+            c->verbose = 1;
+        } else if ((v = opt_value(argc, argv, &i, "--mesh"))) {
+            c->mesh_spec = v;
+        } else if ((v = opt_value(argc, argv, &i, "--emit"))) {
+            if (strcmp(v, "ir") != 0)
+                return fail("--emit=%s: the only output so far is 'ir'", v);
+            o->emit = v;
+        } else if ((v = opt_value(argc, argv, &i, "--dump-after"))) {
+            o->dump_after = v;
+        } else if ((v = opt_value(argc, argv, &i, "--from-ir"))) {
+            o->from_ir = v;
+        } else if ((v = opt_value(argc, argv, &i, "-o"))) {
+            o->out = v;
+        } else if (!strcmp(a, "-D") || !strncmp(a, "-D", 2)) {
+            const char *d = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : "");
+            if (add_define(c, d) != 0)
+                return -1;
+        } else if (a[0] == '-' && a[1]) {
+            return fail("unknown option '%s'", a);
+        } else if (o->input) {
+            return fail("more than one input file ('%s')", a);
+        } else {
+            o->input = a;
+        }
+    }
+    if (o->input && strlen(o->input) > 4 && !strcmp(o->input + strlen(o->input) - 4, ".tir") &&
+        !o->from_ir) {
+        o->from_ir = o->input;
+        o->input = NULL;
+    }
+    if (!o->input && !o->from_ir)
+        return fail("%s", "no input file");
+    if (o->input && o->from_ir)
+        return fail("give a TDL file or --from-ir %s, not both", o->from_ir);
+    if (o->from_ir && (c->mesh_spec || c->defines.len))
+        return fail("%s", "--mesh and -D apply to TDL input; an IR file carries its own mesh");
+    if (o->out && !o->emit)
+        return fail("%s", "-o needs --emit=ir (executables are not built yet)");
+    return 0;
+}
+
+static int known_pass(const char *name)
+{
+    if (!strcmp(name, "all"))
+        return 1;
+    for (size_t i = 0; i < sizeof front_stages / sizeof front_stages[0]; i++)
+        if (!strcmp(front_stages[i].name, name))
+            return 1;
+    for (const Pass *p = pass_table; p->name; p++)
+        if (!strcmp(p->name, name))
+            return 1;
+    return 0;
+}
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* After stage `name`: report it with -v, dump it if asked. */
+static void after(Ctx *c, const Options *o, const Graph *g, const char *name, double t0)
+{
+    if (c->verbose)
+        fprintf(stderr, "tcc: %-10s %8.2f ms  %d ops, %d values\n", name, now_ms() - t0,
+                g->ops.len, g->values.len);
+    if (o->dump_after && (!strcmp(o->dump_after, "all") || !strcmp(o->dump_after, name))) {
+        printf("# ---- after %s ----\n", name);
+        ir_print(stdout, g);
+    }
+}
+
+static Graph *load(Ctx *c, const Options *o)
+{
+    const char *path = o->from_ir ? o->from_ir : o->input;
+    size_t len;
+    char *text = read_file(c->arena, path, &len);
+    if (!text) {
+        fprintf(stderr, "tcc: error: cannot read '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    double t0 = now_ms();
+    Graph *g = o->from_ir ? ir_parse(c, path, text, len) : fe_compile(c, path, text, len);
+    if (g)
+        after(c, o, g, o->from_ir ? "parse-ir" : "lower", t0);
+    return g;
+}
+
+static int verify(Ctx *c, const Options *o, Graph *g, const char *after_pass)
+{
+    double t0 = now_ms();
+    if (ir_verify(c, g) != 0) {
+        fprintf(stderr, "tcc: internal error: the IR is invalid after '%s'\n", after_pass);
+        fprintf(stderr, "tcc: the IR follows, replay it with --from-ir\n");
+        ir_print(stderr, g);
+        return -1;
+    }
+    after(c, o, g, "verify", t0);
+    return 0;
+}
+
+static int write_ir(const Options *o, const Graph *g)
+{
+    FILE *f = o->out ? fopen(o->out, "w") : stdout;
+    if (!f) {
+        fprintf(stderr, "tcc: error: cannot write '%s': %s\n", o->out, strerror(errno));
+        return -1;
+    }
+    ir_print(f, g);
+    int bad = ferror(f);
+    if (o->out)
+        bad |= fclose(f) != 0;
+    else
+        bad |= fflush(f) != 0;
+    if (bad)
+        fprintf(stderr, "tcc: error: writing '%s' failed\n", o->out ? o->out : "<stdout>");
+    return bad ? -1 : 0;
+}
+
+static int run(Ctx *c, Options *o)
+{
+    if (o->dump_after && !known_pass(o->dump_after)) {
+        fprintf(stderr, "tcc: error: --dump-after=%s: no such pass (see tcc --help)\n",
+                o->dump_after);
+        return -1;
+    }
+    Graph *g = load(c, o);
+    if (!g || verify(c, o, g, o->from_ir ? "parse-ir" : "lower") != 0)
+        return -1;
+    for (const Pass *p = pass_table; p->name; p++) {
+        double t0 = now_ms();
+        if (p->run(c, g) != 0)
+            return -1;
+        after(c, o, g, p->name, t0);
+        if (verify(c, o, g, p->name) != 0)
+            return -1;
+    }
+    return o->emit ? write_ir(o, g) : 0;
+}
+
+int main(int argc, char **argv)
+{
+    Ctx *c = ctx_new(stderr);
+    Options o = {0};
+    int rc = parse_args(c, &o, argc, argv) == 0 && run(c, &o) == 0 ? 0 : 1;
+    if (c->diag.nerrors)
+        fprintf(stderr, "%d error%s generated.\n", c->diag.nerrors, c->diag.nerrors > 1 ? "s" : "");
+    ctx_free(c);
+    return rc;
+}
