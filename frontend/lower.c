@@ -925,7 +925,7 @@ static void lower_assign(Lower *L, Stmt *s)
         Binding *b = scope_find_local(sc, s->name);
         if (!b)
             continue;
-        if (b->kind != B_VALUE) {
+        if (b->kind == B_MODEL || b->kind == B_PARAM) {
             static const char *what[] = {"value", "model parameter", "parameter", "input"};
             err(L, s->name_loc, "cannot assign to %s '%s'", what[b->kind], s->name);
             note(L, b->loc, "'%s' is declared here", s->name);
@@ -1328,6 +1328,8 @@ static void find_outputs(Lower *L)
     Binding *b = scope_find_local(L->scope, intern(L->c->strings, "loss"));
     if (b && b->val.k == V_TENSOR)
         VEC_PUSH(L->c->arena, L->g->outputs, b->val.t);
+    else if (b && b->val.k != V_ERR)
+        err(L, b->loc, "the output 'loss' must be a tensor, not a %s", kind_name(b->val.k));
     else if (!b)
         err(L, LOC_NONE, "%s: the model has no output: assign 'loss' or add 'output NAME'",
             L->ast->file);
