@@ -182,6 +182,10 @@ void ir_shard_add(Sharding *s, int dim, int axis);
  * e.g. "shapes f32[4,8] and f32[5,8] do not broadcast". Unknown attrs are
  * ignored; missing attrs take their documented defaults. */
 int ir_infer(const Op *op, DType *dt, int *rank, int64_t *shape, char *err, size_t errlen);
+/* The type of result i of op (ir_infer for i == 0; later results of the
+ * multi-result backward ops mirror an operand). Same return and err as ir_infer. */
+int ir_infer_result(const Op *op, int i, DType *dt, int *rank, int64_t *shape, char *err,
+                    size_t errlen);
 /* "f32[8,1024,768]" into buf (no sharding). */
 const char *ir_type_str(char *buf, size_t n, DType t, int rank, const int64_t *shape);
 

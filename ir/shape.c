@@ -1,0 +1,833 @@
+/* shape.c: the shape and dtype rule of every op. Reads an Op's operands and
+ * attrs; writes the result dtype and global shape, or one lowercase line saying
+ * what is wrong. The TDL lowering reports that line at the user's expression and
+ * the verifier re-checks every op with it, so a rule lives here and nowhere
+ * else. Key idea: validate arity and operands once up front, so each rule may
+ * index shapes freely; check every product of dimensions for overflow. */
+#include "ir.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+/* Largest element count: a byte size of any dtype (at most 8 bytes) still fits. */
+#define MAX_ELEMS (INT64_MAX / 8)
+
+typedef struct Infer {
+    const Op *op;
+    const char *name; /* the op's spelling */
+    DType dt;
+    int rank;
+    int64_t shape[IR_MAX_RANK];
+    char *err;
+    size_t errlen;
+} Infer;
+
+/* A printed type, returned by value so a message can format several at once. */
+typedef struct TypeStr {
+    char s[200];
+} TypeStr;
+
+static int fail(Infer *in, const char *fmt, ...) PRINTF_LIKE(2, 3);
+static int fail(Infer *in, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (in->err && in->errlen)
+        vsnprintf(in->err, in->errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static TypeStr type_str(DType t, int rank, const int64_t *shape)
+{
+    TypeStr ts;
+    ir_type_str(ts.s, sizeof(ts.s), t, rank < 0 || rank > IR_MAX_RANK ? 0 : rank, shape);
+    return ts;
+}
+
+static TypeStr ts(const Value *v)
+{
+    return type_str(v->dtype, v->rank, v->shape);
+}
+
+/* "[5,-1]": an attr shape, which has no dtype. */
+static TypeStr dims_str(int n, const int64_t *d)
+{
+    TypeStr ts;
+    size_t k = 0;
+    ts.s[k++] = '[';
+    for (int i = 0; i < n && k < sizeof(ts.s) - 24; i++)
+        k += (size_t)snprintf(ts.s + k, sizeof(ts.s) - k, "%s%lld", i ? "," : "", (long long)d[i]);
+    snprintf(ts.s + k, sizeof(ts.s) - k, "]");
+    return ts;
+}
+
+/* a * b for a, b >= 0; -1 past MAX_ELEMS. */
+static int64_t mul_dims(int64_t a, int64_t b)
+{
+    if (a != 0 && b > MAX_ELEMS / a)
+        return -1;
+    return a * b;
+}
+
+/* Element count of a validated shape; -1 past MAX_ELEMS. */
+static int64_t numel(int rank, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank && n >= 0; i++)
+        n = mul_dims(n, shape[i]);
+    return n;
+}
+
+static const Value *arg(const Infer *in, int i)
+{
+    return in->op->args[i];
+}
+
+static int set_result(Infer *in, DType t, int rank, const int64_t *shape)
+{
+    in->dt = t;
+    in->rank = rank;
+    if (rank > 0)
+        memmove(in->shape, shape, sizeof(int64_t) * (size_t)rank);
+    return 0;
+}
+
+static int same_as(Infer *in, const Value *v)
+{
+    return set_result(in, v->dtype, v->rank, v->shape);
+}
+
+/* ---- operands and attrs ---- */
+
+/* A Value any rule may index: present, known dtype, rank in range, sizes >= 0. */
+static int check_value(Infer *in, const Value *v, const char *what, int i)
+{
+    if (!v)
+        return fail(in, "%s %d of '%s' is missing", what, i, in->name);
+    if (v->rank < 0 || v->rank > IR_MAX_RANK)
+        return fail(in, "%s %d of '%s' has rank %d (at most %d)", what, i, in->name, v->rank,
+                    IR_MAX_RANK);
+    if ((unsigned)v->dtype >= DT_COUNT)
+        return fail(in, "%s %d of '%s' has unknown dtype %d", what, i, in->name, (int)v->dtype);
+    for (int d = 0; d < v->rank; d++)
+        if (v->shape[d] < 0)
+            return fail(in, "%s %d of '%s' has a negative dimension: %s", what, i, in->name,
+                        ts(v).s);
+    if (numel(v->rank, v->shape) < 0)
+        return fail(in, "shape too large: %s", ts(v).s);
+    return 0;
+}
+
+static int check_arity(Infer *in)
+{
+    int want = ir_ops[in->op->kind].nargs, got = in->op->nargs;
+    if (want < 0 && got < 1)
+        return fail(in, "'%s' takes at least 1 operand, got %d", in->name, got);
+    if (want >= 0 && got != want)
+        return fail(in, "'%s' takes %d operand%s, got %d", in->name, want, want == 1 ? "" : "s",
+                    got);
+    for (int i = 0; i < got; i++)
+        if (check_value(in, in->op->args ? in->op->args[i] : NULL, "operand", i) != 0)
+            return -1;
+    return 0;
+}
+
+static int attr_int(Infer *in, const char *key, int64_t dflt, int64_t *out)
+{
+    const Attr *a = ir_op_attr(in->op, key);
+    *out = dflt;
+    if (!a)
+        return 0;
+    if (a->kind != ATTR_INT)
+        return fail(in, "'%s' must be an integer", key);
+    *out = a->i;
+    return 0;
+}
+
+static int attr_bool(Infer *in, const char *key)
+{
+    const Attr *a = ir_op_attr(in->op, key);
+    if (a && a->kind != ATTR_BOOL)
+        return fail(in, "'%s' must be true or false", key);
+    return 0;
+}
+
+/* A number that must be > 0 (eps, theta); INT or FLOAT. */
+static int attr_positive(Infer *in, const char *key)
+{
+    const Attr *a = ir_op_attr(in->op, key);
+    if (!a)
+        return 0;
+    if (a->kind != ATTR_INT && a->kind != ATTR_FLOAT)
+        return fail(in, "'%s' must be a number", key);
+    double x = ir_op_attr_float(in->op, key, 0);
+    if (!(x > 0))
+        return fail(in, "'%s' must be positive, got %g", key, x);
+    return 0;
+}
+
+/* A LIST of INT with at most IR_MAX_RANK items into out[]; *n its length. */
+static int attr_ints(Infer *in, const char *key, int64_t *out, int *n)
+{
+    const Attr *a = ir_op_attr(in->op, key);
+    if (!a)
+        return fail(in, "'%s' needs attr '%s'", in->name, key);
+    if (a->kind != ATTR_LIST)
+        return fail(in, "'%s' must be a list of integers", key);
+    for (int i = 0; i < a->nitems; i++)
+        if (!a->items || !a->items[i] || a->items[i]->kind != ATTR_INT)
+            return fail(in, "'%s' must be a list of integers", key);
+    if (a->nitems > IR_MAX_RANK)
+        return fail(in, "'%s' has %d entries, at most %d", key, a->nitems, IR_MAX_RANK);
+    for (int i = 0; i < a->nitems; i++)
+        out[i] = a->items[i]->i;
+    *n = a->nitems;
+    return 0;
+}
+
+/* Attr dim (default -1) as an index into a shape of this rank. */
+static int attr_dim(Infer *in, int rank, int *dim)
+{
+    int64_t d;
+    if (attr_int(in, "dim", -1, &d) != 0)
+        return -1;
+    if (d < -rank || d >= rank)
+        return fail(in, "'dim' %lld out of range for rank %d", (long long)d, rank);
+    *dim = (int)(d < 0 ? d + rank : d);
+    return 0;
+}
+
+static int need_float(Infer *in, const Value *v)
+{
+    if (!ir_dtype_is_float(v->dtype))
+        return fail(in, "'%s' needs a float operand, got %s", in->name, ir_dtype_name(v->dtype));
+    return 0;
+}
+
+static int same_dtype(Infer *in, const Value *a, const Value *b)
+{
+    if (a->dtype != b->dtype)
+        return fail(in, "dtype mismatch: %s and %s", ir_dtype_name(a->dtype),
+                    ir_dtype_name(b->dtype));
+    return 0;
+}
+
+static int need_rank(Infer *in, const Value *v, const char *what, int lo)
+{
+    if (v->rank < lo)
+        return fail(in, "%s %s must have rank >= %d, got %s", in->name, what, lo, ts(v).s);
+    return 0;
+}
+
+/* ---- rules ---- */
+
+/* input, param, constant: the result carries its own type. */
+static int infer_source(Infer *in)
+{
+    const Op *op = in->op;
+    if (op->nres != 1)
+        return fail(in, "'%s' must have 1 result, got %d", in->name, op->nres);
+    const Value *v = op->res ? op->res[0] : NULL;
+    if (check_value(in, v, "result", 0) != 0)
+        return -1;
+    if (op->kind == OP_CONSTANT && !ir_dtype_is_float(v->dtype))
+        return fail(in, "'constant' needs a float type, got %s", ts(v).s);
+    const Attr *a = ir_op_attr(op, "value");
+    if (op->kind == OP_CONSTANT && a && a->kind != ATTR_INT && a->kind != ATTR_FLOAT)
+        return fail(in, "'value' must be a number");
+    return same_as(in, v);
+}
+
+/* NumPy broadcasting: align trailing dims; a size-1 or missing dim stretches. */
+static int infer_broadcast(Infer *in)
+{
+    const Value *a = arg(in, 0), *b = arg(in, 1);
+    if (same_dtype(in, a, b) != 0)
+        return -1;
+    int r = a->rank > b->rank ? a->rank : b->rank;
+    int64_t out[IR_MAX_RANK];
+    for (int i = 0; i < r; i++) {
+        int ia = i - (r - a->rank), ib = i - (r - b->rank);
+        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return fail(in, "shapes %s and %s do not broadcast", ts(a).s, ts(b).s);
+        out[i] = da == 1 ? db : da;
+    }
+    return set_result(in, a->dtype, r, out);
+}
+
+static int infer_unary(Infer *in, int any_dtype)
+{
+    if (!any_dtype && need_float(in, arg(in, 0)) != 0)
+        return -1;
+    return same_as(in, arg(in, 0));
+}
+
+static int infer_cast(Infer *in)
+{
+    const Attr *a = ir_op_attr(in->op, "dtype");
+    if (!a)
+        return fail(in, "'cast' needs attr 'dtype'");
+    if (a->kind != ATTR_STR || !a->s)
+        return fail(in, "'dtype' must be a dtype name");
+    int t = ir_dtype_lookup(a->s);
+    if (t < 0)
+        return fail(in, "unknown dtype '%s'", a->s);
+    const Value *x = arg(in, 0);
+    return set_result(in, (DType)t, x->rank, x->shape);
+}
+
+/* b[K,N] is shared by every batch of a; a rank > 2 b must match a's batch dims. */
+static int infer_matmul(Infer *in)
+{
+    const Value *a = arg(in, 0), *b = arg(in, 1);
+    if (need_float(in, a) || need_float(in, b) || same_dtype(in, a, b))
+        return -1;
+    if (need_rank(in, a, "operand a", 2) || need_rank(in, b, "operand b", 2))
+        return -1;
+    if (b->rank > 2 && b->rank != a->rank)
+        return fail(in, "batched matmul needs operands of equal rank: %s x %s", ts(a).s, ts(b).s);
+    for (int i = 0; b->rank > 2 && i < a->rank - 2; i++)
+        if (a->shape[i] != b->shape[i])
+            return fail(in, "batched matmul leading dimensions differ: %s x %s", ts(a).s, ts(b).s);
+    int64_t ka = a->shape[a->rank - 1], kb = b->shape[b->rank - 2];
+    if (ka != kb)
+        return fail(in, "matmul inner dimensions differ: %s x %s (%lld vs %lld)", ts(a).s, ts(b).s,
+                    (long long)ka, (long long)kb);
+    int64_t out[IR_MAX_RANK];
+    memcpy(out, a->shape, sizeof(int64_t) * (size_t)a->rank);
+    out[a->rank - 1] = b->shape[b->rank - 1];
+    return set_result(in, a->dtype, a->rank, out);
+}
+
+static int infer_softmax(Infer *in)
+{
+    const Value *x = arg(in, 0);
+    int dim;
+    if (need_float(in, x) || attr_dim(in, x->rank, &dim))
+        return -1;
+    return same_as(in, x);
+}
+
+/* x[...,C] with g[C] (and b[C] for layernorm) of x's dtype. */
+static int infer_norm(Infer *in)
+{
+    const Value *x = arg(in, 0);
+    static const char *what[] = {"input", "weight", "bias"};
+    if (need_float(in, x) || need_rank(in, x, "input", 1))
+        return -1;
+    int64_t c = x->shape[x->rank - 1];
+    for (int i = 1; i < in->op->nargs; i++) {
+        const Value *p = arg(in, i);
+        if (p->dtype != x->dtype || p->rank != 1 || p->shape[0] != c)
+            return fail(in, "%s %s must be %s, got %s", in->name, what[i],
+                        type_str(x->dtype, 1, &c).s, ts(p).s);
+    }
+    if (attr_positive(in, "eps") != 0)
+        return -1;
+    return same_as(in, x);
+}
+
+/* sum, mean, max: remove attr dim, or keep it as size 1 with keepdim. */
+static int infer_reduce(Infer *in)
+{
+    const Value *x = arg(in, 0);
+    if (in->op->kind == OP_SUM && !ir_dtype_is_float(x->dtype) && x->dtype != DT_I32)
+        return fail(in, "'sum' needs a float or i32 operand, got %s", ir_dtype_name(x->dtype));
+    if (in->op->kind != OP_SUM && need_float(in, x) != 0)
+        return -1;
+    int dim;
+    if (attr_dim(in, x->rank, &dim) || attr_bool(in, "keepdim"))
+        return -1;
+    int keep = ir_op_attr_int(in->op, "keepdim", 0) != 0;
+    int64_t out[IR_MAX_RANK];
+    int r = 0;
+    for (int i = 0; i < x->rank; i++) {
+        if (i != dim)
+            out[r++] = x->shape[i];
+        else if (keep)
+            out[r++] = 1;
+    }
+    return set_result(in, x->dtype, r, out);
+}
+
+/* table[V,D] gathered at ids i32[...] -> [...,D] */
+static int infer_embed(Infer *in)
+{
+    const Value *t = arg(in, 0), *ids = arg(in, 1);
+    if (t->rank != 2)
+        return fail(in, "embed table must have rank 2, got %s", ts(t).s);
+    if (need_float(in, t) != 0)
+        return -1;
+    if (ids->dtype != DT_I32)
+        return fail(in, "embed ids must be i32, got %s", ts(ids).s);
+    if (ids->rank > IR_MAX_RANK - 1)
+        return fail(in, "embed ids must have rank <= %d, got %s", IR_MAX_RANK - 1, ts(ids).s);
+    int64_t out[IR_MAX_RANK];
+    memcpy(out, ids->shape, sizeof(int64_t) * (size_t)ids->rank);
+    out[ids->rank] = t->shape[1];
+    return set_result(in, t->dtype, ids->rank + 1, out);
+}
+
+/* x[...,S,H*Dh]: rotation pairs within each head need an even Dh. */
+static int infer_rope(Infer *in)
+{
+    const Value *x = arg(in, 0);
+    int64_t heads;
+    if (need_float(in, x) || need_rank(in, x, "input", 2) || attr_int(in, "heads", 1, &heads))
+        return -1;
+    int64_t last = x->shape[x->rank - 1];
+    if (heads < 1)
+        return fail(in, "'heads' must be >= 1, got %lld", (long long)heads);
+    if (last % heads != 0)
+        return fail(in, "'heads' %lld does not divide %lld, the last dimension of %s",
+                    (long long)heads, (long long)last, ts(x).s);
+    if ((last / heads) % 2 != 0)
+        return fail(in, "rope head dimension %lld is odd (%s, heads %lld)",
+                    (long long)(last / heads), ts(x).s, (long long)heads);
+    if (attr_positive(in, "theta") != 0)
+        return -1;
+    return same_as(in, x);
+}
+
+/* q, k, v: rank 3, one float dtype, same batch and sequence; v shaped as k. */
+static int attention_operands(Infer *in)
+{
+    static const char *names[] = {"q", "k", "v"};
+    const Value *q = arg(in, 0), *k = arg(in, 1), *v = arg(in, 2);
+    if (need_float(in, q) || same_dtype(in, q, k) || same_dtype(in, q, v))
+        return -1;
+    for (int i = 0; i < 3; i++)
+        if (arg(in, i)->rank != 3)
+            return fail(in, "attention %s must have rank 3, got %s", names[i], ts(arg(in, i)).s);
+    if (q->shape[0] != k->shape[0] || q->shape[1] != k->shape[1])
+        return fail(in, "attention q and k differ in batch or sequence: %s and %s", ts(q).s,
+                    ts(k).s);
+    if (memcmp(k->shape, v->shape, sizeof(int64_t) * 3) != 0)
+        return fail(in, "attention v must have k's shape %s, got %s", ts(k).s, ts(v).s);
+    return 0;
+}
+
+/* q[B,S,H*Dh], k, v[B,S,KV*Dh]; KV divides H (grouped-query). */
+static int infer_attention(Infer *in)
+{
+    const Value *q = arg(in, 0), *k = arg(in, 1);
+    int64_t h, kv;
+    if (attention_operands(in) != 0)
+        return -1;
+    if (!ir_op_attr(in->op, "heads"))
+        return fail(in, "'attention' needs attr 'heads'");
+    if (attr_int(in, "heads", 1, &h) || attr_int(in, "kv_heads", h, &kv) || attr_bool(in, "causal"))
+        return -1;
+    if (h < 1 || kv < 1)
+        return fail(in, "'%s' must be >= 1, got %lld", h < 1 ? "heads" : "kv_heads",
+                    (long long)(h < 1 ? h : kv));
+    if (q->shape[2] % h != 0)
+        return fail(in, "'heads' %lld does not divide %lld, the last dimension of q %s",
+                    (long long)h, (long long)q->shape[2], ts(q).s);
+    if (h % kv != 0)
+        return fail(in, "'kv_heads' %lld does not divide 'heads' %lld", (long long)kv,
+                    (long long)h);
+    int64_t dh = q->shape[2] / h;
+    if (k->shape[2] != kv * dh)
+        return fail(in,
+                    "attention k must have last dimension %lld (kv_heads %lld x head dim %lld), "
+                    "got %s",
+                    (long long)(kv * dh), (long long)kv, (long long)dh, ts(k).s);
+    return same_as(in, q);
+}
+
+/* logits[...,V], targets i32[...] -> a scalar mean loss. */
+static int infer_cross_entropy(Infer *in)
+{
+    const Value *l = arg(in, 0), *t = arg(in, 1);
+    if (need_float(in, l) || need_rank(in, l, "logits", 1))
+        return -1;
+    int lead = l->rank - 1;
+    if (t->dtype != DT_I32 || t->rank != lead ||
+        memcmp(t->shape, l->shape, sizeof(int64_t) * (size_t)lead) != 0)
+        return fail(in, "cross_entropy targets must be %s for logits %s, got %s",
+                    type_str(DT_I32, lead, l->shape).s, ts(l).s, ts(t).s);
+    return set_result(in, l->dtype == DT_F64 ? DT_F64 : DT_F32, 0, NULL);
+}
+
+/* attr shape: sizes >= 0 and at most one -1, inferred from the element count. */
+static int infer_reshape(Infer *in)
+{
+    const Value *x = arg(in, 0);
+    int64_t s[IR_MAX_RANK], known = 1, total = numel(x->rank, x->shape);
+    int n, hole = -1;
+    if (attr_ints(in, "shape", s, &n) != 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < -1 || (s[i] == -1 && hole >= 0))
+            return fail(in, "'shape' %s: sizes must be >= 0, with at most one -1",
+                        dims_str(n, s).s);
+        if (s[i] == -1)
+            hole = i;
+        else if ((known = mul_dims(known, s[i])) < 0)
+            return fail(in, "shape too large: %s", dims_str(n, s).s);
+    }
+    if (hole >= 0 && (known == 0 || total % known != 0))
+        return fail(in, "reshape from %s (%lld elements) to %s: cannot infer the -1", ts(x).s,
+                    (long long)total, dims_str(n, s).s);
+    if (hole >= 0)
+        s[hole] = total / known;
+    else if (known != total)
+        return fail(in, "reshape from %s (%lld elements) to %s (%lld elements)", ts(x).s,
+                    (long long)total, dims_str(n, s).s, (long long)known);
+    return set_result(in, x->dtype, n, s);
+}
+
+/* attr perm, a permutation of 0..rank-1; without it, swap the last two dims. */
+static int infer_transpose(Infer *in)
+{
+    const Value *x = arg(in, 0);
+    int64_t p[IR_MAX_RANK], out[IR_MAX_RANK];
+    int n, seen[IR_MAX_RANK] = {0};
+    if (!ir_op_attr(in->op, "perm")) {
+        if (x->rank < 2)
+            return fail(in, "transpose without 'perm' needs rank >= 2, got %s", ts(x).s);
+        memcpy(out, x->shape, sizeof(int64_t) * (size_t)x->rank);
+        out[x->rank - 2] = x->shape[x->rank - 1];
+        out[x->rank - 1] = x->shape[x->rank - 2];
+        return set_result(in, x->dtype, x->rank, out);
+    }
+    if (attr_ints(in, "perm", p, &n) != 0)
+        return -1;
+    for (int i = 0; i < n && n == x->rank; i++) {
+        if (p[i] < 0 || p[i] >= n || seen[p[i]]++)
+            n = -1;
+        else
+            out[i] = x->shape[p[i]];
+    }
+    if (n != x->rank)
+        return fail(in, "'perm' %s is not a permutation of the %d dimensions of %s",
+                    dims_str(ir_op_attr(in->op, "perm")->nitems, p).s, x->rank, ts(x).s);
+    return set_result(in, x->dtype, n, out);
+}
+
+/* x[start:end] along attr dim; 0 <= start < end <= size. */
+static int infer_slice(Infer *in)
+{
+    const Value *x = arg(in, 0);
+    int dim;
+    int64_t start, end;
+    if (attr_dim(in, x->rank, &dim) != 0)
+        return -1;
+    int64_t size = x->shape[dim];
+    if (attr_int(in, "start", 0, &start) || attr_int(in, "end", size, &end))
+        return -1;
+    if (start < 0 || start > size || end < 0 || end > size)
+        return fail(in, "slice %lld:%lld out of range for dimension %d of %s", (long long)start,
+                    (long long)end, dim, ts(x).s);
+    if (start >= end)
+        return fail(in, "slice %lld:%lld of dimension %d of %s is empty", (long long)start,
+                    (long long)end, dim, ts(x).s);
+    int64_t out[IR_MAX_RANK];
+    memcpy(out, x->shape, sizeof(int64_t) * (size_t)x->rank);
+    out[dim] = end - start;
+    return set_result(in, x->dtype, x->rank, out);
+}
+
+/* Operands of one dtype and rank, equal outside attr dim, which adds up. */
+static int infer_concat(Infer *in)
+{
+    const Value *a = arg(in, 0);
+    int dim;
+    if (attr_dim(in, a->rank, &dim) != 0)
+        return -1;
+    int64_t out[IR_MAX_RANK];
+    memcpy(out, a->shape, sizeof(int64_t) * (size_t)a->rank);
+    for (int i = 1; i < in->op->nargs; i++) {
+        const Value *b = arg(in, i);
+        if (same_dtype(in, a, b) != 0)
+            return -1;
+        if (b->rank != a->rank)
+            return fail(in, "concat operands differ in rank: %s and %s", ts(a).s, ts(b).s);
+        for (int d = 0; d < a->rank; d++)
+            if (d != dim && a->shape[d] != b->shape[d])
+                return fail(in, "concat operands differ outside dimension %d: %s and %s", dim,
+                            ts(a).s, ts(b).s);
+        if (b->shape[dim] > MAX_ELEMS - out[dim])
+            return fail(in, "shape too large: concat of %d operands", in->op->nargs);
+        out[dim] += b->shape[dim];
+    }
+    return set_result(in, a->dtype, a->rank, out);
+}
+
+/* ---- backward ops ---- */
+
+/* sum_to: attr shape must broadcast up to x's shape. */
+static int infer_sum_to(Infer *in)
+{
+    const Value *x = arg(in, 0);
+    int64_t s[IR_MAX_RANK];
+    int n;
+    if (attr_ints(in, "shape", s, &n) != 0)
+        return -1;
+    if (n > x->rank)
+        return fail(in, "sum_to target %s has more dimensions than %s", dims_str(n, s).s, ts(x).s);
+    for (int i = 0; i < n; i++) {
+        int64_t d = x->shape[x->rank - n + i];
+        if (s[i] != d && s[i] != 1)
+            return fail(in, "sum_to target %s does not broadcast to %s", dims_str(n, s).s,
+                        ts(x).s);
+    }
+    return set_result(in, x->dtype, n, s);
+}
+
+/* expand: x must broadcast up to attr shape. */
+static int infer_expand(Infer *in)
+{
+    const Value *x = arg(in, 0);
+    int64_t s[IR_MAX_RANK];
+    int n;
+    if (attr_ints(in, "shape", s, &n) != 0)
+        return -1;
+    if (x->rank > n)
+        return fail(in, "cannot expand %s to fewer dimensions %s", ts(x).s, dims_str(n, s).s);
+    for (int i = 0; i < x->rank; i++) {
+        int64_t d = s[n - x->rank + i];
+        if (x->shape[i] != d && x->shape[i] != 1)
+            return fail(in, "%s does not broadcast to %s", ts(x).s, dims_str(n, s).s);
+    }
+    for (int i = 0; i < n; i++)
+        if (s[i] < 0)
+            return fail(in, "expand target %s has a negative size", dims_str(n, s).s);
+    return set_result(in, x->dtype, n, s);
+}
+
+static int infer_pad(Infer *in)
+{
+    const Value *x = arg(in, 0);
+    int dim;
+    int64_t before, after, out[IR_MAX_RANK];
+    if (attr_dim(in, x->rank, &dim) || attr_int(in, "before", 0, &before) ||
+        attr_int(in, "after", 0, &after))
+        return -1;
+    if (before < 0 || after < 0 || before > MAX_ELEMS || after > MAX_ELEMS)
+        return fail(in, "pad sizes must be >= 0, got %lld and %lld", (long long)before,
+                    (long long)after);
+    memcpy(out, x->shape, sizeof(int64_t) * (size_t)x->rank);
+    out[dim] += before + after;
+    return set_result(in, x->dtype, x->rank, out);
+}
+
+/* Operands 0 and 1 are x and dy (or y and dy) of one shape: the result is x's. */
+static int infer_pointwise_grad(Infer *in)
+{
+    const Value *x = arg(in, 0), *dy = arg(in, 1);
+    if (need_float(in, x) || same_dtype(in, x, dy))
+        return -1;
+    if (x->rank != dy->rank || memcmp(x->shape, dy->shape, sizeof(int64_t) * (size_t)x->rank))
+        return fail(in, "%s gradient %s does not match %s", in->name, ts(dy).s, ts(x).s);
+    if (in->op->kind == OP_SOFTMAX_GRAD) {
+        int dim;
+        if (attr_dim(in, x->rank, &dim) != 0)
+            return -1;
+    }
+    return same_as(in, x);
+}
+
+/* max_grad: dy has the reduced shape of x. */
+static int infer_max_grad(Infer *in)
+{
+    const Value *x = arg(in, 0), *dy = arg(in, 1);
+    int dim;
+    if (need_float(in, x) || same_dtype(in, x, dy) || attr_dim(in, x->rank, &dim) ||
+        attr_bool(in, "keepdim"))
+        return -1;
+    int keep = ir_op_attr_int(in->op, "keepdim", 0) != 0, r = 0;
+    int64_t red[IR_MAX_RANK];
+    for (int i = 0; i < x->rank; i++)
+        if (i != dim || keep)
+            red[r++] = i == dim ? 1 : x->shape[i];
+    if (dy->rank != r || memcmp(dy->shape, red, sizeof(int64_t) * (size_t)r))
+        return fail(in, "max_grad gradient %s does not match the reduced %s", ts(dy).s,
+                    type_str(x->dtype, r, red).s);
+    return same_as(in, x);
+}
+
+/* layernorm_grad / rmsnorm_grad: x[...,C], g[C], dy like x. */
+static int infer_norm_grad(Infer *in)
+{
+    const Value *x = arg(in, 0), *g = arg(in, 1), *dy = arg(in, 2);
+    if (need_float(in, x) || need_rank(in, x, "input", 1) || same_dtype(in, x, dy))
+        return -1;
+    int64_t c = x->shape[x->rank - 1];
+    if (g->dtype != x->dtype || g->rank != 1 || g->shape[0] != c)
+        return fail(in, "%s weight must be %s, got %s", in->name, type_str(x->dtype, 1, &c).s,
+                    ts(g).s);
+    if (dy->rank != x->rank || memcmp(dy->shape, x->shape, sizeof(int64_t) * (size_t)x->rank))
+        return fail(in, "%s gradient %s does not match %s", in->name, ts(dy).s, ts(x).s);
+    if (attr_positive(in, "eps") != 0)
+        return -1;
+    return same_as(in, x);
+}
+
+/* embed_grad: ids i32[...], dy[...,D] -> [vocab, D]. */
+static int infer_embed_grad(Infer *in)
+{
+    const Value *ids = arg(in, 0), *dy = arg(in, 1);
+    int64_t vocab;
+    if (ids->dtype != DT_I32)
+        return fail(in, "embed_grad ids must be i32, got %s", ts(ids).s);
+    if (need_float(in, dy) || attr_int(in, "vocab", 0, &vocab))
+        return -1;
+    if (vocab < 1 || vocab > MAX_ELEMS)
+        return fail(in, "'vocab' must be >= 1, got %lld", (long long)vocab);
+    if (dy->rank != ids->rank + 1 ||
+        memcmp(dy->shape, ids->shape, sizeof(int64_t) * (size_t)ids->rank) != 0)
+        return fail(in, "embed_grad gradient %s does not match ids %s", ts(dy).s, ts(ids).s);
+    int64_t out[2] = {vocab, dy->shape[dy->rank - 1]};
+    return set_result(in, dy->dtype, 2, out);
+}
+
+/* attention_grad: q, k, v as attention, dout like q; results mirror q, k, v. */
+static int infer_attention_grad(Infer *in)
+{
+    const Value *q = arg(in, 0), *d = arg(in, 3);
+    if (infer_attention(in) != 0)
+        return -1;
+    if (d->dtype != q->dtype || d->rank != 3 || memcmp(d->shape, q->shape, sizeof(int64_t) * 3))
+        return fail(in, "attention_grad dout %s does not match q %s", ts(d).s, ts(q).s);
+    return same_as(in, q);
+}
+
+/* cross_entropy_grad: logits, targets as cross_entropy; dloss a scalar. */
+static int infer_cross_entropy_grad(Infer *in)
+{
+    const Value *l = arg(in, 0), *dl = arg(in, 2);
+    if (infer_cross_entropy(in) != 0)
+        return -1;
+    if (dl->rank != 0 || dl->dtype != in->dt)
+        return fail(in, "cross_entropy_grad dloss must be %s[], got %s", ir_dtype_name(in->dt),
+                    ts(dl).s);
+    return same_as(in, l);
+}
+
+static int infer_rule(Infer *in)
+{
+    switch (in->op->kind) {
+    case OP_INPUT:
+    case OP_PARAM:
+    case OP_CONSTANT:
+        return infer_source(in);
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_DIV:
+        return infer_broadcast(in);
+    case OP_NEG:
+        return infer_unary(in, 1);
+    case OP_EXP:
+    case OP_LOG:
+    case OP_SQRT:
+    case OP_RSQRT:
+    case OP_TANH:
+    case OP_SIGMOID:
+    case OP_RELU:
+    case OP_GELU:
+    case OP_SILU:
+        return infer_unary(in, 0);
+    case OP_CAST:
+        return infer_cast(in);
+    case OP_MATMUL:
+        return infer_matmul(in);
+    case OP_SOFTMAX:
+        return infer_softmax(in);
+    case OP_LAYERNORM:
+    case OP_RMSNORM:
+        return infer_norm(in);
+    case OP_SUM:
+    case OP_MEAN:
+    case OP_MAX:
+        return infer_reduce(in);
+    case OP_EMBED:
+        return infer_embed(in);
+    case OP_ROPE:
+        return infer_rope(in);
+    case OP_ATTENTION:
+        return infer_attention(in);
+    case OP_CROSS_ENTROPY:
+        return infer_cross_entropy(in);
+    case OP_RESHAPE:
+        return infer_reshape(in);
+    case OP_TRANSPOSE:
+        return infer_transpose(in);
+    case OP_SLICE:
+        return infer_slice(in);
+    case OP_CONCAT:
+        return infer_concat(in);
+    case OP_SUM_TO:
+        return infer_sum_to(in);
+    case OP_EXPAND:
+        return infer_expand(in);
+    case OP_PAD:
+        return infer_pad(in);
+    case OP_GELU_GRAD:
+    case OP_SILU_GRAD:
+    case OP_RELU_GRAD:
+    case OP_SOFTMAX_GRAD:
+        return infer_pointwise_grad(in);
+    case OP_MAX_GRAD:
+        return infer_max_grad(in);
+    case OP_LAYERNORM_GRAD:
+    case OP_RMSNORM_GRAD:
+        return infer_norm_grad(in);
+    case OP_EMBED_GRAD:
+        return infer_embed_grad(in);
+    case OP_ATTENTION_GRAD:
+        return infer_attention_grad(in);
+    case OP_CROSS_ENTROPY_GRAD:
+        return infer_cross_entropy_grad(in);
+    default:
+        return fail(in, "no shape rule for '%s'", in->name);
+    }
+}
+
+int ir_infer(const Op *op, DType *dt, int *rank, int64_t *shape, char *err, size_t errlen)
+{
+    Infer in = {.op = op, .err = err, .errlen = errlen};
+    if (err && errlen)
+        err[0] = '\0';
+    if ((unsigned)op->kind >= OP_COUNT)
+        return fail(&in, "unknown op kind %d", (int)op->kind);
+    in.name = ir_ops[op->kind].name;
+    if (check_arity(&in) != 0 || infer_rule(&in) != 0)
+        return -1;
+    if (numel(in.rank, in.shape) < 0)
+        return fail(&in, "shape too large: %s", type_str(in.dt, in.rank, in.shape).s);
+    *dt = in.dt;
+    *rank = in.rank;
+    if (in.rank > 0)
+        memcpy(shape, in.shape, sizeof(int64_t) * (size_t)in.rank);
+    return 0;
+}
+
+/* Results after the first mirror an operand: layernorm_grad gives dx, dg, db
+ * shaped as x, g, g; rmsnorm_grad dx, dg; attention_grad dq, dk, dv. */
+int ir_infer_result(const Op *op, int i, DType *dt, int *rank, int64_t *shape, char *err,
+                    size_t errlen)
+{
+    static const int8_t mirror[3][3] = {{0, 1, 1}, {0, 1, -1}, {0, 1, 2}};
+    if (ir_infer(op, dt, rank, shape, err, errlen) != 0)
+        return -1;
+    if (i == 0)
+        return 0;
+    int row = op->kind == OP_LAYERNORM_GRAD  ? 0
+              : op->kind == OP_RMSNORM_GRAD  ? 1
+              : op->kind == OP_ATTENTION_GRAD ? 2
+                                              : -1;
+    if (row < 0 || i < 0 || i >= 3 || mirror[row][i] < 0) {
+        Infer in = {.op = op, .name = ir_ops[op->kind].name, .err = err, .errlen = errlen};
+        return fail(&in, "'%s' has no result %d", in.name, i);
+    }
+    const Value *v = op->args[mirror[row][i]];
+    *dt = v->dtype;
+    *rank = v->rank;
+    memcpy(shape, v->shape, sizeof(int64_t) * (size_t)v->rank);
+    return 0;
+}
