@@ -26,6 +26,7 @@ typedef struct Stage {
 
 static const Stage front_stages[] = {
     {"lower", "TDL -> graph IR: parse, check, evaluate shapes, expand blocks and repeats"},
+    {"parse-ir", "read a printed graph IR (--from-ir) instead of lowering TDL"},
     {"verify", "check every IR invariant (runs again after each pass)"},
 };
 
@@ -200,6 +201,8 @@ static int verify(Ctx *c, const Options *o, Graph *g, const char *after_pass)
 {
     double t0 = now_ms();
     if (ir_verify(c, g) != 0) {
+        if (!strcmp(after_pass, "parse-ir")) /* hand-written IR: the user's error */
+            return -1;
         fprintf(stderr, "tcc: internal error: the IR is invalid after '%s'\n", after_pass);
         fprintf(stderr, "tcc: the IR follows, replay it with --from-ir\n");
         ir_print(stderr, g);

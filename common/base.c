@@ -340,6 +340,7 @@ void fmt_double(char *buf, size_t n, double d)
         if (strtod(buf, NULL) == d || d != d)
             break;
     }
-    if (!strpbrk(buf, ".eEni")) /* integral value: make it read as a float */
-        strncat(buf, ".0", n - strlen(buf) - 1);
+    size_t k = strlen(buf);
+    if (!strpbrk(buf, ".eEni") && k + 3 <= n) /* integral: make it read as a float */
+        memcpy(buf + k, ".0", 3);
 }

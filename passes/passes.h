@@ -13,6 +13,11 @@ typedef struct Pass {
     const char *summary;              /* one line for --help */
 } Pass;
 
+/* Reverse-mode differentiation: appends the backward graph; outputs become the
+ * loss followed by one gradient per parameter (PARAM.grad), in parameter order.
+ * Does nothing to a graph that already has backward ops. */
+int pass_autodiff(Ctx *c, Graph *g);
+
 /* The graph passes in pipeline order, terminated by a {NULL} entry. */
 extern const Pass pass_table[];
 
