@@ -1079,7 +1079,7 @@ static void lower_train(Lower *L, Stmt *s)
         int known = 0;
         for (int k = 0; train_keys[k]; k++)
             known |= strcmp(train_keys[k], t->name) == 0;
-        if (!known) {
+        if (!known) { /* before evaluating: the value may not even make sense */
             err(L, t->name_loc, "unknown training setting '%s'", t->name);
             note(L, LOC_NONE, "the settings are optimizer, lr, lr_schedule, grad_clip, "
                  "microbatches, recompute, precision, schedule, virtual_stages, zero, steps, "
@@ -1090,10 +1090,21 @@ static void lower_train(Lower *L, Stmt *s)
             if (strcmp(L->g->train.data[k]->key, t->name) == 0)
                 err(L, t->name_loc, "training setting '%s' given twice", t->name);
         Attr *a = train_attr(L, t->name, t->value);
+        TrainConfig tc;
+        char msg[256];
+        ir_train_defaults(&tc);
+        if (a && ir_train_set(&tc, a, msg, sizeof msg) != 0) {
+            err(L, t->value->loc, "%s", msg);
+            a = NULL;
+        }
         if (a)
             VEC_PUSH(L->c->arena, L->g->train, a);
     }
     L->scope = saved;
+    TrainConfig tc;
+    char msg[256];
+    if (L->c->diag.nerrors == 0 && ir_train_config(L->g, &tc, msg, sizeof msg) != 0)
+        err(L, s->loc, "%s", msg);
 }
 
 static void lower_output(Lower *L, Stmt *s)

@@ -189,6 +189,30 @@ int ir_infer_result(const Op *op, int i, DType *dt, int *rank, int64_t *shape, c
 /* "f32[8,1024,768]" into buf (no sharding). */
 const char *ir_type_str(char *buf, size_t n, DType t, int rank, const int64_t *shape);
 
+/* ---- the train block's meaning (ir/train.c) ---- */
+typedef enum { OPT_SGD, OPT_ADAMW } OptimizerKind;
+typedef enum { SCHED_CONSTANT, SCHED_COSINE, SCHED_LINEAR } ScheduleKind;
+
+typedef struct TrainConfig {
+    OptimizerKind optimizer;
+    double lr, momentum, beta1, beta2, eps, weight_decay;
+    double lr_override, wd_override; /* top-level lr / weight_decay; -1 when absent */
+    ScheduleKind schedule;
+    int64_t warmup, total_steps;
+    double min_lr;
+    double grad_clip; /* 0: no clipping */
+    int64_t microbatches, virtual_stages, zero, steps, seed;
+    const char *recompute, *precision, *pipeline;
+} TrainConfig;
+
+void ir_train_defaults(TrainConfig *tc);
+/* Apply one keyed setting of a train block; -1 with a message in err when the
+ * key is unknown or the value has the wrong form. */
+int ir_train_set(TrainConfig *tc, const Attr *a, char *err, size_t n);
+/* Every setting of g->train over the defaults, then the cross-checks
+ * (a cosine schedule needs a step count, ...). */
+int ir_train_config(const Graph *g, TrainConfig *tc, char *err, size_t n);
+
 /* ---- text form (ir/print.c, ir/parse.c; docs/ir.md) ---- */
 void ir_print(FILE *out, const Graph *g);
 char *ir_print_string(Arena *a, const Graph *g); /* the same text in the arena */

@@ -231,6 +231,10 @@ static int infer_source(Infer *in)
     const Value *v = op->res ? op->res[0] : NULL;
     if (check_value(in, v, "result", 0) != 0)
         return -1;
+    if (op->kind == OP_STEP && (v->dtype != DT_F32 || v->rank != 0))
+        return fail(in, "'step' must be f32[], got %s", ts(v).s);
+    if (op->kind == OP_STATE && !ir_dtype_is_float(v->dtype))
+        return fail(in, "'state' needs a float type, got %s", ts(v).s);
     if (op->kind == OP_CONSTANT && !ir_dtype_is_float(v->dtype))
         return fail(in, "'constant' needs a float type, got %s", ts(v).s);
     const Attr *a = ir_op_attr(op, "value");
@@ -708,13 +712,79 @@ static int infer_cross_entropy_grad(Infer *in)
     return same_as(in, l);
 }
 
+/* ---- optimizer ops ---- */
+
+static int need_scalar(Infer *in, const Value *v, const char *what)
+{
+    if (!ir_dtype_is_float(v->dtype) || v->rank != 0)
+        return fail(in, "%s %s must be a float scalar, got %s", in->name, what, ts(v).s);
+    return 0;
+}
+
+static int same_type(Infer *in, const Value *a, const Value *b, const char *what)
+{
+    if (a->dtype != b->dtype || a->rank != b->rank ||
+        memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->rank) != 0)
+        return fail(in, "%s %s must be %s, got %s", in->name, what, ts(a).s, ts(b).s);
+    return 0;
+}
+
+/* lr, clip_scale: a scalar of a scalar. */
+static int infer_scalar_fn(Infer *in)
+{
+    const Value *x = arg(in, 0);
+    if (need_scalar(in, x, "operand") != 0)
+        return -1;
+    if (in->op->kind == OP_LR && ir_op_attr(in->op, "lr") && attr_positive(in, "lr") != 0)
+        return -1;
+    return same_as(in, x);
+}
+
+/* sgd (p, g, mom, lr) and adamw (p, g, m, v, lr, step): state shaped as p. */
+static int infer_optimizer(Infer *in)
+{
+    static const char *names[] = {"param", "gradient", "state", "state"};
+    const Value *p = arg(in, 0);
+    int nstate = in->op->kind == OP_ADAMW ? 4 : 3;
+    if (need_float(in, p) != 0)
+        return -1;
+    for (int i = 1; i < nstate; i++)
+        if (same_type(in, p, arg(in, i), names[i]) != 0)
+            return -1;
+    for (int i = nstate; i < in->op->nargs; i++)
+        if (need_scalar(in, arg(in, i), i == nstate ? "lr" : "step") != 0)
+            return -1;
+    return same_as(in, p);
+}
+
+/* update target, value: the target is a param or state of the value's type. */
+static int infer_update(Infer *in)
+{
+    const Value *t = arg(in, 0), *v = arg(in, 1);
+    if (!t->def || (t->def->kind != OP_PARAM && t->def->kind != OP_STATE))
+        return fail(in, "update target must be a param or state");
+    if (same_type(in, t, v, "value") != 0)
+        return -1;
+    return same_as(in, t);
+}
+
 static int infer_rule(Infer *in)
 {
     switch (in->op->kind) {
     case OP_INPUT:
     case OP_PARAM:
     case OP_CONSTANT:
+    case OP_STEP:
+    case OP_STATE:
         return infer_source(in);
+    case OP_LR:
+    case OP_CLIP_SCALE:
+        return infer_scalar_fn(in);
+    case OP_SGD:
+    case OP_ADAMW:
+        return infer_optimizer(in);
+    case OP_UPDATE:
+        return infer_update(in);
     case OP_ADD:
     case OP_SUB:
     case OP_MUL:
@@ -808,11 +878,12 @@ int ir_infer(const Op *op, DType *dt, int *rank, int64_t *shape, char *err, size
 }
 
 /* Results after the first mirror an operand: layernorm_grad gives dx, dg, db
- * shaped as x, g, g; rmsnorm_grad dx, dg; attention_grad dq, dk, dv. */
+ * shaped as x, g, g; rmsnorm_grad dx, dg; attention_grad dq, dk, dv; sgd p',
+ * mom'; adamw p', m', v'. */
 int ir_infer_result(const Op *op, int i, DType *dt, int *rank, int64_t *shape, char *err,
                     size_t errlen)
 {
-    static const int8_t mirror[3][3] = {{0, 1, 1}, {0, 1, -1}, {0, 1, 2}};
+    static const int8_t mirror[5][3] = {{0, 1, 1}, {0, 1, -1}, {0, 1, 2}, {0, 2, -1}, {0, 2, 3}};
     if (ir_infer(op, dt, rank, shape, err, errlen) != 0)
         return -1;
     if (i == 0)
@@ -820,6 +891,8 @@ int ir_infer_result(const Op *op, int i, DType *dt, int *rank, int64_t *shape, c
     int row = op->kind == OP_LAYERNORM_GRAD  ? 0
               : op->kind == OP_RMSNORM_GRAD  ? 1
               : op->kind == OP_ATTENTION_GRAD ? 2
+              : op->kind == OP_SGD            ? 3
+              : op->kind == OP_ADAMW          ? 4
                                               : -1;
     if (row < 0 || i < 0 || i >= 3 || mirror[row][i] < 0) {
         Infer in = {.op = op, .name = ir_ops[op->kind].name, .err = err, .errlen = errlen};

@@ -353,6 +353,8 @@ static void check_type(Verifier *vf, const Op *op)
     DType dt;
     int rank;
     int64_t shape[IR_MAX_RANK];
+    if (op->nres == 0 && ir_infer(op, &dt, &rank, shape, err, sizeof(err)) != 0)
+        bad(vf, op->loc, "in %s: %s", oref(vf, op).s, err);
     for (int i = 0; i < op->nres; i++) {
         const Value *v = op->res[i];
         if (ir_infer_result(op, i, &dt, &rank, shape, err, sizeof(err)) != 0) {

@@ -18,6 +18,11 @@ typedef struct Pass {
  * Does nothing to a graph that already has backward ops. */
 int pass_autodiff(Ctx *c, Graph *g);
 
+/* The parameter update: learning rate at the step, global gradient norm and
+ * clipping, SGD (momentum) or AdamW per parameter, written back with 'update'.
+ * Outputs become loss, learning rate, gradient norm. Needs autodiff's outputs. */
+int pass_optimizer(Ctx *c, Graph *g);
+
 /* The graph passes in pipeline order, terminated by a {NULL} entry. */
 extern const Pass pass_table[];
 

@@ -19,6 +19,7 @@ Interp *interp_new(const Graph *g)
 {
     Interp *in = calloc(1, sizeof(Interp));
     in->g = g;
+    in->step = 1;
     in->buf = calloc((size_t)g->values.len + 1, sizeof(double *));
     for (int i = 0; i < g->values.len; i++)
         in->buf[i] = calloc((size_t)interp_numel(g->values.data[i]) + 1, sizeof(double));
@@ -554,12 +555,64 @@ static void run_cross_entropy_grad(Interp *in, const Op *op)
     }
 }
 
+/* ---- optimizer ops ---- */
+
+static double lr_at(const Op *op, double t)
+{
+    double lr = ir_op_attr_float(op, "lr", 0.01), min_lr = ir_op_attr_float(op, "min_lr", 0);
+    double warm = (double)ir_op_attr_int(op, "warmup", 0), total = (double)ir_op_attr_int(op, "total", 0);
+    const Attr *s = ir_op_attr(op, "schedule");
+    if (warm > 0 && t <= warm)
+        return lr * t / warm;
+    if (!s || !strcmp(s->s, "constant"))
+        return lr;
+    double span = total - warm - 1, p = span > 0 ? (t - warm - 1) / span : 1;
+    p = p < 0 ? 0 : p > 1 ? 1 : p;
+    if (!strcmp(s->s, "linear"))
+        return lr + (min_lr - lr) * p;
+    return min_lr + 0.5 * (1 + cos(3.141592653589793 * p)) * (lr - min_lr);
+}
+
+static void run_sgd(Interp *in, const Op *op, int64_t n)
+{
+    double mu = ir_op_attr_float(op, "momentum", 0), wd = ir_op_attr_float(op, "weight_decay", 0);
+    double lr = ARG(3)[0];
+    for (int64_t i = 0; i < n; i++) {
+        double m = mu * ARG(2)[i] + ARG(1)[i] + wd * ARG(0)[i];
+        RES(1)[i] = m;
+        RES(0)[i] = ARG(0)[i] - lr * m;
+    }
+}
+
+static void run_adamw(Interp *in, const Op *op, int64_t n)
+{
+    double b1 = ir_op_attr_float(op, "beta1", 0.9), b2 = ir_op_attr_float(op, "beta2", 0.999);
+    double eps = ir_op_attr_float(op, "eps", 1e-8), wd = ir_op_attr_float(op, "weight_decay", 0);
+    double lr = ARG(4)[0], t = ARG(5)[0];
+    for (int64_t i = 0; i < n; i++) {
+        double g = ARG(1)[i], m = b1 * ARG(2)[i] + (1 - b1) * g, v = b2 * ARG(3)[i] + (1 - b2) * g * g;
+        double mh = m / (1 - pow(b1, t)), vh = v / (1 - pow(b2, t));
+        RES(1)[i] = m;
+        RES(2)[i] = v;
+        RES(0)[i] = ARG(0)[i] * (1 - lr * wd) - lr * mh / (sqrt(vh) + eps);
+    }
+}
+
 static int run_op(Interp *in, const Op *op)
 {
     int64_t n = op->nres ? interp_numel(op->res[0]) : 0;
     switch (op->kind) {
     case OP_INPUT:
-    case OP_PARAM: return 0;
+    case OP_PARAM:
+    case OP_STATE:
+    case OP_UPDATE: return 0;
+    case OP_STEP: OUT[0] = in->step; return 0;
+    case OP_LR: OUT[0] = lr_at(op, ARG(0)[0]); return 0;
+    case OP_CLIP_SCALE:
+        OUT[0] = fmin(1.0, ir_op_attr_float(op, "max_norm", 1) / (ARG(0)[0] + 1e-6));
+        return 0;
+    case OP_SGD: run_sgd(in, op, interp_numel(op->args[0])); return 0;
+    case OP_ADAMW: run_adamw(in, op, interp_numel(op->args[0])); return 0;
     case OP_CONSTANT:
         for (int64_t i = 0; i < n; i++)
             OUT[i] = ir_op_attr_float(op, "value", 0);
@@ -606,5 +659,12 @@ int interp_run(Interp *in)
     for (int i = 0; i < in->g->ops.len; i++)
         if (run_op(in, in->g->ops.data[i]) != 0)
             return -1;
+    for (int i = 0; i < in->g->ops.len; i++) {
+        const Op *op = in->g->ops.data[i];
+        if (op->kind == OP_UPDATE)
+            memcpy(in->buf[op->args[0]->id], in->buf[op->args[1]->id],
+                   sizeof(double) * (size_t)interp_numel(op->args[0]));
+    }
+    in->step += 1;
     return 0;
 }

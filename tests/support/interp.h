@@ -10,6 +10,7 @@
 typedef struct Interp {
     const Graph *g;
     double **buf;   /* buf[v->id]: row-major, ir_numel(v) elements */
+    double step;    /* the value of the 'step' op: 1 for the first step */
     char err[256];  /* why interp_run failed */
 } Interp;
 
@@ -17,8 +18,9 @@ int64_t interp_numel(const Value *v);
 /* Allocate buffers for every value (zeroed). */
 Interp *interp_new(const Graph *g);
 void interp_free(Interp *in);
-/* Evaluate every op in order; INPUT and PARAM buffers must be filled first.
- * Returns 0, or -1 with in->err set (e.g. an id out of range). */
+/* Evaluate every op in order, then apply the 'update's (params and state take
+ * their new values) and advance step. INPUT and PARAM buffers must be filled
+ * first. Returns 0, or -1 with in->err set (e.g. an id out of range). */
 int interp_run(Interp *in);
 /* Fill every PARAM from its init attr and every INPUT with random data from
  * seed (ids uniform in range `vocab`, floats normal). */
