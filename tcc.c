@@ -16,6 +16,7 @@ typedef struct Options {
     const char *out;
     const char *emit;       /* "ir" or NULL */
     const char *dump_after; /* a pass name, "all" or NULL */
+    const char *stop_after; /* a pass name or NULL */
 } Options;
 
 /* The pipeline: lowering and the verifier first, then the graph passes. */
@@ -41,6 +42,7 @@ static void usage(FILE *f)
             "  -D NAME=VALUE         override an integer model parameter\n"
             "  --emit=ir             print the final graph IR (to -o FILE or stdout)\n"
             "  --dump-after=PASS     print the IR after PASS ('all': after every pass)\n"
+            "  --stop-after=PASS     run the pipeline up to PASS only (e.g. lower: the forward IR)\n"
             "  --from-ir FILE.tir    start from a printed IR instead of TDL\n"
             "  -o FILE               write the output to FILE\n"
             "  -v                    report each pass, its time and the op count\n"
@@ -117,6 +119,8 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
             o->emit = v;
         } else if ((v = opt_value(argc, argv, &i, "--dump-after"))) {
             o->dump_after = v;
+        } else if ((v = opt_value(argc, argv, &i, "--stop-after"))) {
+            o->stop_after = v;
         } else if ((v = opt_value(argc, argv, &i, "--from-ir"))) {
             o->from_ir = v;
         } else if ((v = opt_value(argc, argv, &i, "-o"))) {
@@ -232,21 +236,27 @@ static int write_ir(const Options *o, const Graph *g)
 
 static int run(Ctx *c, Options *o)
 {
-    if (o->dump_after && !known_pass(o->dump_after)) {
-        fprintf(stderr, "tcc: error: --dump-after=%s: no such pass (see tcc --help)\n",
-                o->dump_after);
-        return -1;
-    }
+    const char *names[2] = {o->dump_after, o->stop_after};
+    for (int i = 0; i < 2; i++)
+        if (names[i] && (!known_pass(names[i]) || (i && !strcmp(names[i], "all")))) {
+            fprintf(stderr, "tcc: error: --%s=%s: no such pass (see tcc --help)\n",
+                    i ? "stop-after" : "dump-after", names[i]);
+            return -1;
+        }
     Graph *g = load(c, o);
     if (!g || verify(c, o, g, o->from_ir ? "parse-ir" : "lower") != 0)
         return -1;
-    for (const Pass *p = pass_table; p->name; p++) {
+    int stop = o->stop_after && (!strcmp(o->stop_after, "lower") ||
+                                 !strcmp(o->stop_after, "parse-ir") ||
+                                 !strcmp(o->stop_after, "verify"));
+    for (const Pass *p = pass_table; p->name && !stop; p++) {
         double t0 = now_ms();
         if (p->run(c, g) != 0)
             return -1;
         after(c, o, g, p->name, t0);
         if (verify(c, o, g, p->name) != 0)
             return -1;
+        stop = o->stop_after && !strcmp(o->stop_after, p->name);
     }
     return o->emit ? write_ir(o, g) : 0;
 }

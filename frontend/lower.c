@@ -126,9 +126,11 @@ static Val vtensor(Value *t) { return t ? (Val){V_TENSOR, 0, 0, NULL, t, NULL, 0
 static int is_num(Val v) { return v.k == V_INT || v.k == V_FLOAT; }
 static double num(Val v) { return v.k == V_INT ? (double)v.i : v.f; }
 
+/* The kind of a value with its article: "an integer", "a tensor". */
 static const char *kind_name(VKind k)
 {
-    static const char *names[] = {"error", "integer", "number", "flag", "name", "tensor", "list"};
+    static const char *names[] = {"an error", "an integer", "a number", "a flag",
+                                  "a string",  "a tensor",   "a list"};
     return names[k];
 }
 
@@ -300,7 +302,7 @@ static Val eval_neg(Lower *L, Expr *e)
         return vint(-a.i);
     case V_FLOAT: return vfloat(-a.f);
     case V_TENSOR: return vtensor(emit(L, OP_NEG, &a.t, 1, NULL, 0, e->loc));
-    default: err(L, e->loc, "cannot negate a %s", kind_name(a.k)); return ERRV;
+    default: err(L, e->loc, "cannot negate %s", kind_name(a.k)); return ERRV;
     }
 }
 
@@ -406,6 +408,11 @@ static Attr *kw_attr(Lower *L, const OpSpec *s, const KwSpec *kw, Expr *e)
     Arena *a = L->c->arena;
     if (kw->kind == K_DTYPE && e->kind == E_NAME && ir_dtype_lookup(e->name) >= 0)
         return ir_attr_str(a, kw->name, e->name);
+    if (kw->kind == K_DTYPE && e->kind == E_NAME && !lookup(L, e->name)) {
+        err(L, e->loc, "unknown dtype '%s'", e->name);
+        note(L, LOC_NONE, "the dtypes are f32, f64, bf16, f16 and i32");
+        return NULL;
+    }
     Val v = eval(L, e);
     if (v.k == V_ERR)
         return NULL;
@@ -585,7 +592,7 @@ static int call_math(Lower *L, Expr *e, Val *out)
     if (v.k == V_ERR)
         return 1;
     if (!is_num(v)) {
-        err(L, e->loc, "'%s' needs a number or a tensor, got a %s", e->name, kind_name(v.k));
+        err(L, e->loc, "'%s' needs a number or a tensor, got %s", e->name, kind_name(v.k));
         return 1;
     }
     double x = num(v);
@@ -656,7 +663,7 @@ static int eval_int(Lower *L, Expr *e, const char *what, int64_t *out)
         if (v.k == V_FLOAT)
             err(L, e->loc, "%s must be an integer, got %g", what, v.f);
         else
-            err(L, e->loc, "%s must be an integer, got a %s", what, kind_name(v.k));
+            err(L, e->loc, "%s must be an integer, got %s", what, kind_name(v.k));
         return -1;
     }
     *out = v.i;
@@ -674,8 +681,7 @@ static void mesh_note(Lower *L)
         snprintf(buf + k, sizeof buf - k, "%s%s=%d", i ? ", " : "", m->axes[i].name,
                  m->axes[i].size);
     }
-    note(L, LOC_NONE, "the mesh is %s%s", buf,
-         L->c->mesh_spec ? "" : " (no --mesh given: every axis has size 1)");
+    note(L, LOC_NONE, "the mesh is %s", buf);
 }
 
 /* Resolve the axes of one dimension into sh; -1 after errors. */
@@ -701,6 +707,9 @@ static int lower_dim_axes(Lower *L, DimAst *d, int dim, Sharding *sh)
                     err(L, loc, "mesh axis '%s' is used twice in one sharding", name);
                     bad = 1;
                 }
+        for (int q = 0; q < j && bad; q++)
+            if (d->axes.data[q] == name)
+                note(L, d->axis_locs.data[q], "first used here");
         if (!bad)
             ir_shard_add(sh, dim, ax);
     }
@@ -772,6 +781,12 @@ static void lower_items(Lower *L, Stmt *holder, int top);
 static int check_fresh(Lower *L, const char *name, Loc loc)
 {
     Binding *b = scope_find_local(L->scope, name);
+    Binding *m = L->scope != L->root ? scope_find_local(L->root, name) : NULL;
+    if (!b && m) {
+        err(L, loc, "'%s' is a model parameter", name);
+        note(L, m->loc, "'%s' is declared here", name);
+        return -1;
+    }
     if (!b)
         return 0;
     err(L, loc, "duplicate name '%s'", name);
@@ -891,7 +906,7 @@ static Val annotate(Lower *L, Stmt *s, Val v)
     if (lower_type(L, s->type, s->name, &dt, &rank, shape, &sh) != 0 || v.k == V_ERR)
         return ERRV;
     if (v.k != V_TENSOR) {
-        err(L, s->type->loc, "'%s' is declared a tensor but its value is a %s", s->name,
+        err(L, s->type->loc, "'%s' is declared a tensor but its value is %s", s->name,
             kind_name(v.k));
         return ERRV;
     }
@@ -908,6 +923,15 @@ static Val annotate(Lower *L, Stmt *s, Val v)
             want, type_str(L, v.t));
         note(L, s->value->loc, "the value is computed here");
         return ERRV;
+    }
+    OpKind dk = v.t->def->kind;
+    if (dk == OP_INPUT || dk == OP_PARAM || !ir_shard_is_replicated(&v.t->shard, v.t->rank)) {
+        /* keep the other value's sharding: a new value (an identity reshape)
+         * carries this one, and the partitioner moves data between them */
+        Attr *a = ir_attr_ints(L->c->arena, "shape", v.t->shape, v.t->rank);
+        v = vtensor(emit(L, OP_RESHAPE, &v.t, 1, &a, 1, s->type->loc));
+        if (v.k != V_TENSOR)
+            return ERRV;
     }
     v.t->shard = sh;
     return v;
@@ -958,7 +982,7 @@ static void lower_repeat(Lower *L, Stmt *s)
     for (int64_t i = 0; i < n && L->c->diag.nerrors == errors; i++) {
         L->scope = scope_new(L, saved, 0);
         L->prefix = arena_printf(L->c->arena, "%s%s.%lld.", saved_prefix, name, (long long)i);
-        L->layer = (int)i;
+        L->layer = (int)(saved_layer >= 0 ? saved_layer * n + i : i); /* nested: flattened */
         lower_items(L, s, 0);
     }
     L->scope = saved;
@@ -1058,7 +1082,7 @@ static Attr *train_attr(Lower *L, const char *key, Expr *e)
     case V_FLOAT: return ir_attr_float(a, key, v.f);
     case V_BOOL: return ir_attr_bool(a, key, (int)v.i);
     case V_ERR: return NULL;
-    default: err(L, e->loc, "a training setting cannot be a %s", kind_name(v.k)); return NULL;
+    default: err(L, e->loc, "a training setting cannot be %s", kind_name(v.k)); return NULL;
     }
 }
 
@@ -1117,16 +1141,21 @@ static void lower_output(Lower *L, Stmt *s)
     if (b->val.k == V_TENSOR)
         VEC_PUSH(L->c->arena, L->g->outputs, b->val.t);
     else if (b->val.k != V_ERR)
-        err(L, s->name_loc, "output '%s' must be a tensor, not a %s", s->name,
+        err(L, s->name_loc, "output '%s' must be a tensor, not %s", s->name,
             kind_name(b->val.k));
 }
 
-static void lower_stmt(Lower *L, Stmt *s, int top, int last)
+static void lower_stmt(Lower *L, Stmt *s, const Stmt *holder, int top, int last)
 {
     static const char *names[] = {"model", "mesh", "axis", "input", "param", "assign",
                                   "repeat", "block", "return", "train", "output"};
     switch (s->kind) {
-    case S_INPUT: lower_input(L, s); return;
+    case S_INPUT:
+        if (top)
+            lower_input(L, s);
+        else
+            err(L, s->loc, "'input' is only allowed at the top level");
+        return;
     case S_PARAM: lower_param(L, s); return;
     case S_ASSIGN: lower_assign(L, s); return;
     case S_REPEAT: lower_repeat(L, s); return;
@@ -1145,7 +1174,7 @@ static void lower_stmt(Lower *L, Stmt *s, int top, int last)
         err(L, s->loc, "'%s' is only allowed at the top level", names[s->kind]);
         return;
     case S_RETURN:
-        if (L->depth == 0 || !last)
+        if (holder->kind != S_BLOCK || !last)
             err(L, s->loc, "'return' must be the last statement of a block");
         return; /* the caller evaluates it */
     case S_AXIS: break;
@@ -1156,7 +1185,7 @@ static void lower_stmt(Lower *L, Stmt *s, int top, int last)
 static void lower_items(Lower *L, Stmt *holder, int top)
 {
     for (int i = 0; i < holder->body.len && !L->too_big; i++)
-        lower_stmt(L, holder->body.data[i], top, i == holder->body.len - 1);
+        lower_stmt(L, holder->body.data[i], holder, top, i == holder->body.len - 1);
 }
 
 /* ---- model header, mesh declaration and --mesh binding ---- */
@@ -1199,8 +1228,8 @@ static void check_defines(Lower *L, Stmt *model)
         Define *d = &L->c->defines.data[i];
         if (d->used)
             continue;
-        err(L, LOC_NONE, "-D %s: model '%s' has no parameter '%s'", d->name,
-            L->g->name ? L->g->name : "?", d->name);
+        err(L, LOC_NONE, "-D %s: model '%s' has no parameter '%s'", d->name, L->g->name,
+            d->name);
         if (model)
             note(L, model->name_loc, "the parameters are declared here");
     }
@@ -1246,10 +1275,20 @@ static void bind_mesh(Lower *L)
     const char *spec = L->c->mesh_spec, *p = spec;
     Mesh *m = &L->g->mesh;
     int by_name = strchr(spec, '=') != NULL, n = 0, seen[IR_MAX_AXES] = {0};
+    const char *sep = strchr(spec, ',') || by_name ? "," : "x";
+    if (!*spec || spec[strlen(spec) - 1] == *sep || strchr(spec, ' ')) {
+        err(L, LOC_NONE, "--mesh '%s': expected sizes like 8x4x2 or names like dp=8,tp=4", spec);
+        return;
+    }
     while (*p) {
         int ax = n, size;
         if (by_name) {
-            const char *eq = strchr(p, '=');
+            const char *eq = strchr(p, '='), *comma = strchr(p, ',');
+            if (!eq || (comma && comma < eq)) {
+                err(L, LOC_NONE, "--mesh %s: expected NAME=SIZE, got '%.*s'", spec,
+                    (int)(comma ? comma - p : (long)strlen(p)), p);
+                return;
+            }
             const char *name = eq ? intern_n(L->c->strings, p, (size_t)(eq - p)) : "";
             ax = eq ? ir_mesh_axis(m, name) : -1;
             if (ax < 0) {
@@ -1317,6 +1356,13 @@ static Stmt *lower_headers(Lower *L)
                     note(L, old->name_loc, "'%s' was first defined here", s->name);
                 continue;
             }
+            for (int a = 0; a < s->params.len; a++)
+                for (int b = 0; b < a; b++)
+                    if (s->params.data[a] == s->params.data[b]) {
+                        err(L, s->param_locs.data[a], "duplicate name '%s'", s->params.data[a]);
+                        note(L, s->param_locs.data[b], "'%s' was first defined here",
+                             s->params.data[b]);
+                    }
             if (!s->body.len || s->body.data[s->body.len - 1]->kind != S_RETURN)
                 err(L, s->name_loc, "block '%s' must end with 'return'", s->name);
             VEC_PUSH(L->c->arena, L->blocks, s);
@@ -1340,7 +1386,7 @@ static void find_outputs(Lower *L)
     if (b && b->val.k == V_TENSOR)
         VEC_PUSH(L->c->arena, L->g->outputs, b->val.t);
     else if (b && b->val.k != V_ERR)
-        err(L, b->loc, "the output 'loss' must be a tensor, not a %s", kind_name(b->val.k));
+        err(L, b->loc, "the output 'loss' must be a tensor, not %s", kind_name(b->val.k));
     else if (!b)
         err(L, LOC_NONE, "%s: the model has no output: assign 'loss' or add 'output NAME'",
             L->ast->file);
@@ -1354,9 +1400,8 @@ Graph *fe_lower(Ctx *c, Ast *ast)
     L.root = scope_new(&L, NULL, 1);
     L.scope = L.root;
     L.model_loc = (Loc){ast->file, 1, 1};
+    L.g->name = base_name(&L, ast->file); /* a model statement renames it */
     lower_headers(&L);
-    if (!L.g->name)
-        L.g->name = base_name(&L, ast->file);
     L.scope = scope_new(&L, L.root, 1);
     lower_items(&L, &(Stmt){.body.data = ast->items.data, .body.len = ast->items.len}, 1);
     if (!L.too_big)

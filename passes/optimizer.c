@@ -172,6 +172,8 @@ int pass_optimizer(Ctx *c, Graph *g)
     for (int i = 0; i < g->ops.len; i++)
         if (g->ops.data[i]->kind == OP_PARAM)
             VEC_PUSH(g->arena, params, g->ops.data[i]->res[0]);
+    if (params.len == 0)
+        return 0; /* nothing to train */
     if (!has_phase(g, PH_BWD) || g->outputs.len != params.len + 1) {
         diag_error(&c->diag, LOC_NONE, "the optimizer needs the gradients that autodiff makes");
         return -1;

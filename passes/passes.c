@@ -4,5 +4,7 @@
 #include "passes.h"
 
 const Pass pass_table[] = {
+    {"autodiff", pass_autodiff, "reverse-mode gradients of the loss for every parameter"},
+    {"optimizer", pass_optimizer, "learning rate, gradient clipping, SGD or AdamW updates"},
     {NULL, NULL, NULL},
 };

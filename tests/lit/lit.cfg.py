@@ -1,0 +1,37 @@
+# lit.cfg.py: how lit runs the golden tests under tests/lit.
+# Each .tdl, .tir or .test file carries RUN: lines in comments; they run in lit's
+# own shell with these substitutions:
+#   %tcc        the sanitized compiler (build/tcc-san; --param tcc=PATH for another)
+#   %FileCheck  llvm-14's FileCheck (plain `FileCheck` and `not` work too)
+#   %samples    the absolute path of samples/
+# Sanitizer errors abort, so `not %tcc` fails on a crash instead of passing.
+import os
+
+import lit.formats
+
+config.name = 'tcc'
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = ['.tdl', '.tir', '.test']
+config.excludes = ['Inputs']
+
+root = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+config.test_source_root = os.path.dirname(os.path.abspath(__file__))
+config.test_exec_root = os.path.join(root, 'build', 'lit')
+
+llvm_bin = '/usr/lib/llvm-14/bin'
+tcc = os.path.abspath(lit_config.params.get('tcc', os.path.join(root, 'build', 'tcc-san')))
+if not os.access(tcc, os.X_OK):
+    lit_config.fatal('no compiler at %s: run make first' % tcc)
+
+config.environment['PATH'] = os.pathsep.join([llvm_bin, config.environment.get('PATH', '')])
+config.environment['ASAN_OPTIONS'] = 'detect_leaks=1:abort_on_error=1'
+config.environment['UBSAN_OPTIONS'] = 'print_stacktrace=1:abort_on_error=1'
+config.environment['LSAN_OPTIONS'] = 'abort_on_error=1'
+# Diagnostics are compared as text: no color, no locale surprises.
+config.environment['LC_ALL'] = 'C'
+config.environment.pop('TERM', None)
+
+# These run before lit's own %s, %S, %t..., so %tcc and %samples win over %t and %s.
+config.substitutions.append(('%tcc', tcc))
+config.substitutions.append(('%FileCheck', os.path.join(llvm_bin, 'FileCheck')))
+config.substitutions.append(('%samples', os.path.join(root, 'samples')))
