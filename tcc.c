@@ -2,11 +2,13 @@
  * pass pipeline -- lowering, then the verifier after every pass -- and writes
  * the IR where asked. Key idea: the pipeline is one table; --dump-after names
  * any entry of it, and --from-ir starts after lowering. */
+#include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <time.h>
 
@@ -14,7 +16,7 @@ typedef struct Options {
     const char *input;
     const char *from_ir;
     const char *out;
-    const char *emit;       /* "ir" or NULL */
+    const char *emit;       /* "ir", "plan", "c" or NULL */
     const char *dump_after; /* a pass name, "all" or NULL */
     const char *stop_after; /* a pass name or NULL */
 } Options;
@@ -41,6 +43,8 @@ static void usage(FILE *f)
             "  --mesh dp=8,tp=4      bind mesh axis sizes by name\n"
             "  -D NAME=VALUE         override an integer model parameter\n"
             "  --emit=ir             print the final graph IR (to -o FILE or stdout)\n"
+            "  --emit=plan -o DIR    write the plan of one training step to DIR/plan.json\n"
+            "  --emit=c              print the C source of the plan's kernels\n"
             "  --dump-after=PASS     print the IR after PASS ('all': after every pass)\n"
             "  --stop-after=PASS     run the pipeline up to PASS only (e.g. lower: the forward IR)\n"
             "  --from-ir FILE.tir    start from a printed IR instead of TDL\n"
@@ -114,8 +118,8 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
         } else if ((v = opt_value(argc, argv, &i, "--mesh"))) {
             c->mesh_spec = v;
         } else if ((v = opt_value(argc, argv, &i, "--emit"))) {
-            if (strcmp(v, "ir") != 0)
-                return fail("--emit=%s: the only output so far is 'ir'", v);
+            if (strcmp(v, "ir") && strcmp(v, "plan") && strcmp(v, "c"))
+                return fail("--emit=%s: expected ir, plan or c", v);
             o->emit = v;
         } else if ((v = opt_value(argc, argv, &i, "--dump-after"))) {
             o->dump_after = v;
@@ -149,7 +153,9 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
     if (o->from_ir && (c->mesh_spec || c->defines.len))
         return fail("%s", "--mesh and -D apply to TDL input; an IR file carries its own mesh");
     if (o->out && !o->emit)
-        return fail("%s", "-o needs --emit=ir (executables are not built yet)");
+        return fail("%s", "-o needs --emit=ir, plan or c (executables are not built yet)");
+    if (o->emit && !strcmp(o->emit, "plan") && !o->out)
+        return fail("%s", "--emit=plan needs -o DIR");
     return 0;
 }
 
@@ -234,6 +240,38 @@ static int write_ir(const Options *o, const Graph *g)
     return bad ? -1 : 0;
 }
 
+/* The plan into DIR/plan.json (DIR is created), or its kernels as C. */
+static int write_plan(Ctx *c, const Options *o, const Graph *g)
+{
+    Plan plan;
+    double t0 = now_ms();
+    if (cg_build_plan(c, g, &plan) != 0)
+        return -1;
+    if (c->verbose)
+        fprintf(stderr, "tcc: %-10s %8.2f ms  %d kernels, %d instructions, %.1f MiB slab\n",
+                "codegen", now_ms() - t0, plan.nkernels, plan.ninstrs,
+                (double)plan.slab_bytes / 1048576.0);
+    if (!strcmp(o->emit, "c")) {
+        FILE *f = o->out ? fopen(o->out, "w") : stdout;
+        if (!f || fputs(plan.kernel_source, f) < 0 || (o->out && fclose(f) != 0)) {
+            fprintf(stderr, "tcc: error: cannot write '%s': %s\n", o->out, strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    if (mkdir(o->out, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "tcc: error: cannot create '%s': %s\n", o->out, strerror(errno));
+        return -1;
+    }
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/plan.json", o->out);
+    if (plan_write(path, &plan, err, sizeof err) != 0) {
+        fprintf(stderr, "tcc: error: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
 static int run(Ctx *c, Options *o)
 {
     const char *names[2] = {o->dump_after, o->stop_after};
@@ -258,6 +296,8 @@ static int run(Ctx *c, Options *o)
             return -1;
         stop = o->stop_after && !strcmp(o->stop_after, p->name);
     }
+    if (o->emit && strcmp(o->emit, "ir") != 0)
+        return write_plan(c, o, g);
     return o->emit ? write_ir(o, g) : 0;
 }
 

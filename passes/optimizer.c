@@ -65,11 +65,14 @@ static Value *source(Opt *o, OpKind k, DType dt, int rank, const int64_t *shape,
 
 static void update(Opt *o, Value *target, Value *v) { new_op(o, OP_UPDATE, (Value *[]){target, v}, 2); }
 
-static Value *learning_rate(Opt *o)
+static Value *as_dtype(Opt *o, Value *v, DType dt);
+
+/* The schedule is computed in float64 when the model is (step is f32 always). */
+static Value *learning_rate(Opt *o, DType dt)
 {
     static const char *names[] = {"constant", "cosine", "linear"};
     Arena *a = o->g->arena;
-    Value *t = source(o, OP_STEP, DT_F32, 0, NULL, "step");
+    Value *t = as_dtype(o, source(o, OP_STEP, DT_F32, 0, NULL, "step"), dt);
     Attr *attrs[5] = {ir_attr_float(a, "lr", o->tc.lr), ir_attr_str(a, "schedule", names[o->tc.schedule]),
                       ir_attr_int(a, "warmup", o->tc.warmup), ir_attr_int(a, "total", o->tc.total_steps),
                       ir_attr_float(a, "min_lr", o->tc.min_lr)};
@@ -78,8 +81,8 @@ static Value *learning_rate(Opt *o)
     return lr;
 }
 
-/* sqrt(sum over every gradient of the sum of its squares). */
-static Value *global_norm(Opt *o, Value **grads, int n)
+/* sqrt(sum over every gradient of the sum of its squares), in dt. */
+static Value *global_norm(Opt *o, Value **grads, int n, DType dt)
 {
     Value *total = NULL;
     for (int i = 0; i < n; i++) {
@@ -90,14 +93,14 @@ static Value *global_norm(Opt *o, Value **grads, int n)
         Attr *shape = ir_attr_ints(o->g->arena, "shape", &numel, 1);
         Value *flat = emit(o, OP_RESHAPE, &sq, 1, &shape, 1);
         Value *s = emit(o, OP_SUM, &flat, 1, NULL, 0);
-        if (g->dtype != DT_F32) {
-            Attr *f32 = ir_attr_str(o->g->arena, "dtype", "f32");
-            s = emit(o, OP_CAST, &s, 1, &f32, 1);
+        if (g->dtype != dt) {
+            Attr *cast = ir_attr_str(o->g->arena, "dtype", ir_dtype_name(dt));
+            s = emit(o, OP_CAST, &s, 1, &cast, 1);
         }
         total = total ? bin(o, OP_ADD, total, s) : s;
     }
     if (!total)
-        total = source(o, OP_CONSTANT, DT_F32, 0, NULL, NULL);
+        total = source(o, OP_CONSTANT, dt, 0, NULL, NULL);
     Value *norm = emit(o, OP_SQRT, &total, 1, NULL, 0);
     norm->name = intern(o->g->strings, "grad_norm");
     return norm;
@@ -179,9 +182,12 @@ int pass_optimizer(Ctx *c, Graph *g)
         return -1;
     }
     Value *loss = g->outputs.data[0], **grads = g->outputs.data + 1;
-    Value *lr = learning_rate(&o);
+    DType sdt = DT_F32;
+    for (int i = 0; i < params.len; i++)
+        sdt = params.data[i]->dtype == DT_F64 ? DT_F64 : sdt;
+    Value *lr = learning_rate(&o, sdt);
     Value *step = lr->def->args[0];
-    Value *norm = global_norm(&o, grads, params.len);
+    Value *norm = global_norm(&o, grads, params.len, sdt);
     if (o.tc.grad_clip > 0) {
         Attr *mx = ir_attr_float(g->arena, "max_norm", o.tc.grad_clip);
         Value *scale = emit(&o, OP_CLIP_SCALE, &norm, 1, &mx, 1);

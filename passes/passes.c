@@ -4,6 +4,7 @@
 #include "passes.h"
 
 const Pass pass_table[] = {
+    {"microbatch", pass_microbatch, "gradient accumulation: one forward copy per microbatch"},
     {"autodiff", pass_autodiff, "reverse-mode gradients of the loss for every parameter"},
     {"optimizer", pass_optimizer, "learning rate, gradient clipping, SGD or AdamW updates"},
     {NULL, NULL, NULL},

@@ -13,6 +13,10 @@ typedef struct Pass {
     const char *summary;              /* one line for --help */
 } Pass;
 
+/* Gradient accumulation: with microbatches = k, k copies of the forward pass
+ * over row slices of the inputs, and the loss becomes their mean. */
+int pass_microbatch(Ctx *c, Graph *g);
+
 /* Reverse-mode differentiation: appends the backward graph; outputs become the
  * loss followed by one gradient per parameter (PARAM.grad), in parameter order.
  * Does nothing to a graph that already has backward ops. */

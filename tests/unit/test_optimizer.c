@@ -198,3 +198,76 @@ Test(optimizer, errors_in_settings_point_at_the_source)
     fclose(out);
     free(buf);
 }
+
+/* Gradient accumulation: k microbatches of B/k rows give the step of the
+ * whole batch (the loss is a per-row mean). Only summation order differs. */
+static void run_steps(const char *train, int steps, double *loss, double *params, int64_t *np)
+{
+    char src[2048];
+    snprintf(src, sizeof src,
+             "model m(B = 8, D = 6, C = 5)\n"
+             "input x : f32[B, 3, D]\n"
+             "input t : i32[B, 3]\n"
+             "param g : f32[D] = normal(1)\n"
+             "param w : f32[D, C] = normal(1)\n"
+             "loss = cross_entropy(layernorm(x, g, g) @ w, t)\n"
+             "train {\n%s\n}\n", train);
+    Ctx *c = ctx_new(stderr);
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    cr_assert_not_null(g);
+    cr_assert_eq(pass_microbatch(c, g), 0);
+    cr_assert_eq(pass_autodiff(c, g), 0);
+    cr_assert_eq(pass_optimizer(c, g), 0);
+    cr_assert_eq(ir_verify(c, g), 0);
+    Interp *in = interp_new(g);
+    interp_init(in, 5, 5);
+    for (int s = 0; s < steps; s++) {
+        cr_assert_eq(interp_run(in), 0, "%s", in->err);
+        loss[s] = in->buf[g->outputs.data[0]->id][0];
+    }
+    *np = 0;
+    const char *names[2] = {"g", "w"};
+    for (int k = 0; k < 2; k++) {
+        const Value *v = named(g, names[k]);
+        int64_t n = interp_numel(v);
+        memcpy(params + *np, in->buf[v->id], sizeof(double) * (size_t)n);
+        *np += n;
+    }
+    interp_free(in);
+    ctx_free(c);
+}
+
+Test(optimizer, accumulation_over_microbatches_equals_the_whole_batch)
+{
+    double l1[3], l4[3], p1[64], p4[64];
+    int64_t n1, n4;
+    run_steps("optimizer = adamw(lr = 0.05)\nmicrobatches = 1", 3, l1, p1, &n1);
+    run_steps("optimizer = adamw(lr = 0.05)\nmicrobatches = 4", 3, l4, p4, &n4);
+    cr_assert_eq(n1, n4);
+    for (int s = 0; s < 3; s++)
+        expect(l4[s], l1[s], "loss", s + 1);
+    for (int i = 0; i < n1; i++)
+        cr_assert(fabs(p4[i] - p1[i]) <= 1e-10 * (1 + fabs(p1[i])), "param %d: %.15g vs %.15g", i,
+                  p4[i], p1[i]);
+    cr_assert_neq(l1[2], l1[0], "the steps must change something");
+}
+
+Test(optimizer, microbatches_must_divide_the_batch)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    Ctx *c = ctx_new(out);
+    const char *src = "input x : f32[6, 2]\nparam w : f32[2, 3] = ones\nloss = sum(sum(x @ w))\n"
+                      "train {\n  microbatches = 4\n}\n";
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    cr_assert_not_null(g);
+    cr_assert_eq(pass_microbatch(c, g), -1);
+    fflush(out);
+    cr_assert(strstr(buf, "t.tdl:1:1: error: microbatches: the batch dimension of input 'x' (6) "
+                          "is not divisible by 4 microbatches"),
+              "%s", buf);
+    ctx_free(c);
+    fclose(out);
+    free(buf);
+}

@@ -1,0 +1,92 @@
+/* codegen.h: Kernel IR and the plan builder.
+ * A Kernel is one parallel loop over `extent` work items whose body is a flat
+ * list of statements over a scalar expression DAG: loads at computed indices,
+ * arithmetic, inner loops that reduce (sum, max, min) or store. The two
+ * iteration patterns of the architecture fall out of it: pointwise (no inner
+ * loop) and row (inner loops over a row's columns). Attention forward and
+ * backward are kernels of their own pattern with fixed parameters. Nothing in
+ * a Kernel is specific to C: the C emitter maps the parallel loop to OpenMP,
+ * a GPU emitter maps it to blocks (row) or threads (pointwise). */
+#ifndef TCC_CODEGEN_H
+#define TCC_CODEGEN_H
+
+#include "../ir/ir.h"
+#include "../runtime/plan.h"
+
+typedef enum { KT_FLOAT, KT_INT } KType; /* the kernel's float type, or int64 */
+
+typedef enum {
+    KN_CONST,   /* imm */
+    KN_ICONST,  /* iimm */
+    KN_IDX,     /* index of loop level a: 0 the parallel item, 1.. inner loops */
+    KN_LOAD,    /* args[a] at int node b (int when the arg is i32, else float) */
+    KN_ACC,     /* the reduced value of inner loop a, after the loop */
+    KN_ADD, KN_SUB, KN_MUL, KN_DIV, KN_MAX, KN_MIN, KN_POW, /* float or int by type */
+    KN_NEG, KN_EXP, KN_LOG, KN_SQRT, KN_RSQRT, KN_TANH, KN_COS, KN_SIN, KN_ABS,
+    KN_LT,      /* a < b as 0 or 1, float or int operands; result type int */
+    KN_EQ,      /* a == b likewise */
+    KN_SELECT,  /* int a ? b : c (b, c already computed: both sides must be safe) */
+    KN_IDIV, KN_IMOD, /* int */
+    KN_TOFLOAT, KN_TOINT,
+    KN_COUNT
+} KNodeKind;
+
+typedef struct KNode {
+    KNodeKind kind;
+    KType type;
+    int a, b, c;
+    double imm;
+    int64_t iimm;
+} KNode;
+
+typedef enum {
+    KS_NODE,      /* evaluate node a */
+    KS_LOOP,      /* open inner loop level a over [0, extent) */
+    KS_REDUCE,    /* inside loop level a: fold node b into its accumulator with op c */
+    KS_END,       /* close the innermost loop */
+    KS_STORE,     /* args[a][node b] = node c (c == -1: never) */
+    KS_STORE_ADD, /* args[a][node b] += node c */
+} KStmtKind;
+
+typedef enum { KR_SUM, KR_MAX, KR_MIN } KReduce;
+
+typedef struct KStmt {
+    KStmtKind kind;
+    int a, b, c;
+    int64_t extent; /* KS_LOOP */
+} KStmt;
+
+typedef enum { KP_POINTWISE, KP_ROW, KP_ATTENTION, KP_ATTENTION_BWD } KPattern;
+
+typedef struct KAttention {
+    int64_t batch, seq, heads, kv_heads, head_dim;
+    int causal;
+    double scale;
+} KAttention;
+
+typedef struct Kernel {
+    Arena *arena;     /* where its nodes and statements grow */
+    const char *name;
+    KPattern pattern;
+    int64_t extent;   /* work items of the parallel loop */
+    DType ftype;      /* the float type of the arithmetic: f32 or f64 */
+    int nargs;
+    int args[16];     /* plan tensor indices */
+    DType arg_dtype[16];
+    VEC(KNode) nodes;
+    VEC(KStmt) body;
+    int levels;       /* inner loop depth used */
+    KAttention attn;  /* KP_ATTENTION*: args q, k, v, o | q, k, v, dout, dq, dk, dv */
+} Kernel;
+
+/* Build the plan of one training step from a verified graph (after autodiff
+ * and the optimizer, or a forward-only graph): tensors at slab offsets, kernels
+ * with their C source, the instruction list. Returns 0, or -1 after reporting
+ * (an op no kernel exists for). Strings and arrays of the plan live in the
+ * arena; plan_free must not be called on it. */
+int cg_build_plan(Ctx *c, const Graph *g, Plan *out);
+
+/* C source of one kernel: void NAME(char *const *args). */
+char *cg_emit_c(Arena *a, const Kernel *k);
+
+#endif

@@ -1,0 +1,295 @@
+/* emit_c.c: Kernel IR -> C (C99 + OpenMP) for the CPU backend.
+ * Reads one Kernel; writes `void NAME(char *const *args)`. The parallel loop
+ * becomes an OpenMP loop, each node one typed temporary, inner loops plain
+ * loops with an accumulator. Attention kernels come from two templates that
+ * stream keys through a tile with an online softmax, so no S x S matrix. */
+#include "codegen.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Out {
+    FILE *f;
+    const Kernel *k;
+    int f32; /* the float type is float, so math functions take the f suffix */
+} Out;
+
+static const char *ftype(const Out *o) { return o->f32 ? "float" : "double"; }
+
+static const char *storage(DType t)
+{
+    switch (t) {
+    case DT_F32: return "float";
+    case DT_F64: return "double";
+    case DT_I32: return "int32_t";
+    default: return "uint16_t"; /* bf16 / f16 bits */
+    }
+}
+
+static void literal(Out *o, double x)
+{
+    char buf[48];
+    fmt_double(buf, sizeof buf, x);
+    if (strchr(buf, 'n') || strchr(buf, 'i')) /* inf / nan */
+        fprintf(o->f, "(%s)%s", ftype(o), x != x ? "NAN" : x > 0 ? "INFINITY" : "-INFINITY");
+    else
+        fprintf(o->f, "%s%s", buf, o->f32 ? "f" : "");
+}
+
+static void call1(Out *o, const char *fn, int a)
+{
+    fprintf(o->f, "%s%s(t%d)", fn, o->f32 ? "f" : "", a);
+}
+
+static void expr(Out *o, const KNode *n)
+{
+    static const char *ops[] = {[KN_ADD] = "+", [KN_SUB] = "-", [KN_MUL] = "*", [KN_DIV] = "/",
+                                [KN_IDIV] = "/", [KN_IMOD] = "%"};
+    FILE *f = o->f;
+    int fl = n->type == KT_FLOAT;
+    switch (n->kind) {
+    case KN_CONST: literal(o, n->imm); return;
+    case KN_ICONST: fprintf(f, "INT64_C(%lld)", (long long)n->iimm); return;
+    case KN_IDX: fprintf(f, "i%d", n->a); return;
+    case KN_LOAD:
+        fprintf(f, "(%s)a%d[t%d]", fl ? ftype(o) : "int64_t", n->a, n->b);
+        return;
+    case KN_ACC: fprintf(f, "acc%d", n->a); return;
+    case KN_ADD: case KN_SUB: case KN_MUL: case KN_DIV: case KN_IDIV: case KN_IMOD:
+        fprintf(f, "t%d %s t%d", n->a, ops[n->kind], n->b);
+        return;
+    case KN_MAX: case KN_MIN:
+        if (fl)
+            fprintf(f, "%s%s(t%d, t%d)", n->kind == KN_MAX ? "fmax" : "fmin", o->f32 ? "f" : "",
+                    n->a, n->b);
+        else
+            fprintf(f, "t%d %s t%d ? t%d : t%d", n->a, n->kind == KN_MAX ? ">" : "<", n->b, n->a,
+                    n->b);
+        return;
+    case KN_POW: fprintf(f, "pow%s(t%d, t%d)", o->f32 ? "f" : "", n->a, n->b); return;
+    case KN_NEG: fprintf(f, "-t%d", n->a); return;
+    case KN_EXP: call1(o, "exp", n->a); return;
+    case KN_LOG: call1(o, "log", n->a); return;
+    case KN_SQRT: call1(o, "sqrt", n->a); return;
+    case KN_RSQRT: fprintf(f, "1 / sqrt%s(t%d)", o->f32 ? "f" : "", n->a); return;
+    case KN_TANH: call1(o, "tanh", n->a); return;
+    case KN_COS: call1(o, "cos", n->a); return;
+    case KN_SIN: call1(o, "sin", n->a); return;
+    case KN_ABS: call1(o, "fabs", n->a); return;
+    case KN_LT: fprintf(f, "(int64_t)(t%d < t%d)", n->a, n->b); return;
+    case KN_EQ: fprintf(f, "(int64_t)(t%d == t%d)", n->a, n->b); return;
+    case KN_SELECT: fprintf(f, "t%d ? t%d : t%d", n->a, n->b, n->c); return;
+    case KN_TOFLOAT: fprintf(f, "(%s)t%d", ftype(o), n->a); return;
+    case KN_TOINT: fprintf(f, "(int64_t)t%d", n->a); return;
+    case KN_COUNT: break;
+    }
+    UNREACHABLE();
+}
+
+static void indent(Out *o, int depth)
+{
+    for (int i = 0; i < depth; i++)
+        fputs("    ", o->f);
+}
+
+/* The reduction of the loop opened by statement s, or -1. */
+static int reduce_op(const Kernel *k, int s)
+{
+    for (int i = s + 1, depth = 1; i < k->body.len && depth > 0; i++) {
+        const KStmt *t = &k->body.data[i];
+        depth += t->kind == KS_LOOP ? 1 : t->kind == KS_END ? -1 : 0;
+        if (t->kind == KS_REDUCE && t->a == s)
+            return t->c;
+    }
+    return -1;
+}
+
+static void stmt(Out *o, int s, int *depth, int *level)
+{
+    const KStmt *t = &o->k->body.data[s];
+    const KNode *nodes = o->k->nodes.data;
+    if (t->kind == KS_END) {
+        --*level;
+        --*depth;
+        indent(o, *depth);
+        fputs("}\n", o->f);
+        return;
+    }
+    indent(o, *depth);
+    switch (t->kind) {
+    case KS_NODE:
+        fprintf(o->f, "const %s t%d = ", nodes[t->a].type == KT_FLOAT ? ftype(o) : "int64_t", t->a);
+        expr(o, &nodes[t->a]);
+        fputs(";\n", o->f);
+        return;
+    case KS_LOOP: {
+        int r = reduce_op(o->k, s);
+        if (r >= 0) {
+            fprintf(o->f, "%s acc%d = ", ftype(o), s);
+            literal(o, r == KR_SUM ? 0.0 : r == KR_MAX ? -1.0 / 0.0 : 1.0 / 0.0);
+            fputs(";\n", o->f);
+            indent(o, *depth);
+        }
+        ++*level;
+        fprintf(o->f, "for (int64_t i%d = 0; i%d < INT64_C(%lld); i%d++) {\n", *level, *level,
+                (long long)t->extent, *level);
+        ++*depth;
+        return;
+    }
+    case KS_REDUCE:
+        if (t->c == KR_SUM)
+            fprintf(o->f, "acc%d += t%d;\n", t->a, t->b);
+        else
+            fprintf(o->f, "acc%d = fm%s%s(acc%d, t%d);\n", t->a, t->c == KR_MAX ? "ax" : "in",
+                    o->f32 ? "f" : "", t->a, t->b);
+        return;
+    case KS_END: break;
+    case KS_STORE:
+    case KS_STORE_ADD:
+        fprintf(o->f, "a%d[t%d] %s(%s)t%d;\n", t->a, t->b, t->kind == KS_STORE ? "= " : "+= ",
+                storage(o->k->arg_dtype[t->a]), t->c);
+        return;
+    }
+    UNREACHABLE();
+}
+
+static void loop_kernel(Out *o)
+{
+    fprintf(o->f, "#pragma omp parallel for schedule(static) if (INT64_C(%lld) > 4096)\n",
+            (long long)o->k->extent * (o->k->levels ? 64 : 1));
+    fprintf(o->f, "    for (int64_t i0 = 0; i0 < INT64_C(%lld); i0++) {\n", (long long)o->k->extent);
+    int depth = 2, level = 0;
+    for (int s = 0; s < o->k->body.len; s++)
+        stmt(o, s, &depth, &level);
+    fputs("    }\n", o->f);
+}
+
+/* ---- attention templates ---- */
+
+static void attention_consts(Out *o)
+{
+    const KAttention *a = &o->k->attn;
+    fprintf(o->f,
+            "    enum { B = %lld, S = %lld, H = %lld, KV = %lld, DH = %lld, CAUSAL = %d, TILE = 64 };\n"
+            "    const int64_t QC = H * DH, KC = KV * DH;\n"
+            "    const %s scale = ",
+            (long long)a->batch, (long long)a->seq, (long long)a->heads, (long long)a->kv_heads,
+            (long long)a->head_dim, a->causal, ftype(o));
+    literal(o, a->scale);
+    fputs(";\n", o->f);
+}
+
+/* One query row at a time against tiles of keys: running max m, running sum l,
+ * running output acc, rescaled when the max grows. */
+static void attention_fwd(Out *o)
+{
+    const char *T = ftype(o), *x = o->f32 ? "f" : "";
+    attention_consts(o);
+    fprintf(o->f,
+            "    #pragma omp parallel for collapse(3) schedule(static)\n"
+            "    for (int64_t b = 0; b < B; b++)\n"
+            "    for (int64_t h = 0; h < H; h++)\n"
+            "    for (int64_t i = 0; i < S; i++) {\n"
+            "        const %s *qi = a0 + (b * S + i) * QC + h * DH;\n"
+            "        const int64_t kh = h / (H / KV), last = CAUSAL ? i : S - 1;\n"
+            "        %s m = -INFINITY, l = 0, acc[DH], s[TILE];\n"
+            "        for (int64_t d = 0; d < DH; d++) acc[d] = 0;\n"
+            "        for (int64_t j0 = 0; j0 <= last; j0 += TILE) {\n"
+            "            const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
+            "            %s tm = -INFINITY;\n"
+            "            for (int64_t j = 0; j < n; j++) {\n"
+            "                const %s *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
+            "                %s dot = 0;\n"
+            "                for (int64_t d = 0; d < DH; d++) dot += qi[d] * kj[d];\n"
+            "                s[j] = dot * scale;\n"
+            "                tm = fmax%s(tm, s[j]);\n"
+            "            }\n"
+            "            const %s nm = fmax%s(m, tm), corr = exp%s(m - nm);\n"
+            "            l *= corr;\n"
+            "            for (int64_t d = 0; d < DH; d++) acc[d] *= corr;\n"
+            "            for (int64_t j = 0; j < n; j++) {\n"
+            "                const %s p = exp%s(s[j] - nm), *vj = a2 + (b * S + j0 + j) * KC + kh * DH;\n"
+            "                l += p;\n"
+            "                for (int64_t d = 0; d < DH; d++) acc[d] += p * vj[d];\n"
+            "            }\n"
+            "            m = nm;\n"
+            "        }\n"
+            "        %s *oi = a3 + (b * S + i) * QC + h * DH;\n"
+            "        for (int64_t d = 0; d < DH; d++) oi[d] = acc[d] / l;\n"
+            "    }\n",
+            T, T, T, T, T, x, T, x, x, T, x, T);
+}
+
+/* Per (batch, kv head): for each query row of the group, first the row's
+ * log-sum-exp and output (streamed as forward), then the gradients, tile by
+ * tile. dk and dv of a kv head belong to one task, so nothing races. */
+static void attention_bwd(Out *o)
+{
+    const char *T = ftype(o), *x = o->f32 ? "f" : "";
+    attention_consts(o);
+    fprintf(o->f,
+            "    #pragma omp parallel for collapse(2) schedule(static)\n"
+            "    for (int64_t b = 0; b < B; b++)\n"
+            "    for (int64_t kh = 0; kh < KV; kh++) {\n"
+            "        for (int64_t j = 0; j < S; j++)\n"
+            "            for (int64_t d = 0; d < DH; d++)\n"
+            "                a5[(b * S + j) * KC + kh * DH + d] = a6[(b * S + j) * KC + kh * DH + d] = 0;\n"
+            "        for (int64_t h = kh * (H / KV); h < (kh + 1) * (H / KV); h++)\n"
+            "        for (int64_t i = 0; i < S; i++) {\n"
+            "            const %s *qi = a0 + (b * S + i) * QC + h * DH, *doi = a3 + (b * S + i) * QC + h * DH;\n"
+            "            %s *dqi = a4 + (b * S + i) * QC + h * DH;\n"
+            "            const int64_t last = CAUSAL ? i : S - 1;\n"
+            "            %s m = -INFINITY, l = 0, acc[DH], dot_o = 0;\n"
+            "            for (int64_t d = 0; d < DH; d++) acc[d] = dqi[d] = 0;\n"
+            "            for (int64_t j = 0; j <= last; j++) {\n"
+            "                const %s *kj = a1 + (b * S + j) * KC + kh * DH, *vj = a2 + (b * S + j) * KC + kh * DH;\n"
+            "                %s s = 0;\n"
+            "                for (int64_t d = 0; d < DH; d++) s += qi[d] * kj[d];\n"
+            "                s *= scale;\n"
+            "                const %s nm = fmax%s(m, s), corr = exp%s(m - nm), p = exp%s(s - nm);\n"
+            "                l = l * corr + p;\n"
+            "                for (int64_t d = 0; d < DH; d++) acc[d] = acc[d] * corr + p * vj[d];\n"
+            "                m = nm;\n"
+            "            }\n"
+            "            for (int64_t d = 0; d < DH; d++) dot_o += doi[d] * acc[d] / l;\n"
+            "            const %s lse = m + log%s(l);\n"
+            "            for (int64_t j = 0; j <= last; j++) {\n"
+            "                const %s *kj = a1 + (b * S + j) * KC + kh * DH, *vj = a2 + (b * S + j) * KC + kh * DH;\n"
+            "                %s *dkj = a5 + (b * S + j) * KC + kh * DH, *dvj = a6 + (b * S + j) * KC + kh * DH;\n"
+            "                %s s = 0, dp = 0;\n"
+            "                for (int64_t d = 0; d < DH; d++) { s += qi[d] * kj[d]; dp += doi[d] * vj[d]; }\n"
+            "                const %s p = exp%s(s * scale - lse), ds = p * (dp - dot_o) * scale;\n"
+            "                for (int64_t d = 0; d < DH; d++) {\n"
+            "                    dvj[d] += p * doi[d];\n"
+            "                    dqi[d] += ds * kj[d];\n"
+            "                    dkj[d] += ds * qi[d];\n"
+            "                }\n"
+            "            }\n"
+            "        }\n"
+            "    }\n",
+            T, T, T, T, T, T, x, x, x, T, x, T, T, T, T, x);
+}
+
+char *cg_emit_c(Arena *a, const Kernel *k)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    Out o = {open_memstream(&buf, &len), k, k->ftype != DT_F64};
+    if (!o.f)
+        BUG("open_memstream failed");
+    fprintf(o.f, "void %s(char *const *args)\n{\n", k->name);
+    for (int i = 0; i < k->nargs; i++)
+        fprintf(o.f, "    %s *restrict a%d = (%s *)args[%d];\n", storage(k->arg_dtype[i]), i,
+                storage(k->arg_dtype[i]), i);
+    if (k->pattern == KP_ATTENTION)
+        attention_fwd(&o);
+    else if (k->pattern == KP_ATTENTION_BWD)
+        attention_bwd(&o);
+    else
+        loop_kernel(&o);
+    fputs("}\n\n", o.f);
+    fclose(o.f);
+    char *s = arena_strdup(a, buf);
+    free(buf);
+    return s;
+}

@@ -1,0 +1,723 @@
+/* kernels.c: graph-IR ops -> Kernel IR. Reads one op and the plan tensors of
+ * its operands and results; writes one or more kernels. Key idea: every op is
+ * an expression over loads at computed indices -- pointwise ops over output
+ * elements, row ops over rows with inner loops that reduce -- so the same
+ * handful of builder calls serve every op, and the targets share them. */
+#include "kgen.h"
+
+#include <math.h>
+#include <string.h>
+
+static int64_t numel(const Value *v)
+{
+    int64_t n = 1;
+    for (int i = 0; i < v->rank; i++)
+        n *= v->shape[i];
+    return n;
+}
+
+static int norm_dim(int64_t d, int rank) { return (int)(d < 0 ? d + rank : d); }
+
+static DType ftype_of(const Op *op)
+{
+    for (int i = 0; i < op->nargs; i++)
+        if (op->args[i]->dtype == DT_F64)
+            return DT_F64;
+    for (int i = 0; i < op->nres; i++)
+        if (op->res[i]->dtype == DT_F64)
+            return DT_F64;
+    return DT_F32;
+}
+
+static int T(Gen *gen, const Value *v) { return gen_tensor(gen, v); }
+
+/* ---- index helpers ---- */
+
+/* Coordinates of flat index i in shape: c[d] = i / stride[d] % shape[d]. */
+static void unravel(Kernel *k, int i, int rank, const int64_t *shape, int *coord)
+{
+    int64_t stride = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        int q = stride == 1 ? i : ki(k, KN_IDIV, i, kb_iconst(k, stride));
+        coord[d] = d == 0 ? q : ki(k, KN_IMOD, q, kb_iconst(k, shape[d]));
+        stride *= shape[d];
+    }
+}
+
+/* Flat index into an operand of shape `in` (right-aligned, broadcasting) at
+ * the coordinates of an output of rank `rank`. */
+static int bcast_offset(Kernel *k, const int *coord, int rank, const Value *in)
+{
+    int off = -1;
+    int64_t stride = 1;
+    for (int d = in->rank - 1; d >= 0; d--) {
+        int od = rank - in->rank + d;
+        if (in->shape[d] != 1) {
+            int term = stride == 1 ? coord[od] : ki(k, KN_MUL, coord[od], kb_iconst(k, stride));
+            off = off < 0 ? term : ki(k, KN_ADD, off, term);
+        }
+        stride *= in->shape[d];
+    }
+    return off < 0 ? kb_iconst(k, 0) : off;
+}
+
+/* Load operand v at output element i of an output shaped `out`. */
+static int load_bcast(Kernel *k, Gen *gen, const Value *v, const Value *out, int i)
+{
+    int slot = kb_arg(k, gen, T(gen, v));
+    if (v->rank == out->rank && !memcmp(v->shape, out->shape, sizeof(int64_t) * (size_t)v->rank))
+        return kb_load(k, slot, i);
+    if (numel(v) == 1)
+        return kb_load(k, slot, kb_iconst(k, 0));
+    int coord[IR_MAX_RANK];
+    unravel(k, i, out->rank, out->shape, coord);
+    return kb_load(k, slot, bcast_offset(k, coord, out->rank, v));
+}
+
+/* ---- pointwise ---- */
+
+static int gelu(Kernel *k, int x)
+{
+    int x3 = kf(k, KN_MUL, kf(k, KN_MUL, x, x), x);
+    int in = kf(k, KN_MUL, kb_const(k, 0.7978845608028654),
+                kf(k, KN_ADD, x, kf(k, KN_MUL, kb_const(k, 0.044715), x3)));
+    int t = kb_node(k, KN_TANH, KT_FLOAT, in, 0, 0);
+    return kf(k, KN_MUL, kf(k, KN_MUL, kb_const(k, 0.5), x), kf(k, KN_ADD, kb_const(k, 1), t));
+}
+
+static int sigmoid(Kernel *k, int x)
+{
+    int e = kb_node(k, KN_EXP, KT_FLOAT, kb_node(k, KN_NEG, KT_FLOAT, x, 0, 0), 0, 0);
+    return kf(k, KN_DIV, kb_const(k, 1), kf(k, KN_ADD, kb_const(k, 1), e));
+}
+
+/* d gelu / dx for the tanh form: 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2). */
+static int gelu_grad(Kernel *k, int x, int dy)
+{
+    int c = kb_const(k, 0.7978845608028654), a = kb_const(k, 0.044715), one = kb_const(k, 1);
+    int x2 = kf(k, KN_MUL, x, x);
+    int t = kb_node(k, KN_TANH, KT_FLOAT, kf(k, KN_MUL, c, kf(k, KN_ADD, x, kf(k, KN_MUL, a, kf(k, KN_MUL, x2, x)))), 0, 0);
+    int half = kb_const(k, 0.5);
+    int left = kf(k, KN_MUL, half, kf(k, KN_ADD, one, t));
+    int sech2 = kf(k, KN_SUB, one, kf(k, KN_MUL, t, t));
+    int inner = kf(k, KN_MUL, c, kf(k, KN_ADD, one, kf(k, KN_MUL, kb_const(k, 3 * 0.044715), x2)));
+    int right = kf(k, KN_MUL, kf(k, KN_MUL, half, x), kf(k, KN_MUL, sech2, inner));
+    return kf(k, KN_MUL, dy, kf(k, KN_ADD, left, right));
+}
+
+static int unary(Kernel *k, OpKind kind, int x)
+{
+    switch (kind) {
+    case OP_NEG: return kb_node(k, KN_NEG, k->nodes.data[x].type, x, 0, 0);
+    case OP_EXP: return kb_node(k, KN_EXP, KT_FLOAT, x, 0, 0);
+    case OP_LOG: return kb_node(k, KN_LOG, KT_FLOAT, x, 0, 0);
+    case OP_SQRT: return kb_node(k, KN_SQRT, KT_FLOAT, x, 0, 0);
+    case OP_RSQRT: return kb_node(k, KN_RSQRT, KT_FLOAT, x, 0, 0);
+    case OP_TANH: return kb_node(k, KN_TANH, KT_FLOAT, x, 0, 0);
+    case OP_SIGMOID: return sigmoid(k, x);
+    case OP_RELU: return kf(k, KN_MAX, x, kb_const(k, 0));
+    case OP_GELU: return gelu(k, x);
+    case OP_SILU: return kf(k, KN_MUL, x, sigmoid(k, x));
+    default: UNREACHABLE();
+    }
+}
+
+static int binary(Kernel *k, OpKind kind, int a, int b)
+{
+    KType t = k->nodes.data[a].type == KT_INT && k->nodes.data[b].type == KT_INT ? KT_INT : KT_FLOAT;
+    KNodeKind n = kind == OP_ADD ? KN_ADD : kind == OP_SUB ? KN_SUB : kind == OP_MUL ? KN_MUL
+                : t == KT_INT ? KN_IDIV : KN_DIV;
+    return kb_node(k, n, t, a, b, 0);
+}
+
+static int pointwise_grad(Kernel *k, OpKind kind, int x, int dy)
+{
+    switch (kind) {
+    case OP_RELU_GRAD: {
+        int pos = kb_node(k, KN_LT, KT_INT, kb_const(k, 0), x, 0);
+        return kb_node(k, KN_SELECT, KT_FLOAT, pos, dy, kb_const(k, 0));
+    }
+    case OP_SILU_GRAD: {
+        int s = sigmoid(k, x), one = kb_const(k, 1);
+        int d = kf(k, KN_ADD, s, kf(k, KN_MUL, kf(k, KN_MUL, x, s), kf(k, KN_SUB, one, s)));
+        return kf(k, KN_MUL, dy, d);
+    }
+    case OP_GELU_GRAD: return gelu_grad(k, x, dy);
+    default: UNREACHABLE();
+    }
+}
+
+/* Elementwise ops, casts, expand and constants: one store per element. */
+static void pointwise(Gen *gen, const Op *op)
+{
+    const Value *out = op->res[0];
+    Kernel *k = kb_new(gen, KP_POINTWISE, numel(out), ftype_of(op));
+    int i = kb_idx(k, 0), v;
+    int x = op->nargs > 0 ? load_bcast(k, gen, op->args[0], out, i) : -1;
+    int y = op->nargs > 1 ? load_bcast(k, gen, op->args[1], out, i) : -1;
+    switch (op->kind) {
+    case OP_CONSTANT: v = kb_const(k, ir_op_attr_float(op, "value", 0)); break;
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: v = binary(k, op->kind, x, y); break;
+    case OP_CAST:
+        v = out->dtype == DT_I32 ? kb_node(k, KN_TOINT, KT_INT, x, 0, 0)
+            : k->nodes.data[x].type == KT_INT ? kb_node(k, KN_TOFLOAT, KT_FLOAT, x, 0, 0) : x;
+        break;
+    case OP_EXPAND: v = x; break;
+    case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD:
+        v = pointwise_grad(k, op->kind, x, y);
+        break;
+    case OP_CLIP_SCALE: {
+        int eps = kf(k, KN_ADD, x, kb_const(k, 1e-6));
+        v = kf(k, KN_MIN, kb_const(k, 1), kf(k, KN_DIV, kb_const(k, ir_op_attr_float(op, "max_norm", 1)), eps));
+        break;
+    }
+    default: v = unary(k, op->kind, x); break;
+    }
+    kb_store(k, kb_arg(k, gen, T(gen, out)), i, v);
+    kb_finish(gen, k);
+}
+
+/* lr at step t: linear warm-up to lr, then constant, linear or cosine decay
+ * from lr (first step after warm-up) to min_lr (last step). */
+static void learning_rate(Gen *gen, const Op *op)
+{
+    Kernel *k = kb_new(gen, KP_POINTWISE, 1, ftype_of(op));
+    int zero = kb_iconst(k, 0);
+    int t = kb_load(k, kb_arg(k, gen, T(gen, op->args[0])), zero);
+    double lr = ir_op_attr_float(op, "lr", 0.01), lo = ir_op_attr_float(op, "min_lr", 0);
+    double warm = (double)ir_op_attr_int(op, "warmup", 0), total = (double)ir_op_attr_int(op, "total", 0);
+    const Attr *s = ir_op_attr(op, "schedule");
+    const char *sched = s && s->kind == ATTR_STR ? s->s : "constant";
+    int v = kb_const(k, lr);
+    if (strcmp(sched, "constant") != 0) {
+        double span = total - warm - 1;
+        int p = span > 0 ? kf(k, KN_DIV, kf(k, KN_SUB, t, kb_const(k, warm + 1)), kb_const(k, span))
+                         : kb_const(k, 1);
+        p = kf(k, KN_MIN, kb_const(k, 1), kf(k, KN_MAX, kb_const(k, 0), p));
+        int frac = !strcmp(sched, "linear")
+                       ? kf(k, KN_SUB, kb_const(k, 1), p)
+                       : kf(k, KN_MUL, kb_const(k, 0.5),
+                            kf(k, KN_ADD, kb_const(k, 1),
+                               kb_node(k, KN_COS, KT_FLOAT, kf(k, KN_MUL, kb_const(k, M_PI), p), 0, 0)));
+        v = kf(k, KN_ADD, kb_const(k, lo), kf(k, KN_MUL, frac, kb_const(k, lr - lo)));
+    }
+    if (warm > 0) {
+        int in_warm = kb_node(k, KN_LT, KT_INT, t, kb_const(k, warm + 0.5), 0);
+        int ramp = kf(k, KN_MUL, kb_const(k, lr), kf(k, KN_DIV, t, kb_const(k, warm)));
+        v = kb_node(k, KN_SELECT, KT_FLOAT, in_warm, ramp, v);
+    }
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), zero, v);
+    kb_finish(gen, k);
+}
+
+static void sgd(Gen *gen, const Op *op)
+{
+    const Value *p = op->args[0];
+    Kernel *k = kb_new(gen, KP_POINTWISE, numel(p), ftype_of(op));
+    int i = kb_idx(k, 0), z = kb_iconst(k, 0);
+    int pv = kb_load(k, kb_arg(k, gen, T(gen, p)), i);
+    int g = kb_load(k, kb_arg(k, gen, T(gen, op->args[1])), i);
+    int mom = kb_load(k, kb_arg(k, gen, T(gen, op->args[2])), i);
+    int lr = kb_load(k, kb_arg(k, gen, T(gen, op->args[3])), z);
+    int m = kf(k, KN_ADD, kf(k, KN_MUL, kb_const(k, ir_op_attr_float(op, "momentum", 0)), mom),
+               kf(k, KN_ADD, g, kf(k, KN_MUL, kb_const(k, ir_op_attr_float(op, "weight_decay", 0)), pv)));
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[1])), i, m);
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), i, kf(k, KN_SUB, pv, kf(k, KN_MUL, lr, m)));
+    kb_finish(gen, k);
+}
+
+static void adamw(Gen *gen, const Op *op)
+{
+    const Value *p = op->args[0];
+    Kernel *k = kb_new(gen, KP_POINTWISE, numel(p), ftype_of(op));
+    int i = kb_idx(k, 0), z = kb_iconst(k, 0), one = kb_const(k, 1);
+    double b1 = ir_op_attr_float(op, "beta1", 0.9), b2 = ir_op_attr_float(op, "beta2", 0.999);
+    int ld[6];
+    for (int a = 0; a < 6; a++)
+        ld[a] = kb_load(k, kb_arg(k, gen, T(gen, op->args[a])), a < 4 ? i : z);
+    int g = ld[1], lr = ld[4], t = ld[5];
+    int m = kf(k, KN_ADD, kf(k, KN_MUL, kb_const(k, b1), ld[2]), kf(k, KN_MUL, kb_const(k, 1 - b1), g));
+    int v = kf(k, KN_ADD, kf(k, KN_MUL, kb_const(k, b2), ld[3]),
+               kf(k, KN_MUL, kb_const(k, 1 - b2), kf(k, KN_MUL, g, g)));
+    int mh = kf(k, KN_DIV, m, kf(k, KN_SUB, one, kf(k, KN_POW, kb_const(k, b1), t)));
+    int vh = kf(k, KN_DIV, v, kf(k, KN_SUB, one, kf(k, KN_POW, kb_const(k, b2), t)));
+    int den = kf(k, KN_ADD, kb_node(k, KN_SQRT, KT_FLOAT, vh, 0, 0),
+                 kb_const(k, ir_op_attr_float(op, "eps", 1e-8)));
+    int decay = kf(k, KN_SUB, one, kf(k, KN_MUL, lr, kb_const(k, ir_op_attr_float(op, "weight_decay", 0))));
+    int np = kf(k, KN_SUB, kf(k, KN_MUL, ld[0], decay), kf(k, KN_MUL, lr, kf(k, KN_DIV, mh, den)));
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[1])), i, m);
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[2])), i, v);
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), i, np);
+    kb_finish(gen, k);
+}
+
+
+/* ---- data movement: one load per output element at a computed index ---- */
+
+/* Output element i of a transpose reads x at the permuted coordinates. */
+static void transpose(Gen *gen, const Op *op)
+{
+    const Value *x = op->args[0], *out = op->res[0];
+    int64_t perm[IR_MAX_RANK], xstride[IR_MAX_RANK];
+    const Attr *pa = ir_op_attr(op, "perm");
+    for (int d = 0; d < x->rank; d++)
+        perm[d] = pa ? pa->items[d]->i : d;
+    if (!pa) {
+        perm[x->rank - 2] = x->rank - 1;
+        perm[x->rank - 1] = x->rank - 2;
+    }
+    xstride[x->rank - 1] = 1;
+    for (int d = x->rank - 2; d >= 0; d--)
+        xstride[d] = xstride[d + 1] * x->shape[d + 1];
+    Kernel *k = kb_new(gen, KP_POINTWISE, numel(out), ftype_of(op));
+    int i = kb_idx(k, 0), coord[IR_MAX_RANK], off = kb_iconst(k, 0);
+    unravel(k, i, out->rank, out->shape, coord);
+    for (int d = 0; d < out->rank; d++)
+        off = ki(k, KN_ADD, off, ki(k, KN_MUL, coord[d], kb_iconst(k, xstride[perm[d]])));
+    int v = kb_load(k, kb_arg(k, gen, T(gen, x)), off);
+    kb_store(k, kb_arg(k, gen, T(gen, out)), i, v);
+    kb_finish(gen, k);
+}
+
+/* Split an output index around dim into (outer, j, inner) of out's shape. */
+static void around(Kernel *k, int i, const Value *out, int dim, int *o, int *j, int *in,
+                   int64_t *inner)
+{
+    *inner = 1;
+    for (int d = dim + 1; d < out->rank; d++)
+        *inner *= out->shape[d];
+    int64_t n = out->shape[dim];
+    *in = ki(k, KN_IMOD, i, kb_iconst(k, *inner));
+    int q = ki(k, KN_IDIV, i, kb_iconst(k, *inner));
+    *j = ki(k, KN_IMOD, q, kb_iconst(k, n));
+    *o = ki(k, KN_IDIV, q, kb_iconst(k, n));
+}
+
+/* x's element (o, j, in) with j clamped into [0, n): always a safe load. */
+static int load_at(Kernel *k, Gen *gen, const Value *x, int dim, int o, int j, int in,
+                   int64_t inner)
+{
+    int64_t n = x->shape[dim];
+    int jc = ki(k, KN_MIN, ki(k, KN_MAX, j, kb_iconst(k, 0)), kb_iconst(k, n - 1));
+    int row = ki(k, KN_ADD, ki(k, KN_MUL, o, kb_iconst(k, n)), jc);
+    int idx = ki(k, KN_ADD, ki(k, KN_MUL, row, kb_iconst(k, inner)), in);
+    return kb_load(k, kb_arg(k, gen, T(gen, x)), idx);
+}
+
+/* slice, pad and concat: each output element comes from one operand segment. */
+static void segments(Gen *gen, const Op *op)
+{
+    const Value *out = op->res[0], *x0 = op->args[0];
+    int dim = norm_dim(ir_op_attr_int(op, "dim", -1), out->rank);
+    Kernel *k = kb_new(gen, KP_POINTWISE, numel(out), ftype_of(op));
+    int i = kb_idx(k, 0), o, j, in, v;
+    int64_t inner;
+    around(k, i, out, dim, &o, &j, &in, &inner);
+    if (op->kind == OP_SLICE) {
+        int sj = ki(k, KN_ADD, j, kb_iconst(k, ir_op_attr_int(op, "start", 0)));
+        v = load_at(k, gen, x0, dim, o, sj, in, inner);
+    } else {
+        int64_t at = op->kind == OP_PAD ? ir_op_attr_int(op, "before", 0) : 0;
+        v = kb_const(k, 0);
+        for (int a = 0; a < op->nargs; a++) { /* segment a covers [at, at + n) */
+            const Value *x = op->args[a];
+            int rel = ki(k, KN_SUB, j, kb_iconst(k, at));
+            int ge = kb_node(k, KN_LT, KT_INT, j, kb_iconst(k, at), 0);
+            int lt = kb_node(k, KN_LT, KT_INT, j, kb_iconst(k, at + x->shape[dim]), 0);
+            int inside = ki(k, KN_MUL, lt, ki(k, KN_SUB, kb_iconst(k, 1), ge));
+            v = kb_node(k, KN_SELECT, KT_FLOAT, inside, load_at(k, gen, x, dim, o, rel, in, inner), v);
+            at += x->shape[dim];
+        }
+    }
+    kb_store(k, kb_arg(k, gen, T(gen, out)), i, v);
+    kb_finish(gen, k);
+}
+
+/* out[..., d] = table[ids[...], d] */
+static void embed(Gen *gen, const Op *op)
+{
+    const Value *tab = op->args[0], *out = op->res[0];
+    int64_t D = tab->shape[1];
+    Kernel *k = kb_new(gen, KP_POINTWISE, numel(out), ftype_of(op));
+    int i = kb_idx(k, 0), dc = kb_iconst(k, D);
+    int id = kb_load(k, kb_arg(k, gen, T(gen, op->args[1])), ki(k, KN_IDIV, i, dc));
+    int idx = ki(k, KN_ADD, ki(k, KN_MUL, id, dc), ki(k, KN_IMOD, i, dc));
+    kb_store(k, kb_arg(k, gen, T(gen, out)), i, kb_load(k, kb_arg(k, gen, T(gen, tab)), idx));
+    kb_finish(gen, k);
+}
+
+/* Rotary embedding: within each head, pair (2p, 2p+1) turns by
+ * pos * theta^(-2p/Dh), pos the index along dim -2; inverse turns back. */
+static void rope(Gen *gen, const Op *op)
+{
+    const Value *x = op->args[0];
+    int64_t C = x->shape[x->rank - 1], S = x->shape[x->rank - 2];
+    int64_t Dh = C / ir_op_attr_int(op, "heads", 1);
+    double theta = ir_op_attr_float(op, "theta", 10000), sign = ir_op_attr_int(op, "inverse", 0) ? -1 : 1;
+    Kernel *k = kb_new(gen, KP_POINTWISE, numel(x), ftype_of(op));
+    int i = kb_idx(k, 0), slot = kb_arg(k, gen, T(gen, x));
+    int c = ki(k, KN_IMOD, i, kb_iconst(k, C)), jd = ki(k, KN_IMOD, c, kb_iconst(k, Dh));
+    int pos = kb_node(k, KN_TOFLOAT, KT_FLOAT, ki(k, KN_IMOD, ki(k, KN_IDIV, i, kb_iconst(k, C)), kb_iconst(k, S)), 0, 0);
+    int odd = ki(k, KN_IMOD, jd, kb_iconst(k, 2)), pair = ki(k, KN_IDIV, jd, kb_iconst(k, 2));
+    int expo = kf(k, KN_MUL, kb_node(k, KN_TOFLOAT, KT_FLOAT, pair, 0, 0), kb_const(k, -2.0 / (double)Dh));
+    int ang = kf(k, KN_MUL, kf(k, KN_MUL, kb_const(k, sign), pos), kf(k, KN_POW, kb_const(k, theta), expo));
+    int co = kb_node(k, KN_COS, KT_FLOAT, ang, 0, 0), si = kb_node(k, KN_SIN, KT_FLOAT, ang, 0, 0);
+    int first = ki(k, KN_SUB, i, odd); /* element 2p of the pair */
+    int a = kb_load(k, slot, first), b = kb_load(k, slot, ki(k, KN_ADD, first, kb_iconst(k, 1)));
+    int even_v = kf(k, KN_SUB, kf(k, KN_MUL, a, co), kf(k, KN_MUL, b, si));
+    int odd_v = kf(k, KN_ADD, kf(k, KN_MUL, a, si), kf(k, KN_MUL, b, co));
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), i, kb_node(k, KN_SELECT, KT_FLOAT, odd, odd_v, even_v));
+    kb_finish(gen, k);
+}
+
+/* ---- row ops: a parallel loop over rows, inner loops over the row ---- */
+
+typedef struct Row {
+    Kernel *k;
+    int64_t n, inner;
+    int base; /* flat index of the row's first element */
+} Row;
+
+/* Rows of x along dim: outer * inner of them, n elements apart by inner. */
+static Row row_begin(Gen *gen, const Op *op, const Value *x, int dim)
+{
+    Row R = {NULL, x->shape[dim], 1, 0};
+    int64_t outer = 1;
+    for (int d = 0; d < dim; d++)
+        outer *= x->shape[d];
+    for (int d = dim + 1; d < x->rank; d++)
+        R.inner *= x->shape[d];
+    R.k = kb_new(gen, KP_ROW, outer * R.inner, ftype_of(op));
+    int r = kb_idx(R.k, 0);
+    if (R.inner == 1) {
+        R.base = ki(R.k, KN_MUL, r, kb_iconst(R.k, R.n));
+    } else {
+        int o = ki(R.k, KN_IDIV, r, kb_iconst(R.k, R.inner));
+        int in = ki(R.k, KN_IMOD, r, kb_iconst(R.k, R.inner));
+        R.base = ki(R.k, KN_ADD, ki(R.k, KN_MUL, o, kb_iconst(R.k, R.n * R.inner)), in);
+    }
+    return R;
+}
+
+/* Index of element c (a loop index node) of the row. */
+static int at(Row *R, int c)
+{
+    int off = R->inner == 1 ? c : ki(R->k, KN_MUL, c, kb_iconst(R->k, R->inner));
+    return ki(R->k, KN_ADD, R->base, off);
+}
+
+static int ld(Row *R, Gen *gen, const Value *v, int idx) { return kb_load(R->k, kb_arg(R->k, gen, T(gen, v)), idx); }
+
+/* Open a loop over the row (c: the element index node); fold a value with r. */
+static int row_open(Row *R, int *c)
+{
+    int l = kb_loop(R->k, R->n);
+    *c = kb_idx(R->k, 1);
+    return l;
+}
+
+static int row_fold(Row *R, int loop, int v, KReduce r)
+{
+    kb_reduce(R->k, loop, v, r);
+    return kb_end(R->k, loop);
+}
+
+static int row_max(Row *R, Gen *gen, const Value *x)
+{
+    int c, l = row_open(R, &c);
+    return row_fold(R, l, ld(R, gen, x, at(R, c)), KR_MAX);
+}
+
+/* sum of exp(x - m) over the row */
+static int row_sumexp(Row *R, Gen *gen, const Value *x, int m)
+{
+    Kernel *k = R->k;
+    int c, l = row_open(R, &c);
+    int e = kb_node(k, KN_EXP, KT_FLOAT, kf(k, KN_SUB, ld(R, gen, x, at(R, c)), m), 0, 0);
+    return row_fold(R, l, e, KR_SUM);
+}
+
+static void softmax(Gen *gen, const Op *op)
+{
+    const Value *x = op->args[0];
+    Row R = row_begin(gen, op, x, norm_dim(ir_op_attr_int(op, "dim", -1), x->rank));
+    Kernel *k = R.k;
+    int m = row_max(&R, gen, x), s = row_sumexp(&R, gen, x, m), c;
+    int loop = row_open(&R, &c), idx = at(&R, c);
+    int e = kb_node(k, KN_EXP, KT_FLOAT, kf(k, KN_SUB, ld(&R, gen, x, idx), m), 0, 0);
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), idx, kf(k, KN_DIV, e, s));
+    kb_end(k, loop);
+    kb_finish(gen, k);
+}
+
+static void softmax_grad(Gen *gen, const Op *op)
+{
+    const Value *y = op->args[0], *dy = op->args[1];
+    Row R = row_begin(gen, op, y, norm_dim(ir_op_attr_int(op, "dim", -1), y->rank));
+    Kernel *k = R.k;
+    int c, l = row_open(&R, &c);
+    int dot = row_fold(&R, l, kf(k, KN_MUL, ld(&R, gen, y, at(&R, c)), ld(&R, gen, dy, at(&R, c))), KR_SUM);
+    int loop = row_open(&R, &c), idx = at(&R, c);
+    int v = kf(k, KN_MUL, ld(&R, gen, y, idx), kf(k, KN_SUB, ld(&R, gen, dy, idx), dot));
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), idx, v);
+    kb_end(k, loop);
+    kb_finish(gen, k);
+}
+
+static void reduce(Gen *gen, const Op *op)
+{
+    const Value *x = op->args[0];
+    Row R = row_begin(gen, op, x, norm_dim(ir_op_attr_int(op, "dim", -1), x->rank));
+    Kernel *k = R.k;
+    KReduce r = op->kind == OP_MAX ? KR_MAX : KR_SUM;
+    int c, l = row_open(&R, &c);
+    int v = row_fold(&R, l, ld(&R, gen, x, at(&R, c)), r);
+    if (op->kind == OP_MEAN)
+        v = kf(k, KN_DIV, v, kb_const(k, (double)R.n));
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), kb_idx(k, 0), v);
+    kb_finish(gen, k);
+}
+
+/* dy goes to the first maximum of the row. */
+static void max_grad(Gen *gen, const Op *op)
+{
+    const Value *x = op->args[0];
+    Row R = row_begin(gen, op, x, norm_dim(ir_op_attr_int(op, "dim", -1), x->rank));
+    Kernel *k = R.k;
+    int m = row_max(&R, gen, x), c, l = row_open(&R, &c);
+    int is_max = kb_node(k, KN_EQ, KT_INT, ld(&R, gen, x, at(&R, c)), m, 0);
+    int where = kb_node(k, KN_SELECT, KT_FLOAT, is_max, kb_node(k, KN_TOFLOAT, KT_FLOAT, c, 0, 0),
+                        kb_const(k, (double)R.n));
+    int first = row_fold(&R, l, where, KR_MIN);
+    int g = kb_load(k, kb_arg(k, gen, T(gen, op->args[1])), kb_idx(k, 0));
+    int loop = row_open(&R, &c);
+    int hit = kb_node(k, KN_EQ, KT_INT, kb_node(k, KN_TOFLOAT, KT_FLOAT, c, 0, 0), first, 0);
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), at(&R, c), kb_node(k, KN_SELECT, KT_FLOAT, hit, g, kb_const(k, 0)));
+    kb_end(k, loop);
+    kb_finish(gen, k);
+}
+
+/* The row's mean (0 for rmsnorm) and 1 / sqrt(var + eps). */
+static void norm_stats(Row *R, Gen *gen, const Op *op, const Value *x, int ln, int *mean, int *rs)
+{
+    Kernel *k = R->k;
+    double C = (double)R->n;
+    int c, l;
+    *mean = kb_const(k, 0);
+    if (ln) { /* (each fold closes its loop before the next node is made) */
+        l = row_open(R, &c);
+        int sum = row_fold(R, l, ld(R, gen, x, at(R, c)), KR_SUM);
+        *mean = kf(k, KN_DIV, sum, kb_const(k, C));
+    }
+    l = row_open(R, &c);
+    int d = kf(k, KN_SUB, ld(R, gen, x, at(R, c)), *mean);
+    int sq = row_fold(R, l, kf(k, KN_MUL, d, d), KR_SUM);
+    int var = kf(k, KN_DIV, sq, kb_const(k, C));
+    *rs = kb_node(k, KN_RSQRT, KT_FLOAT, kf(k, KN_ADD, var, kb_const(k, ir_op_attr_float(op, "eps", 1e-5))), 0, 0);
+}
+
+static void norm(Gen *gen, const Op *op)
+{
+    const Value *x = op->args[0];
+    int ln = op->kind == OP_LAYERNORM, mean, rs;
+    Row R = row_begin(gen, op, x, x->rank - 1);
+    Kernel *k = R.k;
+    norm_stats(&R, gen, op, x, ln, &mean, &rs);
+    int c, loop = row_open(&R, &c), idx = at(&R, c);
+    int v = kf(k, KN_MUL, kf(k, KN_MUL, kf(k, KN_SUB, ld(&R, gen, x, idx), mean), rs), ld(&R, gen, op->args[1], c));
+    if (ln)
+        v = kf(k, KN_ADD, v, ld(&R, gen, op->args[2], c));
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), idx, v);
+    kb_end(k, loop);
+    kb_finish(gen, k);
+}
+
+/* dx by rows (saving mean and rstd), then dg and db by columns. */
+static void norm_grad(Gen *gen, const Op *op)
+{
+    const Value *x = op->args[0], *g = op->args[1], *dy = op->args[2];
+    int ln = op->kind == OP_LAYERNORM_GRAD, mean, rs;
+    Row R = row_begin(gen, op, x, x->rank - 1);
+    Kernel *k = R.k;
+    int64_t rows = R.k->extent, C = R.n;
+    int tmean = gen_temp(gen, ftype_of(op), 1, &rows), trs = gen_temp(gen, ftype_of(op), 1, &rows);
+    norm_stats(&R, gen, op, x, ln, &mean, &rs);
+    int c, l = row_open(&R, &c);
+    int m1 = row_fold(&R, l, kf(k, KN_MUL, ld(&R, gen, dy, at(&R, c)), ld(&R, gen, g, c)), KR_SUM);
+    l = row_open(&R, &c);
+    int dxh = kf(k, KN_MUL, ld(&R, gen, dy, at(&R, c)), ld(&R, gen, g, c));
+    int xh0 = kf(k, KN_MUL, kf(k, KN_SUB, ld(&R, gen, x, at(&R, c)), mean), rs);
+    int m2 = row_fold(&R, l, kf(k, KN_MUL, dxh, xh0), KR_SUM);
+    m1 = kf(k, KN_DIV, m1, kb_const(k, (double)C));
+    m2 = kf(k, KN_DIV, m2, kb_const(k, (double)C));
+    int loop = row_open(&R, &c), idx = at(&R, c);
+    int xh = kf(k, KN_MUL, kf(k, KN_SUB, ld(&R, gen, x, idx), mean), rs);
+    int v = kf(k, KN_SUB, kf(k, KN_MUL, ld(&R, gen, dy, idx), ld(&R, gen, g, c)), kf(k, KN_MUL, xh, m2));
+    if (ln)
+        v = kf(k, KN_SUB, v, m1);
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), idx, kf(k, KN_MUL, rs, v));
+    kb_end(k, loop);
+    kb_store(k, kb_arg(k, gen, tmean), kb_idx(k, 0), mean);
+    kb_store(k, kb_arg(k, gen, trs), kb_idx(k, 0), rs);
+    kb_finish(gen, k);
+    /* columns: dg[c] = sum_r dy xh, db[c] = sum_r dy */
+    for (int out = 1; out < op->nres; out++) {
+        Kernel *kc = kb_new(gen, KP_ROW, C, ftype_of(op));
+        int col = kb_idx(kc, 0), lc = kb_loop(kc, rows), r = kb_idx(kc, 1);
+        int e = ki(kc, KN_ADD, ki(kc, KN_MUL, r, kb_iconst(kc, C)), col);
+        int d = kb_load(kc, kb_arg(kc, gen, T(gen, dy)), e);
+        if (out == 1) {
+            int mu = kb_load(kc, kb_arg(kc, gen, tmean), r), s = kb_load(kc, kb_arg(kc, gen, trs), r);
+            int xv = kb_load(kc, kb_arg(kc, gen, T(gen, x)), e);
+            d = kf(kc, KN_MUL, d, kf(kc, KN_MUL, kf(kc, KN_SUB, xv, mu), s));
+        }
+        kb_reduce(kc, lc, d, KR_SUM);
+        int acc = kb_end(kc, lc);
+        kb_store(kc, kb_arg(kc, gen, T(gen, op->res[out])), col, acc);
+        kb_finish(gen, kc);
+    }
+}
+
+/* log-sum-exp of the row minus the target's logit, per row, then the mean. */
+static void cross_entropy(Gen *gen, const Op *op)
+{
+    const Value *x = op->args[0];
+    Row R = row_begin(gen, op, x, x->rank - 1);
+    Kernel *k = R.k;
+    int64_t rows = k->extent;
+    int tmp = gen_temp(gen, ftype_of(op), 1, &rows);
+    int m = row_max(&R, gen, x), s = row_sumexp(&R, gen, x, m);
+    int t = kb_load(k, kb_arg(k, gen, T(gen, op->args[1])), kb_idx(k, 0));
+    int xt = ld(&R, gen, x, ki(k, KN_ADD, R.base, t));
+    int loss = kf(k, KN_SUB, kf(k, KN_ADD, m, kb_node(k, KN_LOG, KT_FLOAT, s, 0, 0)), xt);
+    kb_store(k, kb_arg(k, gen, tmp), kb_idx(k, 0), loss);
+    kb_finish(gen, k);
+    Kernel *k2 = kb_new(gen, KP_ROW, 1, ftype_of(op));
+    int l = kb_loop(k2, rows);
+    kb_reduce(k2, l, kb_load(k2, kb_arg(k2, gen, tmp), kb_idx(k2, 1)), KR_SUM);
+    int sum = kb_end(k2, l);
+    kb_store(k2, kb_arg(k2, gen, T(gen, op->res[0])), kb_iconst(k2, 0), kf(k2, KN_DIV, sum, kb_const(k2, (double)rows)));
+    kb_finish(gen, k2);
+}
+
+static void cross_entropy_grad(Gen *gen, const Op *op)
+{
+    const Value *x = op->args[0];
+    Row R = row_begin(gen, op, x, x->rank - 1);
+    Kernel *k = R.k;
+    int m = row_max(&R, gen, x), s = row_sumexp(&R, gen, x, m);
+    int t = kb_load(k, kb_arg(k, gen, T(gen, op->args[1])), kb_idx(k, 0));
+    int dl = kb_load(k, kb_arg(k, gen, T(gen, op->args[2])), kb_iconst(k, 0));
+    int scale = kf(k, KN_DIV, dl, kb_const(k, (double)k->extent));
+    int c, loop = row_open(&R, &c), idx = at(&R, c);
+    int p = kf(k, KN_DIV, kb_node(k, KN_EXP, KT_FLOAT, kf(k, KN_SUB, ld(&R, gen, x, idx), m), 0, 0), s);
+    int hot = kb_node(k, KN_TOFLOAT, KT_FLOAT, kb_node(k, KN_EQ, KT_INT, c, t, 0), 0, 0);
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), idx, kf(k, KN_MUL, kf(k, KN_SUB, p, hot), scale));
+    kb_end(k, loop);
+    kb_finish(gen, k);
+}
+
+/* out (the target shape) [j] = sum of x over the dims broadcasting stretched. */
+static void sum_to(Gen *gen, const Op *op)
+{
+    const Value *x = op->args[0], *out = op->res[0];
+    int64_t kept[IR_MAX_RANK], red[IR_MAX_RANK], kstride[IR_MAX_RANK], rstride[IR_MAX_RANK];
+    int nk = 0, nr = 0;
+    int64_t stride = 1, nred = 1;
+    for (int d = x->rank - 1; d >= 0; d--) {
+        int od = out->rank - x->rank + d;
+        int keep = od >= 0 && out->shape[od] == x->shape[d];
+        if (keep) {
+            kept[nk] = x->shape[d];
+            kstride[nk++] = stride;
+        } else {
+            red[nr] = x->shape[d];
+            rstride[nr++] = stride;
+            nred *= x->shape[d];
+        }
+        stride *= x->shape[d];
+    }
+    Kernel *k = kb_new(gen, KP_ROW, numel(out), ftype_of(op));
+    int j = kb_idx(k, 0), base = kb_iconst(k, 0);
+    for (int q = 0; q < nk; q++) { /* kept dims, innermost first */
+        int coord = ki(k, KN_IMOD, j, kb_iconst(k, kept[q]));
+        base = ki(k, KN_ADD, base, ki(k, KN_MUL, coord, kb_iconst(k, kstride[q])));
+        j = ki(k, KN_IDIV, j, kb_iconst(k, kept[q]));
+    }
+    int l = kb_loop(k, nred), r = kb_idx(k, 1), idx = base;
+    for (int q = 0; q < nr; q++) {
+        int coord = ki(k, KN_IMOD, r, kb_iconst(k, red[q]));
+        idx = ki(k, KN_ADD, idx, ki(k, KN_MUL, coord, kb_iconst(k, rstride[q])));
+        r = ki(k, KN_IDIV, r, kb_iconst(k, red[q]));
+    }
+    kb_reduce(k, l, kb_load(k, kb_arg(k, gen, T(gen, x)), idx), KR_SUM);
+    int acc = kb_end(k, l);
+    kb_store(k, kb_arg(k, gen, T(gen, out)), kb_idx(k, 0), acc);
+    kb_finish(gen, k);
+}
+
+/* Zero the table, then per column d, add the rows of dy at their ids: columns
+ * are independent, so the parallel loop has no conflicts. */
+static void embed_grad(Gen *gen, const Op *op)
+{
+    const Value *ids = op->args[0], *dy = op->args[1], *out = op->res[0];
+    int64_t D = out->shape[1], rows = numel(ids);
+    Kernel *z = kb_new(gen, KP_POINTWISE, numel(out), ftype_of(op));
+    kb_store(z, kb_arg(z, gen, T(gen, out)), kb_idx(z, 0), kb_const(z, 0));
+    kb_finish(gen, z);
+    Kernel *k = kb_new(gen, KP_ROW, D, ftype_of(op));
+    int d = kb_idx(k, 0), l = kb_loop(k, rows), r = kb_idx(k, 1);
+    int id = kb_load(k, kb_arg(k, gen, T(gen, ids)), r);
+    int g = kb_load(k, kb_arg(k, gen, T(gen, dy)), ki(k, KN_ADD, ki(k, KN_MUL, r, kb_iconst(k, D)), d));
+    kb_store_add(k, kb_arg(k, gen, T(gen, out)), ki(k, KN_ADD, ki(k, KN_MUL, id, kb_iconst(k, D)), d), g);
+    kb_end(k, l);
+    kb_finish(gen, k);
+}
+
+static void attention(Gen *gen, const Op *op)
+{
+    const Value *q = op->args[0];
+    int64_t H = ir_op_attr_int(op, "heads", 1), Dh = q->shape[2] / H;
+    Kernel *k = kb_new(gen, op->kind == OP_ATTENTION ? KP_ATTENTION : KP_ATTENTION_BWD, 1,
+                       ftype_of(op));
+    k->attn = (KAttention){q->shape[0], q->shape[1], H, ir_op_attr_int(op, "kv_heads", H), Dh,
+                           (int)ir_op_attr_int(op, "causal", 0), 1 / sqrt((double)Dh)};
+    for (int i = 0; i < op->nargs; i++)
+        k->args[k->nargs] = T(gen, op->args[i]), k->arg_dtype[k->nargs++] = op->args[i]->dtype;
+    for (int i = 0; i < op->nres; i++)
+        k->args[k->nargs] = T(gen, op->res[i]), k->arg_dtype[k->nargs++] = op->res[i]->dtype;
+    double f = 4.0 * (double)(k->attn.batch * H * k->attn.seq * k->attn.seq * Dh);
+    gen->flops += (k->attn.causal ? f / 2 : f) * (op->kind == OP_ATTENTION ? 1 : 2.5);
+    kb_finish(gen, k);
+}
+
+int cg_op_kernels(Gen *gen, const Op *op)
+{
+    switch (op->kind) {
+    case OP_CONSTANT: case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG:
+    case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID:
+    case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_EXPAND: case OP_GELU_GRAD:
+    case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CLIP_SCALE:
+        pointwise(gen, op);
+        return 0;
+    case OP_LR: learning_rate(gen, op); return 0;
+    case OP_SGD: sgd(gen, op); return 0;
+    case OP_ADAMW: adamw(gen, op); return 0;
+    case OP_TRANSPOSE: transpose(gen, op); return 0;
+    case OP_SLICE: case OP_PAD: case OP_CONCAT: segments(gen, op); return 0;
+    case OP_EMBED: embed(gen, op); return 0;
+    case OP_ROPE: rope(gen, op); return 0;
+    case OP_SOFTMAX: softmax(gen, op); return 0;
+    case OP_SOFTMAX_GRAD: softmax_grad(gen, op); return 0;
+    case OP_SUM: case OP_MEAN: case OP_MAX: reduce(gen, op); return 0;
+    case OP_MAX_GRAD: max_grad(gen, op); return 0;
+    case OP_LAYERNORM: case OP_RMSNORM: norm(gen, op); return 0;
+    case OP_LAYERNORM_GRAD: case OP_RMSNORM_GRAD: norm_grad(gen, op); return 0;
+    case OP_CROSS_ENTROPY: cross_entropy(gen, op); return 0;
+    case OP_CROSS_ENTROPY_GRAD: cross_entropy_grad(gen, op); return 0;
+    case OP_SUM_TO: sum_to(gen, op); return 0;
+    case OP_EMBED_GRAD: embed_grad(gen, op); return 0;
+    case OP_ATTENTION: case OP_ATTENTION_GRAD: attention(gen, op); return 0;
+    default: return -1;
+    }
+}

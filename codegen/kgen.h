@@ -1,0 +1,47 @@
+/* kgen.h: private to codegen: the plan under construction and the Kernel
+ * builder that kernels.c uses to write one kernel per op (or a few). */
+#ifndef TCC_KGEN_H
+#define TCC_KGEN_H
+
+#include "codegen.h"
+
+typedef struct Gen {
+    Ctx *c;
+    const Graph *g;
+    Arena *a;
+    VEC(PlanTensor) tensors;
+    VEC(PlanInstr) instrs;
+    VEC(Kernel *) kernels;
+    int *tensor_of; /* by Value.id: plan tensor, -1 when none */
+    uint64_t slab;
+    const Op *op;   /* the op being lowered: phase, layer, name */
+    double flops;
+} Gen;
+
+/* A temporary tensor for intermediate results of a multi-kernel op. */
+int gen_temp(Gen *gen, DType t, int rank, const int64_t *shape);
+int gen_tensor(Gen *gen, const Value *v); /* the plan tensor holding v */
+
+/* ---- kernel builder: nodes are appended with their evaluation statement ---- */
+Kernel *kb_new(Gen *gen, KPattern p, int64_t extent, DType ftype);
+int kb_arg(Kernel *k, Gen *gen, int tensor);          /* argument slot of a tensor */
+int kb_node(Kernel *k, KNodeKind kind, KType t, int a, int b, int c);
+int kb_const(Kernel *k, double x);
+int kb_iconst(Kernel *k, int64_t x);
+int kb_idx(Kernel *k, int level);
+int kb_load(Kernel *k, int slot, int index);
+void kb_store(Kernel *k, int slot, int index, int value);
+void kb_store_add(Kernel *k, int slot, int index, int value);
+int kb_loop(Kernel *k, int64_t extent);               /* opens a loop; its id */
+void kb_reduce(Kernel *k, int loop, int value, KReduce r);
+int kb_end(Kernel *k, int loop);                      /* closes it; the KN_ACC node when it reduced */
+void kb_finish(Gen *gen, Kernel *k);                  /* adds the kernel and its launch */
+
+/* float arithmetic shorthands */
+int kf(Kernel *k, KNodeKind kind, int a, int b);
+int ki(Kernel *k, KNodeKind kind, int a, int b);
+
+/* One or more kernels computing op's results; -1 when no kernel exists. */
+int cg_op_kernels(Gen *gen, const Op *op);
+
+#endif

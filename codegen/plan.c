@@ -1,0 +1,355 @@
+/* plan.c: a verified graph -> the Plan of one step, for the CPU.
+ * Reads the Graph; writes tensors (one per value, at aligned offsets in one
+ * slab: parameters and optimizer state first, then inputs, then the rest), the
+ * instruction list in op order (GEMMs for matmuls, kernels for the rest, copies
+ * for updates; a reshape shares its operand's memory), and the C source of the
+ * kernels. Key idea: the memory plan is the simplest correct one -- nothing is
+ * reused within a step -- so every value can be inspected after a step. */
+#include "kgen.h"
+
+#include <string.h>
+
+/* ---- the kernel builder ---- */
+
+Kernel *kb_new(Gen *gen, KPattern p, int64_t extent, DType ftype)
+{
+    Kernel *k = arena_alloc(gen->a, sizeof(Kernel));
+    k->arena = gen->a;
+    k->pattern = p;
+    k->extent = extent;
+    k->ftype = ftype == DT_F64 ? DT_F64 : DT_F32;
+    return k;
+}
+
+int kb_arg(Kernel *k, Gen *gen, int tensor)
+{
+    for (int i = 0; i < k->nargs; i++)
+        if (k->args[i] == tensor)
+            return i;
+    if (k->nargs == 16)
+        BUG("kernel with more than 16 arguments");
+    k->args[k->nargs] = tensor;
+    k->arg_dtype[k->nargs] = (DType)gen->tensors.data[tensor].dtype;
+    return k->nargs++;
+}
+
+static Arena *karena(Kernel *k) { return k->arena; }
+
+int kb_node(Kernel *k, KNodeKind kind, KType t, int a, int b, int c)
+{
+    KNode n = {kind, t, a, b, c, 0, 0};
+    VEC_PUSH(karena(k), k->nodes, n);
+    KStmt s = {KS_NODE, k->nodes.len - 1, 0, 0, 0};
+    VEC_PUSH(karena(k), k->body, s);
+    return k->nodes.len - 1;
+}
+
+int kb_const(Kernel *k, double x)
+{
+    int n = kb_node(k, KN_CONST, KT_FLOAT, 0, 0, 0);
+    k->nodes.data[n].imm = x;
+    return n;
+}
+
+int kb_iconst(Kernel *k, int64_t x)
+{
+    int n = kb_node(k, KN_ICONST, KT_INT, 0, 0, 0);
+    k->nodes.data[n].iimm = x;
+    return n;
+}
+
+int kb_idx(Kernel *k, int level) { return kb_node(k, KN_IDX, KT_INT, level, 0, 0); }
+
+int kf(Kernel *k, KNodeKind kind, int a, int b) { return kb_node(k, kind, KT_FLOAT, a, b, 0); }
+int ki(Kernel *k, KNodeKind kind, int a, int b) { return kb_node(k, kind, KT_INT, a, b, 0); }
+
+int kb_load(Kernel *k, int slot, int index)
+{
+    KType t = k->arg_dtype[slot] == DT_I32 ? KT_INT : KT_FLOAT;
+    return kb_node(k, KN_LOAD, t, slot, index, 0);
+}
+
+static void stmt(Kernel *k, KStmtKind kind, int a, int b, int c, int64_t extent)
+{
+    KStmt s = {kind, a, b, c, extent};
+    VEC_PUSH(karena(k), k->body, s);
+}
+
+void kb_store(Kernel *k, int slot, int index, int value) { stmt(k, KS_STORE, slot, index, value, 0); }
+void kb_store_add(Kernel *k, int slot, int index, int value)
+{
+    stmt(k, KS_STORE_ADD, slot, index, value, 0);
+}
+
+int kb_loop(Kernel *k, int64_t extent)
+{
+    stmt(k, KS_LOOP, 0, 0, 0, extent);
+    k->levels = k->levels > 1 ? k->levels : 1;
+    return k->body.len - 1;
+}
+
+void kb_reduce(Kernel *k, int loop, int value, KReduce r) { stmt(k, KS_REDUCE, loop, value, r, 0); }
+
+int kb_end(Kernel *k, int loop)
+{
+    stmt(k, KS_END, 0, 0, 0, 0);
+    for (int i = loop + 1; i < k->body.len; i++)
+        if (k->body.data[i].kind == KS_REDUCE && k->body.data[i].a == loop)
+            return kb_node(k, KN_ACC, KT_FLOAT, loop, 0, 0);
+    return -1;
+}
+
+void kb_finish(Gen *gen, Kernel *k)
+{
+    k->name = arena_printf(gen->a, "k%d_%s", gen->kernels.len, ir_ops[gen->op->kind].name);
+    VEC_PUSH(gen->a, gen->kernels, k);
+    PlanInstr in = {.kind = PI_KERNEL, .kernel = gen->kernels.len - 1, .nargs = k->nargs,
+                    .phase = gen->op->phase, .layer = gen->op->layer};
+    in.args = arena_alloc(gen->a, sizeof(int) * (size_t)(k->nargs + 1));
+    memcpy(in.args, k->args, sizeof(int) * (size_t)k->nargs);
+    VEC_PUSH(gen->a, gen->instrs, in);
+}
+
+/* ---- tensors ---- */
+
+static uint64_t bytes_of(DType t, int rank, const int64_t *shape)
+{
+    uint64_t n = ir_dtype_size(t);
+    for (int i = 0; i < rank; i++)
+        n *= (uint64_t)shape[i];
+    return n;
+}
+
+static int new_tensor(Gen *gen, const char *name, DType t, int rank, const int64_t *shape,
+                      PlanRole role)
+{
+    PlanTensor pt = {0};
+    pt.name = arena_strdup(gen->a, name ? name : "");
+    pt.dtype = (PlanDType)t;
+    pt.rank = rank;
+    memcpy(pt.shape, shape, sizeof(int64_t) * (size_t)rank);
+    pt.bytes = bytes_of(t, rank, shape);
+    pt.offset = gen->slab;
+    gen->slab += (pt.bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
+    pt.role = role;
+    pt.init = "";
+    pt.layer = gen->op ? gen->op->layer : -1;
+    pt.value = -1;
+    VEC_PUSH(gen->a, gen->tensors, pt);
+    return gen->tensors.len - 1;
+}
+
+int gen_temp(Gen *gen, DType t, int rank, const int64_t *shape)
+{
+    return new_tensor(gen, NULL, t, rank, shape, PT_TEMP);
+}
+
+int gen_tensor(Gen *gen, const Value *v)
+{
+    if (gen->tensor_of[v->id] < 0)
+        BUG("value %%%d has no tensor", v->id);
+    return gen->tensor_of[v->id];
+}
+
+static PlanRole role_of(const Op *op)
+{
+    switch (op->kind) {
+    case OP_PARAM: return PT_PARAM;
+    case OP_STATE: return PT_STATE;
+    case OP_INPUT: return PT_INPUT;
+    case OP_STEP: return PT_STEP;
+    default: return PT_TEMP;
+    }
+}
+
+static void set_init(Gen *gen, PlanTensor *t, const Op *op)
+{
+    const Attr *a = ir_op_attr(op, "init");
+    if (!a) {
+        t->init = op->kind == OP_PARAM ? "normal" : "zeros";
+        t->init_arg = op->kind == OP_PARAM ? 0.02 : 0;
+        return;
+    }
+    t->init = arena_strdup(gen->a, a->s ? a->s : "zeros");
+    t->init_arg = a->kind == ATTR_CALL && a->nitems ? a->items[0]->f : 0;
+}
+
+/* The largest id an i32 input may hold: the rows of the table it indexes. */
+static void set_limits(Gen *gen)
+{
+    for (int i = 0; i < gen->g->ops.len; i++) {
+        const Op *op = gen->g->ops.data[i];
+        const Value *ids = NULL;
+        int64_t limit = 0;
+        if (op->kind == OP_EMBED) {
+            ids = op->args[1];
+            limit = op->args[0]->shape[0];
+        } else if (op->kind == OP_CROSS_ENTROPY) {
+            ids = op->args[1];
+            limit = op->args[0]->shape[op->args[0]->rank - 1];
+        }
+        if (ids && ids->def->kind == OP_INPUT) {
+            PlanTensor *t = &gen->tensors.data[gen->tensor_of[ids->id]];
+            t->limit = t->limit ? (t->limit < limit ? t->limit : limit) : limit;
+        }
+    }
+}
+
+/* Persistent tensors first (so a checkpoint is one range), then the rest. */
+static void place_values(Gen *gen)
+{
+    for (int pass = 0; pass < 3; pass++) {
+        for (int i = 0; i < gen->g->ops.len; i++) {
+            const Op *op = gen->g->ops.data[i];
+            PlanRole r = role_of(op);
+            int want = r == PT_PARAM || r == PT_STATE ? 0 : r == PT_INPUT || r == PT_STEP ? 1 : 2;
+            if (want != pass)
+                continue;
+            gen->op = op;
+            for (int j = 0; j < op->nres; j++) {
+                const Value *v = op->res[j];
+                if (op->kind == OP_RESHAPE) { /* same memory, another shape */
+                    gen->tensor_of[v->id] = gen->tensor_of[op->args[0]->id];
+                    continue;
+                }
+                int t = new_tensor(gen, v->name, v->dtype, v->rank, v->shape, r);
+                gen->tensors.data[t].value = v->id;
+                if (r == PT_PARAM) /* state always starts at zero */
+                    set_init(gen, &gen->tensors.data[t], op);
+                gen->tensor_of[v->id] = t;
+            }
+        }
+    }
+    gen->op = NULL;
+    set_limits(gen);
+}
+
+/* ---- instructions ---- */
+
+static void gemm(Gen *gen, const Op *op)
+{
+    const Value *a = op->args[0], *b = op->args[1], *c = op->res[0];
+    PlanGemm g = {.a = gen_tensor(gen, a), .b = gen_tensor(gen, b), .c = gen_tensor(gen, c),
+                  .alpha = 1, .beta = 0, .batch = 1};
+    int64_t K = a->shape[a->rank - 1], N = b->shape[b->rank - 1];
+    g.k = K;
+    g.n = N;
+    g.lda = K;
+    g.ldb = N;
+    g.ldc = N;
+    if (b->rank == 2) {
+        g.m = 1;
+        for (int i = 0; i < a->rank - 1; i++)
+            g.m *= a->shape[i];
+    } else {
+        g.m = a->shape[a->rank - 2];
+        for (int i = 0; i < a->rank - 2; i++)
+            g.batch *= a->shape[i];
+        g.stride_a = g.m * K;
+        g.stride_b = K * N;
+        g.stride_c = g.m * N;
+    }
+    PlanInstr in = {.kind = PI_GEMM, .gemm = g, .phase = op->phase, .layer = op->layer};
+    VEC_PUSH(gen->a, gen->instrs, in);
+    gen->flops += 2.0 * (double)g.m * (double)g.n * (double)g.k * (double)g.batch;
+}
+
+static void copy(Gen *gen, const Op *op)
+{
+    PlanInstr in = {.kind = PI_COPY, .nargs = 2, .phase = op->phase, .layer = op->layer};
+    in.args = arena_alloc(gen->a, sizeof(int) * 2);
+    in.args[0] = gen_tensor(gen, op->args[0]);
+    in.args[1] = gen_tensor(gen, op->args[1]);
+    VEC_PUSH(gen->a, gen->instrs, in);
+}
+
+static int lower_op(Gen *gen, const Op *op)
+{
+    gen->op = op;
+    switch (op->kind) {
+    case OP_INPUT: case OP_PARAM: case OP_STATE: case OP_STEP: case OP_RESHAPE: return 0;
+    case OP_MATMUL: gemm(gen, op); return 0;
+    case OP_UPDATE: copy(gen, op); return 0;
+    default:
+        if (cg_op_kernels(gen, op) == 0)
+            return 0;
+        diag_error(&gen->c->diag, op->loc, "no CPU kernel for '%s' yet", ir_ops[op->kind].name);
+        return -1;
+    }
+}
+
+static const char *prelude =
+    "/* generated by tcc: the kernels of one training step */\n"
+    "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n";
+
+static char *kernel_source(Gen *gen)
+{
+    size_t total = strlen(prelude) + 1;
+    char **parts = arena_alloc(gen->a, sizeof(char *) * (size_t)(gen->kernels.len + 1));
+    for (int i = 0; i < gen->kernels.len; i++) {
+        parts[i] = cg_emit_c(gen->a, gen->kernels.data[i]);
+        total += strlen(parts[i]);
+    }
+    char *src = arena_alloc(gen->a, total), *p = src;
+    p = stpcpy(p, prelude);
+    for (int i = 0; i < gen->kernels.len; i++)
+        p = stpcpy(p, parts[i]);
+    return src;
+}
+
+static int output_tensor(Gen *gen, const char *name, int index)
+{
+    const Graph *g = gen->g;
+    for (int i = 0; i < g->outputs.len; i++) {
+        const Value *v = g->outputs.data[i];
+        if ((name && v->name && !strcmp(v->name, name)) || (!name && i == index))
+            return gen->tensor_of[v->id];
+    }
+    return -1;
+}
+
+static void fill_plan(Gen *gen, Plan *p)
+{
+    const Graph *g = gen->g;
+    memset(p, 0, sizeof *p);
+    p->version = PLAN_VERSION;
+    p->model = arena_strdup(gen->a, g->name ? g->name : "model");
+    p->naxes = g->mesh.naxes;
+    p->axes = arena_alloc(gen->a, sizeof(PlanAxis) * (size_t)(g->mesh.naxes + 1));
+    for (int i = 0; i < g->mesh.naxes; i++)
+        p->axes[i] = (PlanAxis){arena_strdup(gen->a, g->mesh.axes[i].name),
+                                arena_strdup(gen->a, ir_role_name(g->mesh.axes[i].role)),
+                                g->mesh.axes[i].size};
+    p->slab_bytes = gen->slab ? gen->slab : PLAN_ALIGN;
+    p->ntensors = gen->tensors.len;
+    p->tensors = gen->tensors.data;
+    p->ninstrs = gen->instrs.len;
+    p->instrs = gen->instrs.data;
+    p->nkernels = gen->kernels.len;
+    p->kernels = arena_alloc(gen->a, sizeof(PlanKernel) * (size_t)(gen->kernels.len + 1));
+    for (int i = 0; i < gen->kernels.len; i++) {
+        const Kernel *k = gen->kernels.data[i];
+        p->kernels[i] = (PlanKernel){(char *)k->name, k->nargs, (int)k->pattern};
+    }
+    p->kernel_source = kernel_source(gen);
+    p->loss = output_tensor(gen, NULL, 0);
+    p->lr = output_tensor(gen, "lr", -1);
+    p->grad_norm = output_tensor(gen, "grad_norm", -1);
+    p->flops = gen->flops;
+}
+
+int cg_build_plan(Ctx *c, const Graph *g, Plan *out)
+{
+    Gen gen = {.c = c, .g = g, .a = c->arena};
+    gen.tensor_of = arena_alloc(c->arena, sizeof(int) * (size_t)(g->values.len + 1));
+    for (int i = 0; i < g->values.len; i++)
+        gen.tensor_of[i] = -1;
+    place_values(&gen);
+    int bad = 0;
+    for (int i = 0; i < g->ops.len; i++)
+        bad |= lower_op(&gen, g->ops.data[i]) != 0;
+    if (bad)
+        return -1;
+    fill_plan(&gen, out);
+    return 0;
+}

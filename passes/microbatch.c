@@ -1,0 +1,197 @@
+/* microbatch.c: gradient accumulation by unrolling the forward pass over
+ * microbatches. Reads the forward graph and `microbatches = k` of the train
+ * block; writes k copies of every op that depends on the inputs, copy j seeing
+ * rows [j B/k, (j+1) B/k) of each input's first (batch) dimension, and makes
+ * the loss the mean of the k microbatch losses. Ops that only read parameters
+ * are shared. Key idea: the mean over equal microbatches of per-example-mean
+ * losses is the full-batch loss, so autodiff of the new loss accumulates the
+ * gradients exactly, and later passes (pipeline schedules) see one copy of
+ * the forward pass per microbatch to order. */
+#include "passes.h"
+
+#include <string.h>
+
+typedef struct MB {
+    Ctx *c;
+    Graph *g;
+    int k;
+    char *dep;   /* by Value.id: depends on an input */
+    Value **map; /* by Value.id: its value in the copy being built */
+} MB;
+
+static int err(MB *m, Loc loc, const char *fmt, ...) PRINTF_LIKE(3, 4);
+static int err(MB *m, Loc loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    diag_vreport(&m->c->diag, SEV_ERROR, loc, 1, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int op_dep(const MB *m, const Op *op) { return op->nres && m->dep[op->res[0]->id]; }
+
+/* Input rows of microbatch j along dim 0. */
+static Value *slice_input(MB *m, Value *in, int j)
+{
+    int64_t rows = in->shape[0] / m->k;
+    Op *op = ir_op_new(m->g, OP_SLICE, &in, 1, in->loc);
+    Arena *a = m->g->arena;
+    ir_op_set_attr(m->g, op, ir_attr_int(a, "dim", 0));
+    ir_op_set_attr(m->g, op, ir_attr_int(a, "start", j * rows));
+    ir_op_set_attr(m->g, op, ir_attr_int(a, "end", (j + 1) * rows));
+    int64_t shape[IR_MAX_RANK];
+    memcpy(shape, in->shape, sizeof(int64_t) * (size_t)in->rank);
+    shape[0] = rows;
+    Value *v = ir_op_result(m->g, op, in->dtype, in->rank, shape);
+    v->name = in->name;
+    return v;
+}
+
+/* A reshape of the batch must keep it first: its target shrinks with it. */
+static int fix_reshape(MB *m, Op *copy, const Op *orig)
+{
+    const Attr *s = ir_op_attr(orig, "shape");
+    const Value *in = orig->args[0];
+    if (!s || !s->nitems || s->items[0]->kind != ATTR_INT || s->items[0]->i != in->shape[0])
+        return err(m, orig->loc,
+                   "microbatches: this reshape must keep the batch dimension (%lld) first",
+                   (long long)in->shape[0]);
+    int64_t dims[IR_MAX_RANK];
+    for (int i = 0; i < s->nitems; i++)
+        dims[i] = s->items[i]->i;
+    dims[0] /= m->k;
+    ir_op_set_attr(m->g, copy, ir_attr_ints(m->g->arena, "shape", dims, s->nitems));
+    return 0;
+}
+
+static int clone_op(MB *m, const Op *op)
+{
+    Value *args[64];
+    for (int i = 0; i < op->nargs && i < 64; i++)
+        args[i] = m->map[op->args[i]->id] ? m->map[op->args[i]->id] : op->args[i];
+    Op *copy = ir_op_new(m->g, op->kind, args, op->nargs, op->loc);
+    copy->layer = op->layer;
+    copy->phase = op->phase;
+    copy->stage = op->stage;
+    for (int i = 0; i < op->nattrs; i++)
+        ir_op_set_attr(m->g, copy, op->attrs[i]);
+    if (op->kind == OP_RESHAPE && fix_reshape(m, copy, op) != 0)
+        return -1;
+    for (int i = 0; i < op->nres; i++) {
+        DType dt;
+        int rank;
+        int64_t shape[IR_MAX_RANK];
+        char msg[256];
+        if (ir_infer_result(copy, i, &dt, &rank, shape, msg, sizeof msg) != 0)
+            return err(m, op->loc, "microbatches: %s (this op does not split by batch rows)", msg);
+        Value *v = ir_op_result(m->g, copy, dt, rank, shape);
+        v->name = op->res[i]->name;
+        v->shard = op->res[i]->shard;
+        m->map[op->res[i]->id] = v;
+    }
+    return 0;
+}
+
+static void mark_deps(MB *m, int nops)
+{
+    for (int i = 0; i < nops; i++) {
+        const Op *op = m->g->ops.data[i];
+        int d = op->kind == OP_INPUT;
+        for (int j = 0; j < op->nargs; j++)
+            d |= m->dep[op->args[j]->id];
+        for (int j = 0; j < op->nres; j++)
+            m->dep[op->res[j]->id] = (char)d;
+    }
+}
+
+static int check_inputs(MB *m, int nops)
+{
+    for (int i = 0; i < nops; i++) {
+        const Op *op = m->g->ops.data[i];
+        if (op->kind != OP_INPUT)
+            continue;
+        const Value *v = op->res[0];
+        if (v->rank == 0 || v->shape[0] % m->k != 0)
+            return err(m, op->loc,
+                       "microbatches: the batch dimension of input '%s' (%lld) is not divisible "
+                       "by %d microbatches",
+                       v->name ? v->name : "?", (long long)(v->rank ? v->shape[0] : 0), m->k);
+    }
+    return 0;
+}
+
+/* The loss of the step: the mean of the microbatch losses. */
+static Value *mean_loss(MB *m, Value **losses)
+{
+    Value *sum = losses[0];
+    Loc loc = sum->loc;
+    for (int j = 1; j < m->k; j++) {
+        Op *add = ir_op_new(m->g, OP_ADD, (Value *[]){sum, losses[j]}, 2, loc);
+        sum = ir_op_result(m->g, add, sum->dtype, 0, NULL);
+    }
+    Op *c = ir_op_new(m->g, OP_CONSTANT, NULL, 0, loc);
+    ir_op_set_attr(m->g, c, ir_attr_float(m->g->arena, "value", 1.0 / m->k));
+    Value *inv = ir_op_result(m->g, c, sum->dtype, 0, NULL);
+    Op *mul = ir_op_new(m->g, OP_MUL, (Value *[]){sum, inv}, 2, loc);
+    ir_op_set_attr(m->g, mul, ir_attr_int(m->g->arena, "microbatches", m->k)); /* the marker */
+    Value *loss = ir_op_result(m->g, mul, sum->dtype, 0, NULL);
+    loss->name = intern(m->g->strings, "loss");
+    return loss;
+}
+
+int pass_microbatch(Ctx *c, Graph *g)
+{
+    TrainConfig tc;
+    char msg[256];
+    if (ir_train_config(g, &tc, msg, sizeof msg) != 0) {
+        diag_error(&c->diag, LOC_NONE, "train: %s", msg);
+        return -1;
+    }
+    for (int i = 0; i < g->ops.len; i++) /* already unrolled, or past autodiff */
+        if (g->ops.data[i]->phase != PH_FWD || ir_op_attr(g->ops.data[i], "microbatches"))
+            return 0;
+    if (tc.microbatches <= 1 || !g->outputs.len)
+        return 0;
+    MB m = {c, g, (int)tc.microbatches, NULL, NULL};
+    int nops = g->ops.len;
+    if (check_inputs(&m, nops) != 0)
+        return -1;
+    m.dep = arena_alloc(g->arena, (size_t)g->values.len + 1);
+    mark_deps(&m, nops);
+    Value *loss = g->outputs.data[0], **losses = arena_alloc(g->arena, sizeof(Value *) * (size_t)m.k);
+    if (!m.dep[loss->id])
+        return 0; /* the loss does not read the data: nothing to split */
+    /* every copy is fresh; the originals that read the data are dropped after */
+    size_t mapsz = sizeof(Value *) * (size_t)(g->values.len + 1);
+    VEC(Op *) kept = {0};
+    for (int i = 0; i < nops; i++)
+        if (!op_dep(&m, g->ops.data[i]) || g->ops.data[i]->kind == OP_INPUT)
+            VEC_PUSH(g->arena, kept, g->ops.data[i]);
+    for (int j = 0; j < m.k; j++) {
+        m.map = arena_alloc(g->arena, mapsz);
+        for (int i = 0; i < nops; i++) {
+            const Op *op = g->ops.data[i];
+            if (op->kind == OP_INPUT)
+                m.map[op->res[0]->id] = slice_input(&m, op->res[0], j);
+            else if (op_dep(&m, op) && clone_op(&m, op) != 0)
+                return -1;
+        }
+        losses[j] = m.map[loss->id];
+    }
+    Value *total = mean_loss(&m, losses);
+    /* sources and shared ops first, then the copies */
+    VEC(Op *) ops = {0};
+    for (int i = 0; i < kept.len; i++)
+        VEC_PUSH(g->arena, ops, kept.data[i]);
+    for (int i = nops; i < g->ops.len; i++)
+        VEC_PUSH(g->arena, ops, g->ops.data[i]);
+    g->ops.data = ops.data;
+    g->ops.len = ops.len;
+    g->ops.cap = ops.cap;
+    for (int i = 0; i < g->ops.len; i++)
+        g->ops.data[i]->id = i;
+    g->outputs.len = 0;
+    VEC_PUSH(g->arena, g->outputs, total);
+    return 0;
+}

@@ -1,0 +1,315 @@
+/* cpu.c: the CPU device: the slab, the plan's kernels compiled to a shared
+ * object, and GEMMs through BLAS (OpenBLAS).
+ * Reads: a checked Plan, $CC, $TCC_CACHE, $HOME. Writes: CACHE/k-PLANHASH-SRCHASH.{c,so}
+ * (the kernels' source and shared object); a zeroed slab in memory.
+ * Key idea: the kernels are compiled once per content and reused. Each build
+ * happens in a private temporary folder and is renamed into place, so runs
+ * that start together never see half a file; a cached object that does not
+ * load is built again. */
+#include "runtime/cpu.h"
+
+#include <cblas.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define PATH_BYTES 4096
+#define MAX_CC_WORDS 16
+
+static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    if (err && n) {
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* snprintf into a buffer that must hold the whole text: 0, or -1 when cut. */
+static int fmt_path(char *out, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fmt_path(char *out, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(out, size, fmt, ap);
+    va_end(ap);
+    return k < 0 || (size_t)k >= size ? -1 : 0;
+}
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    return h;
+}
+
+/* ---- the cache folder ---- */
+
+static int mkdir_p(char *path, char *err, size_t n)
+{
+    struct stat st;
+    for (char *s = path + 1;; s++) {
+        if (*s != '/' && *s)
+            continue;
+        char c = *s;
+        *s = 0;
+        int rc = mkdir(path, 0755), e = errno;
+        *s = c;
+        if (rc && e != EEXIST)
+            return fail(err, n, "mkdir %s: %s", path, strerror(e));
+        if (!c)
+            break;
+    }
+    if (stat(path, &st) || !S_ISDIR(st.st_mode))
+        return fail(err, n, "cache %s: not a directory", path);
+    return 0;
+}
+
+/* cache_dir, else $TCC_CACHE, else ~/.cache/tcc, else /tmp/tcc-cache-$UID (which must
+ * be ours: a shared object found there is loaded and run). */
+static int cache_dir_of(const char *given, char *out, size_t size, char *err, size_t n)
+{
+    const char *env = getenv("TCC_CACHE"), *home = getenv("HOME");
+    const char *chosen = given && *given ? given : env && *env ? env : NULL;
+    struct stat st;
+    if (chosen) {
+        if (strlen(chosen) >= size - 80)
+            return fail(err, n, "cache %s: path too long", chosen);
+        fmt_path(out, size, "%s", chosen);
+        return mkdir_p(out, err, n);
+    }
+    if (home && *home && strlen(home) < size - 80) {
+        fmt_path(out, size, "%s/.cache/tcc", home);
+        if (!mkdir_p(out, err, n))
+            return 0;
+    }
+    fmt_path(out, size, "/tmp/tcc-cache-%u", (unsigned)getuid());
+    if (mkdir_p(out, err, n))
+        return -1;
+    if (stat(out, &st) || st.st_uid != getuid())
+        return fail(err, n, "cache %s: not owned by this user", out);
+    return 0;
+}
+
+/* ---- compiling ---- */
+
+static int write_text(const char *path, const char *text, char *err, size_t n)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return fail(err, n, "fopen %s: %s", path, strerror(errno));
+    size_t len = strlen(text);
+    int ok = fwrite(text, 1, len, f) == len, e = errno;
+    if (fclose(f) || !ok)
+        return fail(err, n, "%s %s: %s", ok ? "fclose" : "fwrite", path, strerror(ok ? errno : e));
+    return 0;
+}
+
+/* The first line of the compiler's log that says "error" (else the first line). */
+static void first_error(const char *log, char *out, size_t size)
+{
+    char line[512];
+    FILE *f = fopen(log, "r");
+    *out = 0;
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        if (!*out || strstr(line, "error")) {
+            fmt_path(out, size, "%s", line); /* a long line is cut: fine */
+            if (strstr(line, "error"))
+                break;
+        }
+    }
+    fclose(f);
+}
+
+/* argv of: $CC -O2 -std=c99 -fopenmp -fPIC -shared -o SO SRC -lm. words holds $CC's copy. */
+static int cc_argv(char *words, char **argv, const char *so, const char *src)
+{
+    static const char *const flags[] = {"-O2", "-std=c99", "-fopenmp", "-fPIC", "-shared", "-o"};
+    int argc = 0;
+    char *save = NULL;
+    for (char *w = strtok_r(words, " \t", &save); w && argc < MAX_CC_WORDS;
+         w = strtok_r(NULL, " \t", &save))
+        argv[argc++] = w;
+    if (!argc)
+        argv[argc++] = "cc";
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        argv[argc++] = (char *)flags[i];
+    argv[argc++] = (char *)so;
+    argv[argc++] = (char *)src;
+    argv[argc++] = "-lm";
+    argv[argc] = NULL;
+    return argc;
+}
+
+/* Run the compiler with its output into log; 0 when it exits with 0. */
+static int run_cc(const char *so, const char *src, const char *log, char *err, size_t n)
+{
+    char words[1024], *argv[MAX_CC_WORDS + 12], msg[400];
+    const char *cc = getenv("CC");
+    posix_spawn_file_actions_t fa;
+    pid_t pid;
+    int status, rc;
+    snprintf(words, sizeof words, "%s", cc && *cc ? cc : "cc");
+    cc_argv(words, argv, so, src);
+    if ((rc = posix_spawn_file_actions_init(&fa)))
+        return fail(err, n, "posix_spawn_file_actions_init: %s", strerror(rc));
+    rc = posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (!rc)
+        rc = posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    if (!rc)
+        rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc)
+        return fail(err, n, "posix_spawnp %s: %s", argv[0], strerror(rc));
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return fail(err, n, "waitpid %s: %s", argv[0], strerror(errno));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    first_error(log, msg, sizeof msg);
+    return fail(err, n, "compiling the kernels: %s %s %d: %s (log: %s)", argv[0],
+                WIFEXITED(status) ? "exited with" : "killed by signal",
+                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), msg, log);
+}
+
+/* Build dir/stem.so (and keep dir/stem.c) from src through a private folder. */
+static int compile(const char *dir, const char *stem, const char *src, char *err, size_t n)
+{
+    char tmp[PATH_BYTES], c[PATH_BYTES], so[PATH_BYTES], log[PATH_BYTES], dst[PATH_BYTES];
+    if (fmt_path(tmp, sizeof tmp, "%s/tmp.XXXXXX", dir) || !mkdtemp(tmp))
+        return fail(err, n, "mkdtemp %s: %s", tmp, strerror(errno));
+    if (fmt_path(c, sizeof c, "%s/%s.c", tmp, stem) ||
+        fmt_path(so, sizeof so, "%s/%s.so", tmp, stem) ||
+        fmt_path(log, sizeof log, "%s/cc.log", tmp))
+        return fail(err, n, "%s: path too long", tmp);
+    if (write_text(c, src, err, n) || run_cc(so, c, log, err, n))
+        return -1; /* the folder stays, with the log */
+    if (fmt_path(dst, sizeof dst, "%s/%s.c", dir, stem) || rename(c, dst))
+        return fail(err, n, "rename %s: %s", c, strerror(errno));
+    if (fmt_path(dst, sizeof dst, "%s/%s.so", dir, stem) || rename(so, dst))
+        return fail(err, n, "rename %s: %s", so, strerror(errno));
+    if (unlink(log) || rmdir(tmp))
+        return fail(err, n, "removing %s: %s", tmp, strerror(errno));
+    return 0;
+}
+
+/* ---- loading ---- */
+
+static int load_symbols(CpuDevice *d, const Plan *p, char *err, size_t n)
+{
+    d->fns = calloc((size_t)p->nkernels + 1, sizeof *d->fns);
+    if (!d->fns)
+        return fail(err, n, "calloc: out of memory");
+    for (int i = 0; i < p->nkernels; i++) {
+        dlerror();
+        void *sym = dlsym(d->so, p->kernels[i].name);
+        if (!sym)
+            return fail(err, n, "kernel \"%s\" not found in %s (dlsym: %s)", p->kernels[i].name,
+                        d->so_path, dlerror());
+        memcpy(&d->fns[i], &sym, sizeof sym); /* object to function pointer, as POSIX allows */
+    }
+    return 0;
+}
+
+/* dlopen the cached object, building it first when it is absent or broken. */
+static int load_kernels(CpuDevice *d, const Plan *p, const char *cache_dir, char *err, size_t n)
+{
+    char dir[PATH_BYTES], hash[17], stem[64];
+    if (cache_dir_of(cache_dir, dir, sizeof dir, err, n))
+        return -1;
+    plan_hash(p, hash);
+    snprintf(stem, sizeof stem, "k-%s-%016" PRIx64, hash, fnv1a(p->kernel_source));
+    if (fmt_path(d->so_path, sizeof d->so_path, "%s/%s.so", dir, stem))
+        return fail(err, n, "cache %s: path too long", dir);
+    for (int attempt = 0; attempt < 2 && !d->so; attempt++) {
+        if (attempt || access(d->so_path, F_OK)) {
+            unlink(d->so_path);
+            if (compile(dir, stem, p->kernel_source, err, n))
+                return -1;
+        }
+        /* NODELETE: the OpenMP runtime the kernels pulled in keeps worker threads
+         * alive after rt_close; unmapping it under them would crash. */
+        d->so = dlopen(d->so_path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    }
+    if (!d->so)
+        return fail(err, n, "dlopen %s: %s", d->so_path, dlerror());
+    return load_symbols(d, p, err, n);
+}
+
+int rt_cpu_open(CpuDevice *d, const Plan *p, const char *cache_dir, char *err, size_t n)
+{
+    size_t size = (size_t)((p->slab_bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN);
+    memset(d, 0, sizeof *d);
+    if (p->slab_bytes > SIZE_MAX - PLAN_ALIGN)
+        return fail(err, n, "slab of %" PRIu64 " bytes: too large", p->slab_bytes);
+    if (!size)
+        size = PLAN_ALIGN;
+    if (!(d->slab = aligned_alloc(PLAN_ALIGN, size)))
+        return fail(err, n, "aligned_alloc(%zu bytes): %s", size, strerror(errno));
+    memset(d->slab, 0, size);
+    if (p->nkernels > 0 && load_kernels(d, p, cache_dir, err, n)) {
+        rt_cpu_close(d);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- GEMM ---- */
+
+int rt_cpu_gemm(CpuDevice *d, const Plan *p, const PlanGemm *g, char *err, size_t n)
+{
+    const PlanTensor *ta = &p->tensors[g->a];
+    char *a = d->slab + p->tensors[g->a].offset, *b = d->slab + p->tensors[g->b].offset,
+         *c = d->slab + p->tensors[g->c].offset;
+    size_t es = plan_dtype_size(ta->dtype);
+    enum CBLAS_TRANSPOSE tra = g->trans_a ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE trb = g->trans_b ? CblasTrans : CblasNoTrans;
+    if (ta->dtype != PD_F32 && ta->dtype != PD_F64)
+        return fail(err, n, "gemm on %s tensors: the CPU backend does f32 and f64 only",
+                    plan_dtype_name(ta->dtype));
+    if (g->m > INT_MAX || g->n > INT_MAX || g->k > INT_MAX || g->lda > INT_MAX ||
+        g->ldb > INT_MAX || g->ldc > INT_MAX)
+        return fail(err, n, "gemm dimensions beyond the BLAS integer range");
+    for (int64_t i = 0; i < g->batch; i++) {
+        char *ai = a + (size_t)(i * g->stride_a) * es, *bi = b + (size_t)(i * g->stride_b) * es;
+        char *ci = c + (size_t)(i * g->stride_c) * es;
+        if (ta->dtype == PD_F32)
+            cblas_sgemm(CblasRowMajor, tra, trb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha,
+                        (float *)ai, (int)g->lda, (float *)bi, (int)g->ldb, (float)g->beta,
+                        (float *)ci, (int)g->ldc);
+        else
+            cblas_dgemm(CblasRowMajor, tra, trb, (int)g->m, (int)g->n, (int)g->k, g->alpha,
+                        (double *)ai, (int)g->lda, (double *)bi, (int)g->ldb, g->beta, (double *)ci,
+                        (int)g->ldc);
+    }
+    return 0;
+}
+
+void rt_cpu_close(CpuDevice *d)
+{
+    if (d->so && dlclose(d->so))
+        fprintf(stderr, "tcc runtime: dlclose %s: %s\n", d->so_path, dlerror());
+    free(d->fns);
+    free(d->slab);
+    memset(d, 0, sizeof *d);
+}

@@ -1,0 +1,31 @@
+/* cpu.h: private to the runtime: the CPU device that the executor drives.
+ * It owns the slab and the kernels compiled from the plan's C source, and
+ * runs GEMMs with BLAS. Not part of the public API (runtime.h is). */
+#ifndef TCC_CPU_H
+#define TCC_CPU_H
+
+#include <stddef.h>
+
+#include "plan.h"
+
+/* The calling convention of every kernel: args[j] is the first byte of the
+ * j-th tensor argument of the instruction, in the slab. */
+typedef void (*RtKernelFn)(char *const *args);
+
+typedef struct CpuDevice {
+    char *slab;      /* slab_bytes rounded up to PLAN_ALIGN, zeroed, PLAN_ALIGN-aligned */
+    void *so;        /* the dlopen handle of the kernels (NULL when there are none) */
+    RtKernelFn *fns; /* by kernel index */
+    char so_path[4096];
+} CpuDevice;
+
+/* Allocate the slab, then compile (or find in cache_dir) and load the kernels
+ * of p, which has passed plan_check. 0, or -1 with a message; d is then empty. */
+int rt_cpu_open(CpuDevice *d, const Plan *p, const char *cache_dir, char *err, size_t n);
+
+/* C = alpha op(A) op(B) + beta C, batch times: f32 and f64 only. 0, or -1. */
+int rt_cpu_gemm(CpuDevice *d, const Plan *p, const PlanGemm *g, char *err, size_t n);
+
+void rt_cpu_close(CpuDevice *d);
+
+#endif

@@ -1,0 +1,179 @@
+/* exec.c: the executor: open a plan on the CPU device and run its step.
+ * Reads: a Plan and the data the caller hands in. Writes: the tensors of the
+ * plan in the device's slab.
+ * Key idea: everything a step needs is resolved at open time (the kernel
+ * functions, the argument pointers of every instruction), so a step is one
+ * walk over the instruction list with no allocation and no lookup. */
+#include "runtime/runtime.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cpu.h"
+
+struct Runtime {
+    const Plan *p;
+    CpuDevice dev;
+    char **argv;  /* the argument pointers of every instruction, back to back */
+    char ***args; /* by instruction: its first pointer in argv */
+};
+
+static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    if (err && n) {
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static int bind_args(Runtime *rt, char *err, size_t n)
+{
+    const Plan *p = rt->p;
+    size_t total = 0, k = 0;
+    for (int i = 0; i < p->ninstrs; i++)
+        total += (size_t)p->instrs[i].nargs;
+    rt->argv = calloc(total + 1, sizeof *rt->argv);
+    rt->args = calloc((size_t)p->ninstrs + 1, sizeof *rt->args);
+    if (!rt->argv || !rt->args)
+        return fail(err, n, "calloc: out of memory");
+    for (int i = 0; i < p->ninstrs; i++) {
+        rt->args[i] = rt->argv + k;
+        for (int j = 0; j < p->instrs[i].nargs; j++)
+            rt->argv[k++] = rt->dev.slab + p->tensors[p->instrs[i].args[j]].offset;
+    }
+    return 0;
+}
+
+Runtime *rt_open(const Plan *p, const char *cache_dir, char *err, size_t n)
+{
+    char msg[512];
+    if (plan_check(p, msg, sizeof msg)) {
+        fail(err, n, "plan \"%s\": %s", p->model ? p->model : "", msg);
+        return NULL;
+    }
+    Runtime *rt = calloc(1, sizeof *rt);
+    if (!rt) {
+        fail(err, n, "calloc: out of memory");
+        return NULL;
+    }
+    rt->p = p;
+    if (rt_cpu_open(&rt->dev, p, cache_dir, err, n) || bind_args(rt, err, n)) {
+        rt_close(rt);
+        return NULL;
+    }
+    return rt;
+}
+
+void rt_close(Runtime *rt)
+{
+    if (!rt)
+        return;
+    rt_cpu_close(&rt->dev);
+    free(rt->argv);
+    free(rt->args);
+    free(rt);
+}
+
+const Plan *rt_plan(const Runtime *rt)
+{
+    return rt->p;
+}
+
+int rt_find_tensor(const Plan *p, const char *name)
+{
+    for (int i = 0; i < p->ntensors; i++)
+        if (p->tensors[i].name && !strcmp(p->tensors[i].name, name))
+            return i;
+    return -1;
+}
+
+void *rt_tensor_data(Runtime *rt, int tensor)
+{
+    if (tensor < 0 || tensor >= rt->p->ntensors)
+        return NULL;
+    return rt->dev.slab + rt->p->tensors[tensor].offset;
+}
+
+double rt_scalar(Runtime *rt, int tensor)
+{
+    if (tensor < 0 || tensor >= rt->p->ntensors || rt->p->tensors[tensor].rank != 0)
+        return NAN;
+    const void *x = rt_tensor_data(rt, tensor);
+    switch (rt->p->tensors[tensor].dtype) {
+    case PD_F32:
+        return *(const float *)x;
+    case PD_F64:
+        return *(const double *)x;
+    default:
+        return NAN;
+    }
+}
+
+/* The first id outside [0, limit), or -1. data may be unaligned. */
+static int64_t first_bad_id(const void *data, size_t count, int64_t limit, int32_t *id)
+{
+    for (size_t i = 0; i < count; i++) {
+        memcpy(id, (const char *)data + i * sizeof *id, sizeof *id);
+        if (*id < 0 || *id >= limit)
+            return (int64_t)i;
+    }
+    return -1;
+}
+
+int rt_set_input(Runtime *rt, const char *name, const void *data, size_t bytes, char *err, size_t n)
+{
+    const Plan *p = rt->p;
+    int t = 0;
+    while (t < p->ntensors && (p->tensors[t].role != PT_INPUT || strcmp(p->tensors[t].name, name)))
+        t++;
+    if (t == p->ntensors)
+        return fail(err, n, "no input named \"%s\" in the plan", name);
+    const PlanTensor *pt = &p->tensors[t];
+    if (bytes != pt->bytes)
+        return fail(err, n, "input \"%s\": %zu bytes given, its %s tensor takes %" PRIu64, name,
+                    bytes, plan_dtype_name(pt->dtype), pt->bytes);
+    if (pt->dtype == PD_I32 && pt->limit > 0) {
+        int32_t id;
+        int64_t i = first_bad_id(data, bytes / sizeof id, pt->limit, &id);
+        if (i >= 0)
+            return fail(err, n, "input \"%s\": element %" PRId64 " is %d, outside [0, %" PRId64 ")",
+                        name, i, (int)id, pt->limit);
+    }
+    memcpy(rt_tensor_data(rt, t), data, bytes);
+    return 0;
+}
+
+int rt_step(Runtime *rt, int64_t step, char *err, size_t n)
+{
+    const Plan *p = rt->p;
+    char msg[400];
+    for (int t = 0; t < p->ntensors; t++)
+        if (p->tensors[t].role == PT_STEP)
+            *(float *)rt_tensor_data(rt, t) = (float)step;
+    for (int i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *in = &p->instrs[i];
+        switch (in->kind) {
+        case PI_KERNEL:
+            rt->dev.fns[in->kernel](rt->args[i]);
+            break;
+        case PI_GEMM:
+            if (rt_cpu_gemm(&rt->dev, p, &in->gemm, msg, sizeof msg))
+                return fail(err, n, "step %" PRId64 ", instrs[%d]: %s", step, i, msg);
+            break;
+        case PI_COPY: /* tensors may alias: memmove */
+            memmove(rt->args[i][0], rt->args[i][1], p->tensors[in->args[0]].bytes);
+            break;
+        default:
+            return fail(err, n, "instrs[%d]: unknown kind %d", i, (int)in->kind);
+        }
+    }
+    return 0;
+}

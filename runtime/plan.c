@@ -1,0 +1,1256 @@
+/* plan.c: the plan format: names, the content hash, the checker, the JSON
+ * writer and the loader (docs/plan.md).
+ * Reads: a Plan in memory (plan_hash, plan_check, plan_write) or a plan.json
+ * file (plan_load). Writes: plan.json, atomically (PATH.tmp, fsync, rename),
+ * or a heap Plan that plan_free releases.
+ * Key idea: the loader trusts nothing. It first reads the JSON into a Plan,
+ * checking only what the JSON can say (types, names, integers that fit); then
+ * plan_check checks the meaning (ranges, sizes, offsets, operands) on the
+ * struct, so a plan built in memory gets the same checks; last the hash, so an
+ * edit that leaves a plan valid is refused too. Every message names the field
+ * by its path, e.g. "tensors[3].shape". Depends on cJSON and libc only. */
+#include "runtime/plan.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define JSON_EXACT ((int64_t)1 << 53) /* larger integers are not exact as JSON numbers */
+#define MAX_FILE_BYTES ((size_t)1 << 31)
+#define NPATTERNS 4
+#define NPHASES 4
+
+static const char *const dtype_names[PD_COUNT] = {"f32", "f64", "bf16", "f16", "i32"};
+static const size_t dtype_sizes[PD_COUNT] = {4, 8, 2, 2, 4};
+static const char *const role_names[PT_COUNT] = {"param", "state", "input", "step", "temp"};
+static const char *const kind_names[PI_COUNT] = {"kernel", "gemm", "copy"};
+static const char *const init_names[] = {"zeros", "ones", "normal", "uniform", "constant", NULL};
+
+size_t plan_dtype_size(PlanDType t)
+{
+    return (unsigned)t < PD_COUNT ? dtype_sizes[t] : 0;
+}
+
+const char *plan_dtype_name(PlanDType t)
+{
+    return (unsigned)t < PD_COUNT ? dtype_names[t] : "?";
+}
+
+const char *plan_role_name(PlanRole r)
+{
+    return (unsigned)r < PT_COUNT ? role_names[r] : "?";
+}
+
+static const char *str_or_empty(const char *s)
+{
+    return s ? s : "";
+}
+
+/* A name from the file, fit to quote in a one-line message: control bytes
+ * become '?', and a long one is cut. b has room for SHOWN bytes. */
+#define SHOWN 48
+static const char *shown(char *b, const char *s)
+{
+    size_t i = 0;
+    for (s = str_or_empty(s); *s && i < 40; s++)
+        b[i++] = (unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s;
+    strcpy(b + i, *s ? "..." : "");
+    return b;
+}
+
+/* Writes the message into err (if it has room) and returns -1. */
+static int bad(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(char *err, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    if (err && n) {
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* ---- the hash: FNV-1a 64 over the canonical serialisation (docs/plan.md) ---- */
+
+typedef struct Fnv {
+    uint64_t h;
+} Fnv;
+
+static void fnv_bytes(Fnv *f, const void *data, size_t n)
+{
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++) {
+        f->h ^= b[i];
+        f->h *= 0x100000001b3ULL;
+    }
+}
+
+/* Every integer is 8 bytes little-endian, two's complement. */
+static void fnv_u64(Fnv *f, uint64_t v)
+{
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+    fnv_bytes(f, b, 8);
+}
+
+static void fnv_i64(Fnv *f, int64_t v)
+{
+    fnv_u64(f, (uint64_t)v);
+}
+
+/* A double is its IEEE-754 bits; -0 counts as +0 (JSON writes both as 0). */
+static void fnv_f64(Fnv *f, double d)
+{
+    uint64_t u;
+    if (d == 0)
+        d = 0;
+    memcpy(&u, &d, 8);
+    fnv_u64(f, u);
+}
+
+/* A string is its length then its bytes; NULL counts as "". */
+static void fnv_str(Fnv *f, const char *s)
+{
+    size_t n = strlen(str_or_empty(s));
+    fnv_u64(f, n);
+    fnv_bytes(f, str_or_empty(s), n);
+}
+
+static void hash_tensor(Fnv *f, const PlanTensor *t)
+{
+    int rank = t->rank < 0 ? 0 : t->rank > PLAN_MAX_RANK ? PLAN_MAX_RANK : t->rank;
+    fnv_str(f, t->name);
+    fnv_i64(f, t->dtype);
+    fnv_i64(f, rank);
+    for (int d = 0; d < rank; d++)
+        fnv_i64(f, t->shape[d]);
+    fnv_u64(f, t->offset);
+    fnv_u64(f, t->bytes);
+    fnv_i64(f, t->role);
+    fnv_str(f, t->init);
+    fnv_f64(f, t->init_arg);
+    fnv_i64(f, t->layer);
+    fnv_i64(f, t->limit);
+    fnv_i64(f, t->value);
+}
+
+static void hash_gemm(Fnv *f, const PlanGemm *g)
+{
+    int64_t v[] = {g->a,   g->b,   g->c,   g->trans_a, g->trans_b,  g->m,        g->n,       g->k,
+                   g->lda, g->ldb, g->ldc, g->batch,   g->stride_a, g->stride_b, g->stride_c};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        fnv_i64(f, v[i]);
+    fnv_f64(f, g->alpha);
+    fnv_f64(f, g->beta);
+}
+
+/* Only the fields an instruction's kind uses are part of it. */
+static void hash_instr(Fnv *f, const PlanInstr *in)
+{
+    int nargs = in->args && in->nargs > 0 ? in->nargs : 0;
+    fnv_i64(f, in->kind);
+    fnv_i64(f, in->phase);
+    fnv_i64(f, in->layer);
+    fnv_i64(f, nargs);
+    for (int j = 0; j < nargs; j++)
+        fnv_i64(f, in->args[j]);
+    if (in->kind == PI_KERNEL)
+        fnv_i64(f, in->kernel);
+    if (in->kind == PI_GEMM)
+        hash_gemm(f, &in->gemm);
+}
+
+void plan_hash(const Plan *p, char out[17])
+{
+    Fnv f = {0xcbf29ce484222325ULL};
+    int nax = p->axes ? p->naxes : 0, nt = p->tensors ? p->ntensors : 0;
+    int ni = p->instrs ? p->ninstrs : 0, nk = p->kernels ? p->nkernels : 0;
+    fnv_i64(&f, p->version);
+    fnv_str(&f, p->model);
+    fnv_i64(&f, nax < 0 ? 0 : nax);
+    for (int i = 0; i < nax; i++) {
+        fnv_str(&f, p->axes[i].name);
+        fnv_str(&f, p->axes[i].role);
+        fnv_i64(&f, p->axes[i].size);
+    }
+    fnv_u64(&f, p->slab_bytes);
+    fnv_i64(&f, nt < 0 ? 0 : nt);
+    for (int i = 0; i < nt; i++)
+        hash_tensor(&f, &p->tensors[i]);
+    fnv_i64(&f, ni < 0 ? 0 : ni);
+    for (int i = 0; i < ni; i++)
+        hash_instr(&f, &p->instrs[i]);
+    fnv_i64(&f, nk < 0 ? 0 : nk);
+    for (int i = 0; i < nk; i++) {
+        fnv_str(&f, p->kernels[i].name);
+        fnv_i64(&f, p->kernels[i].nargs);
+        fnv_i64(&f, p->kernels[i].pattern);
+    }
+    fnv_str(&f, p->kernel_source);
+    fnv_i64(&f, p->loss);
+    fnv_i64(&f, p->lr);
+    fnv_i64(&f, p->grad_norm);
+    fnv_f64(&f, p->flops);
+    snprintf(out, 17, "%016" PRIx64, f.h);
+}
+
+/* ---- plan_check: the meaning of a plan, on the struct ---- */
+
+static int is_init_name(const char *s)
+{
+    for (int i = 0; init_names[i]; i++)
+        if (!strcmp(s, init_names[i]))
+            return 1;
+    return 0;
+}
+
+/* Elements of t, or -1 when its shape is negative or overflows. */
+static int64_t numel_of(const PlanTensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->rank; d++)
+        if (t->shape[d] < 0 || __builtin_mul_overflow(n, t->shape[d], &n))
+            return -1;
+    return n;
+}
+
+static int check_tensor_shape(const Plan *p, int i, char *err, size_t n)
+{
+    const PlanTensor *t = &p->tensors[i];
+    uint64_t want;
+    if ((unsigned)t->dtype >= PD_COUNT)
+        return bad(err, n, "tensors[%d].dtype: %d is not a dtype", i, (int)t->dtype);
+    if ((unsigned)t->role >= PT_COUNT)
+        return bad(err, n, "tensors[%d].role: %d is not a role", i, (int)t->role);
+    if (t->rank < 0 || t->rank > PLAN_MAX_RANK)
+        return bad(err, n, "tensors[%d].rank: %d is outside [0, %d]", i, t->rank, PLAN_MAX_RANK);
+    int64_t ne = numel_of(t);
+    if (ne < 0 || __builtin_mul_overflow((uint64_t)ne, plan_dtype_size(t->dtype), &want))
+        return bad(err, n, "tensors[%d].shape: negative or too large", i);
+    if (t->bytes != want)
+        return bad(err, n,
+                   "tensors[%d].bytes: %" PRIu64 ", but %" PRId64 " elements of %s take %" PRIu64,
+                   i, t->bytes, ne, plan_dtype_name(t->dtype), want);
+    if (t->offset % PLAN_ALIGN)
+        return bad(err, n, "tensors[%d].offset: %" PRIu64 " is not a multiple of %d", i, t->offset,
+                   PLAN_ALIGN);
+    if (t->offset > p->slab_bytes || t->bytes > p->slab_bytes - t->offset)
+        return bad(err, n,
+                   "tensors[%d].offset: bytes [%" PRIu64 ", %" PRIu64
+                   ") lie outside the slab (%" PRIu64 " bytes)",
+                   i, t->offset, t->offset + t->bytes, p->slab_bytes);
+    return 0;
+}
+
+static int check_tensor_role(const Plan *p, int i, char *err, size_t n)
+{
+    const PlanTensor *t = &p->tensors[i];
+    const char *init = str_or_empty(t->init);
+    char q[SHOWN];
+    if (t->role != PT_TEMP && !*str_or_empty(t->name))
+        return bad(err, n, "tensors[%d].name: a %s tensor needs a name", i, role_names[t->role]);
+    if (t->role == PT_PARAM ? !is_init_name(init) : *init != 0)
+        return bad(err, n, "tensors[%d].init: \"%s\" is not %s", i, shown(q, init),
+                   t->role == PT_PARAM ? "zeros, ones, normal, uniform or constant"
+                                       : "\"\" (only params have an init)");
+    if (!isfinite(t->init_arg) ||
+        (t->init_arg < 0 && (!strcmp(init, "normal") || !strcmp(init, "uniform"))))
+        return bad(err, n, "tensors[%d].init_arg: %g is out of range", i, t->init_arg);
+    if (t->limit < 0 || (t->limit > 0 && (t->role != PT_INPUT || t->dtype != PD_I32)))
+        return bad(err, n, "tensors[%d].limit: %" PRId64 " (only i32 inputs have a limit > 0)", i,
+                   t->limit);
+    if (t->role == PT_STEP && (t->dtype != PD_F32 || t->rank != 0))
+        return bad(err, n, "tensors[%d]: a step tensor must be f32[]", i);
+    if (t->layer < -1 || t->value < -1)
+        return bad(err, n, "tensors[%d].%s: must be >= -1", i, t->layer < -1 ? "layer" : "value");
+    return 0;
+}
+
+typedef struct Named {
+    const char *name;
+    int index;
+} Named;
+
+static int named_cmp(const void *a, const void *b)
+{
+    const Named *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+/* Sorts v[0..m) by name; the first name used twice: 1 with its two indices. */
+static int find_duplicate(Named *v, int m, int *first, int *second)
+{
+    qsort(v, (size_t)m, sizeof *v, named_cmp);
+    for (int j = 1; j < m; j++)
+        if (!strcmp(v[j].name, v[j - 1].name)) {
+            *first = v[j - 1].index;
+            *second = v[j].index;
+            return 1;
+        }
+    return 0;
+}
+
+/* Parameters, state, inputs and step tensors are found by name: names are unique.
+ * Kernel names are symbols: unique too. */
+static int check_names(const Plan *p, char *err, size_t n)
+{
+    int m = 0, a, b, rc = 0;
+    char q[SHOWN];
+    Named *v = malloc(sizeof(Named) * ((size_t)p->ntensors + (size_t)p->nkernels + 1));
+    if (!v)
+        return bad(err, n, "malloc: out of memory");
+    for (int i = 0; i < p->ntensors; i++)
+        if (p->tensors[i].role != PT_TEMP)
+            v[m++] = (Named){str_or_empty(p->tensors[i].name), i};
+    if (find_duplicate(v, m, &a, &b))
+        rc = bad(err, n, "tensors[%d].name: \"%s\" is also the name of tensors[%d]", b,
+                 shown(q, p->tensors[b].name), a);
+    m = 0;
+    for (int i = 0; i < p->nkernels; i++)
+        v[m++] = (Named){str_or_empty(p->kernels[i].name), i};
+    if (!rc && find_duplicate(v, m, &a, &b))
+        rc = bad(err, n, "kernels[%d].name: \"%s\" is also the name of kernels[%d]", b,
+                 shown(q, p->kernels[b].name), a);
+    free(v);
+    return rc;
+}
+
+static int is_identifier(const char *s)
+{
+    if (!s || !(*s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
+        return 0;
+    for (s++; *s; s++)
+        if (!(*s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+              (*s >= '0' && *s <= '9')))
+            return 0;
+    return 1;
+}
+
+static int check_kernels(const Plan *p, char *err, size_t n)
+{
+    char q[SHOWN];
+    for (int i = 0; i < p->nkernels; i++) {
+        const PlanKernel *k = &p->kernels[i];
+        if (!is_identifier(k->name))
+            return bad(err, n, "kernels[%d].name: \"%s\" is not a C identifier", i,
+                       shown(q, k->name));
+        if (k->nargs < 0 || k->pattern < 0 || k->pattern >= NPATTERNS)
+            return bad(err, n, "kernels[%d].%s: out of range", i,
+                       k->nargs < 0 ? "nargs" : "pattern");
+    }
+    return 0;
+}
+
+static int check_tensor_index(const Plan *p, int t, const char *what, int i, char *err, size_t n)
+{
+    if (t < 0 || t >= p->ntensors)
+        return bad(err, n, "instrs[%d].%s: tensor %d out of range (%d tensors)", i, what, t,
+                   p->ntensors);
+    return 0;
+}
+
+/* The operand X of a GEMM spans rows x cols with leading dimension ld, batch
+ * times stride apart: its last element touched must lie inside the tensor. */
+static int check_operand(const Plan *p, int i, char name, int t, int64_t rows, int64_t cols,
+                         int64_t ld, int64_t stride, int64_t batch, char *err, size_t n)
+{
+    int64_t last = 0, a = 0, b = 0;
+    const PlanTensor *pt = &p->tensors[t];
+    if (ld < cols)
+        return bad(err, n, "instrs[%d].gemm.ld%c: %" PRId64 " is less than %" PRId64, i,
+                   name + 'a' - 'A', ld, cols);
+    if (stride < 0)
+        return bad(err, n, "instrs[%d].gemm.stride_%c: %" PRId64 " is negative", i,
+                   name + 'a' - 'A', stride);
+    int ovf = __builtin_mul_overflow(batch - 1, stride, &a) ||
+              __builtin_mul_overflow(rows - 1, ld, &b) || __builtin_add_overflow(a, b, &last) ||
+              __builtin_add_overflow(last, cols - 1, &last);
+    if (ovf || last >= numel_of(pt))
+        return bad(err, n,
+                   "instrs[%d].gemm: %c (tensors[%d], %" PRId64
+                   " elements) is too small: the gemm touches element %s%" PRId64,
+                   i, name, t, numel_of(pt), ovf ? "beyond " : "", ovf ? INT64_MAX : last);
+    return 0;
+}
+
+static int check_gemm(const Plan *p, int i, char *err, size_t n)
+{
+    const PlanGemm *g = &p->instrs[i].gemm;
+    if (check_tensor_index(p, g->a, "gemm.a", i, err, n) ||
+        check_tensor_index(p, g->b, "gemm.b", i, err, n) ||
+        check_tensor_index(p, g->c, "gemm.c", i, err, n))
+        return -1;
+    PlanDType ta = p->tensors[g->a].dtype, tb = p->tensors[g->b].dtype, tc = p->tensors[g->c].dtype;
+    if (ta != tb || ta != tc || ta == PD_I32)
+        return bad(err, n,
+                   "instrs[%d].gemm: operands are %s, %s and %s; they must share one float dtype",
+                   i, plan_dtype_name(ta), plan_dtype_name(tb), plan_dtype_name(tc));
+    if ((g->trans_a != 0 && g->trans_a != 1) || (g->trans_b != 0 && g->trans_b != 1))
+        return bad(err, n, "instrs[%d].gemm.trans_%c: must be 0 or 1", i,
+                   g->trans_a != 0 && g->trans_a != 1 ? 'a' : 'b');
+    if (g->m < 1 || g->n < 1 || g->k < 1 || g->batch < 1)
+        return bad(err, n, "instrs[%d].gemm: m, n, k and batch must be >= 1", i);
+    if (!isfinite(g->alpha) || !isfinite(g->beta))
+        return bad(err, n, "instrs[%d].gemm: alpha and beta must be finite", i);
+    if (check_operand(p, i, 'A', g->a, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->lda,
+                      g->stride_a, g->batch, err, n) ||
+        check_operand(p, i, 'B', g->b, g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->ldb,
+                      g->stride_b, g->batch, err, n))
+        return -1;
+    return check_operand(p, i, 'C', g->c, g->m, g->n, g->ldc, g->stride_c, g->batch, err, n);
+}
+
+static int check_instr(const Plan *p, int i, char *err, size_t n)
+{
+    const PlanInstr *in = &p->instrs[i];
+    if ((unsigned)in->kind >= PI_COUNT)
+        return bad(err, n, "instrs[%d].kind: %d is not an instruction kind", i, (int)in->kind);
+    if (in->phase < 0 || in->phase >= NPHASES || in->layer < -1)
+        return bad(err, n, "instrs[%d].%s: out of range", i, in->layer < -1 ? "layer" : "phase");
+    if (in->nargs < 0 || (in->nargs > 0 && !in->args))
+        return bad(err, n, "instrs[%d].args: %d arguments but no array", i, in->nargs);
+    for (int j = 0; j < in->nargs; j++)
+        if (check_tensor_index(p, in->args[j], "args", i, err, n))
+            return -1;
+    if (in->kind == PI_GEMM)
+        return check_gemm(p, i, err, n);
+    if (in->kind == PI_COPY) {
+        if (in->nargs != 2)
+            return bad(err, n, "instrs[%d].args: a copy takes 2 tensors, not %d", i, in->nargs);
+        if (p->tensors[in->args[0]].bytes != p->tensors[in->args[1]].bytes)
+            return bad(err, n, "instrs[%d]: copy of %" PRIu64 " bytes into a tensor of %" PRIu64, i,
+                       p->tensors[in->args[1]].bytes, p->tensors[in->args[0]].bytes);
+        return 0;
+    }
+    if (in->kernel < 0 || in->kernel >= p->nkernels)
+        return bad(err, n, "instrs[%d].kernel: %d out of range (%d kernels)", i, in->kernel,
+                   p->nkernels);
+    if (in->nargs != p->kernels[in->kernel].nargs)
+        return bad(err, n, "instrs[%d].args: %d arguments, but kernel \"%s\" takes %d", i,
+                   in->nargs, p->kernels[in->kernel].name, p->kernels[in->kernel].nargs);
+    return 0;
+}
+
+/* loss, lr and grad_norm: -1, or a rank-0 float tensor. */
+static int check_output(const Plan *p, const char *what, int t, char *err, size_t n)
+{
+    if (t == -1)
+        return 0;
+    if (t < 0 || t >= p->ntensors)
+        return bad(err, n, "%s: tensor %d out of range (%d tensors)", what, t, p->ntensors);
+    const PlanTensor *pt = &p->tensors[t];
+    if (pt->rank != 0 || (pt->dtype != PD_F32 && pt->dtype != PD_F64))
+        return bad(err, n, "%s: tensors[%d] must be a rank-0 f32 or f64 tensor", what, t);
+    return 0;
+}
+
+static int check_counts(const Plan *p, char *err, size_t n)
+{
+    if (p->version != PLAN_VERSION)
+        return bad(err, n, "version: %d, expected %d", p->version, PLAN_VERSION);
+    if (p->naxes < 0 || (p->naxes > 0 && !p->axes))
+        return bad(err, n, "axes: bad count %d", p->naxes);
+    if (p->ntensors < 0 || (p->ntensors > 0 && !p->tensors))
+        return bad(err, n, "tensors: bad count %d", p->ntensors);
+    if (p->ninstrs < 0 || (p->ninstrs > 0 && !p->instrs))
+        return bad(err, n, "instrs: bad count %d", p->ninstrs);
+    if (p->nkernels < 0 || (p->nkernels > 0 && !p->kernels))
+        return bad(err, n, "kernels: bad count %d", p->nkernels);
+    if (!isfinite(p->flops) || p->flops < 0)
+        return bad(err, n, "flops: %g is out of range", p->flops);
+    for (int i = 0; i < p->naxes; i++)
+        if (!*str_or_empty(p->axes[i].name) || p->axes[i].size < 1)
+            return bad(err, n, "axes[%d]: needs a name and a size >= 1", i);
+    return 0;
+}
+
+int plan_check(const Plan *p, char *err, size_t n)
+{
+    if (check_counts(p, err, n))
+        return -1;
+    for (int i = 0; i < p->ntensors; i++)
+        if (check_tensor_shape(p, i, err, n) || check_tensor_role(p, i, err, n))
+            return -1;
+    if (check_kernels(p, err, n) || check_names(p, err, n))
+        return -1;
+    for (int i = 0; i < p->ninstrs; i++)
+        if (check_instr(p, i, err, n))
+            return -1;
+    if (check_output(p, "loss", p->loss, err, n) || check_output(p, "lr", p->lr, err, n) ||
+        check_output(p, "grad_norm", p->grad_norm, err, n))
+        return -1;
+    return 0;
+}
+
+/* ---- plan_write ---- */
+
+typedef struct Wr {
+    char *err;
+    size_t n;
+    int failed;
+} Wr;
+
+static void wr_fail(Wr *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void wr_fail(Wr *w, const char *fmt, ...)
+{
+    va_list ap;
+    if (w->failed++ || !w->err || !w->n)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(w->err, w->n, fmt, ap);
+    va_end(ap);
+}
+
+/* cJSON returns NULL when out of memory; one check per added item. */
+static cJSON *wr_add(Wr *w, cJSON *o, const char *key, cJSON *item)
+{
+    if (!item || !o) {
+        cJSON_Delete(item);
+        wr_fail(w, "cJSON: out of memory");
+        return NULL;
+    }
+    if (!cJSON_IsArray(o))
+        cJSON_AddItemToObject(o, key, item);
+    else
+        cJSON_AddItemToArray(o, item);
+    return item;
+}
+
+/* Numbers are written by hand: cJSON's own printing may drop the last digit of
+ * a double (it accepts a 15-digit form within an epsilon), and the hash needs
+ * every bit back. */
+static void wr_int(Wr *w, cJSON *o, const char *at, const char *key, int64_t v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%" PRId64, v);
+    if (v > JSON_EXACT || v < -JSON_EXACT)
+        wr_fail(w, "%s%s%s: %" PRId64 " is beyond 2^53, which JSON numbers do not hold exactly", at,
+                *at ? "." : "", key, v);
+    else
+        wr_add(w, o, key, cJSON_CreateRaw(buf));
+}
+
+static void wr_u64(Wr *w, cJSON *o, const char *at, const char *key, uint64_t v)
+{
+    if (v > (uint64_t)JSON_EXACT)
+        wr_fail(w, "%s%s%s: %" PRIu64 " is beyond 2^53, which JSON numbers do not hold exactly", at,
+                *at ? "." : "", key, v);
+    else
+        wr_int(w, o, at, key, (int64_t)v);
+}
+
+static void wr_num(Wr *w, cJSON *o, const char *at, const char *key, double v)
+{
+    char buf[40];
+    if (!isfinite(v)) {
+        wr_fail(w, "%s%s%s: %g is not finite", at, *at ? "." : "", key, v);
+        return;
+    }
+    for (int digits = 15; digits <= 17; digits++) { /* the shortest that reads back exactly */
+        snprintf(buf, sizeof buf, "%.*g", digits, v == 0 ? 0 : v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    wr_add(w, o, key, cJSON_CreateRaw(buf));
+}
+
+static void wr_str(Wr *w, cJSON *o, const char *key, const char *s)
+{
+    wr_add(w, o, key, cJSON_CreateString(str_or_empty(s)));
+}
+
+static const char *wr_name(Wr *w, const char *at, const char *what, const char *const *names,
+                           int count, int v)
+{
+    if (v >= 0 && v < count)
+        return names[v];
+    wr_fail(w, "%s.%s: %d is out of range", at, what, v);
+    return "?";
+}
+
+static void wr_tensor(Wr *w, cJSON *arr, int i, const PlanTensor *t)
+{
+    char at[48];
+    snprintf(at, sizeof at, "tensors[%d]", i);
+    cJSON *o = wr_add(w, arr, NULL, cJSON_CreateObject());
+    wr_str(w, o, "name", t->name);
+    wr_str(w, o, "dtype", wr_name(w, at, "dtype", dtype_names, PD_COUNT, t->dtype));
+    cJSON *shape = wr_add(w, o, "shape", cJSON_CreateArray());
+    if (t->rank < 0 || t->rank > PLAN_MAX_RANK)
+        wr_fail(w, "%s.rank: %d is outside [0, %d]", at, t->rank, PLAN_MAX_RANK);
+    for (int d = 0; d < t->rank && d < PLAN_MAX_RANK && shape; d++)
+        wr_int(w, shape, at, "shape", t->shape[d]);
+    wr_u64(w, o, at, "offset", t->offset);
+    wr_u64(w, o, at, "bytes", t->bytes);
+    wr_str(w, o, "role", wr_name(w, at, "role", role_names, PT_COUNT, t->role));
+    wr_str(w, o, "init", t->init);
+    wr_num(w, o, at, "init_arg", t->init_arg);
+    wr_int(w, o, at, "layer", t->layer);
+    wr_int(w, o, at, "limit", t->limit);
+    wr_int(w, o, at, "value", t->value);
+}
+
+static void wr_gemm(Wr *w, cJSON *parent, const char *at, const PlanGemm *g)
+{
+    cJSON *o = wr_add(w, parent, "gemm", cJSON_CreateObject());
+    const char *keys[] = {"a",   "b",   "c",   "trans_a", "trans_b",  "m",        "n",       "k",
+                          "lda", "ldb", "ldc", "batch",   "stride_a", "stride_b", "stride_c"};
+    int64_t v[] = {g->a,   g->b,   g->c,   g->trans_a, g->trans_b,  g->m,        g->n,       g->k,
+                   g->lda, g->ldb, g->ldc, g->batch,   g->stride_a, g->stride_b, g->stride_c};
+    for (size_t j = 0; j < sizeof v / sizeof v[0]; j++)
+        wr_int(w, o, at, keys[j], v[j]);
+    wr_num(w, o, at, "alpha", g->alpha);
+    wr_num(w, o, at, "beta", g->beta);
+}
+
+static void wr_instr(Wr *w, cJSON *arr, int i, const PlanInstr *in)
+{
+    char at[48];
+    snprintf(at, sizeof at, "instrs[%d]", i);
+    cJSON *o = wr_add(w, arr, NULL, cJSON_CreateObject());
+    wr_str(w, o, "kind", wr_name(w, at, "kind", kind_names, PI_COUNT, in->kind));
+    if (in->kind == PI_KERNEL)
+        wr_int(w, o, at, "kernel", in->kernel);
+    cJSON *args = wr_add(w, o, "args", cJSON_CreateArray());
+    if (in->nargs < 0 || (in->nargs > 0 && !in->args))
+        wr_fail(w, "%s.args: %d arguments but no array", at, in->nargs);
+    for (int j = 0; j < in->nargs && in->args && args; j++)
+        wr_int(w, args, at, "args", in->args[j]);
+    if (in->kind == PI_GEMM)
+        wr_gemm(w, o, at, &in->gemm);
+    wr_int(w, o, at, "phase", in->phase);
+    wr_int(w, o, at, "layer", in->layer);
+}
+
+static void wr_lists(Wr *w, cJSON *root, const Plan *p)
+{
+    cJSON *axes = wr_add(w, root, "axes", cJSON_CreateArray());
+    char at[48];
+    for (int i = 0; i < p->naxes && p->axes && axes; i++) {
+        cJSON *o = wr_add(w, axes, NULL, cJSON_CreateObject());
+        snprintf(at, sizeof at, "axes[%d]", i);
+        wr_str(w, o, "name", p->axes[i].name);
+        wr_str(w, o, "role", p->axes[i].role);
+        wr_int(w, o, at, "size", p->axes[i].size);
+    }
+    wr_u64(w, root, "", "slab_bytes", p->slab_bytes);
+    cJSON *tensors = wr_add(w, root, "tensors", cJSON_CreateArray());
+    for (int i = 0; i < p->ntensors && p->tensors && tensors; i++)
+        wr_tensor(w, tensors, i, &p->tensors[i]);
+    cJSON *kernels = wr_add(w, root, "kernels", cJSON_CreateArray());
+    for (int i = 0; i < p->nkernels && p->kernels && kernels; i++) {
+        cJSON *o = wr_add(w, kernels, NULL, cJSON_CreateObject());
+        snprintf(at, sizeof at, "kernels[%d]", i);
+        wr_str(w, o, "name", p->kernels[i].name);
+        wr_int(w, o, at, "nargs", p->kernels[i].nargs);
+        wr_int(w, o, at, "pattern", p->kernels[i].pattern);
+    }
+    cJSON *instrs = wr_add(w, root, "instrs", cJSON_CreateArray());
+    for (int i = 0; i < p->ninstrs && p->instrs && instrs; i++)
+        wr_instr(w, instrs, i, &p->instrs[i]);
+    if ((p->naxes && !p->axes) || (p->ntensors && !p->tensors) || (p->nkernels && !p->kernels) ||
+        (p->ninstrs && !p->instrs) || p->naxes < 0 || p->ntensors < 0 || p->nkernels < 0 ||
+        p->ninstrs < 0)
+        wr_fail(w, "a count of axes, tensors, kernels or instrs does not match its array");
+}
+
+static cJSON *wr_plan(Wr *w, const Plan *p)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (!root) {
+        wr_fail(w, "cJSON: out of memory");
+        return NULL;
+    }
+    wr_str(w, root, "format", PLAN_FORMAT);
+    wr_int(w, root, "", "version", p->version);
+    wr_str(w, root, "hash", p->hash);
+    wr_str(w, root, "model", p->model);
+    wr_lists(w, root, p);
+    wr_int(w, root, "", "loss", p->loss);
+    wr_int(w, root, "", "lr", p->lr);
+    wr_int(w, root, "", "grad_norm", p->grad_norm);
+    wr_num(w, root, "", "flops", p->flops);
+    wr_str(w, root, "kernel_source", p->kernel_source);
+    return root;
+}
+
+static int write_file(const char *path, const char *text, char *err, size_t n)
+{
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
+        return bad(err, n, "%s: path too long", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return bad(err, n, "fopen %s: %s", tmp, strerror(errno));
+    size_t len = strlen(text);
+    int ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
+    const char *call = !ok ? "fwrite" : fflush(f) ? "fflush" : fsync(fileno(f)) ? "fsync" : NULL;
+    int e = errno;
+    if (fclose(f) && !call) {
+        call = "fclose";
+        e = errno;
+    }
+    if (!call && rename(tmp, path)) {
+        call = "rename";
+        e = errno;
+    }
+    if (call) {
+        unlink(tmp);
+        return bad(err, n, "%s %s: %s", call, tmp, strerror(e));
+    }
+    return 0;
+}
+
+int plan_write(const char *path, Plan *p, char *err, size_t errlen)
+{
+    Wr w = {err, errlen, 0};
+    p->version = PLAN_VERSION;
+    plan_hash(p, p->hash);
+    cJSON *root = wr_plan(&w, p);
+    char *text = w.failed ? NULL : cJSON_Print(root);
+    if (!w.failed && !text)
+        wr_fail(&w, "cJSON_Print: out of memory");
+    cJSON_Delete(root);
+    if (w.failed) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", err && errlen ? err : "");
+        return bad(err, errlen, "%s: cannot write the plan: %s", path, msg);
+    }
+    int rc = write_file(path, text, err, errlen);
+    free(text);
+    return rc;
+}
+
+/* ---- plan_load: JSON -> Plan, checking types and names ---- */
+
+/* "at.key", or "key" at the top level. */
+static const char *field(char *buf, size_t n, const char *at, const char *key)
+{
+    snprintf(buf, n, "%s%s%s", at, *at && key ? "." : "", key ? key : "");
+    return buf;
+}
+
+/* o must be an object whose keys are all in allowed (NULL-terminated), each once. */
+static int rd_keys(const cJSON *o, const char *at, const char *const *allowed, char *err, size_t n)
+{
+    char q[SHOWN];
+    if (!cJSON_IsObject(o))
+        return bad(err, n, "%s: expected an object", *at ? at : "plan");
+    for (const cJSON *c = o->child; c; c = c->next) {
+        int known = 0;
+        if (!c->string)
+            return bad(err, n, "%s: a field has no name", *at ? at : "plan");
+        for (int i = 0; allowed[i] && !known; i++)
+            known = !strcmp(c->string, allowed[i]);
+        if (!known)
+            return bad(err, n, "%s%sunknown field \"%s\"", at, *at ? ": " : "",
+                       shown(q, c->string));
+        for (const cJSON *d = o->child; d != c; d = d->next)
+            if (!strcmp(c->string, d->string))
+                return bad(err, n, "%s%sfield \"%s\" appears twice", at, *at ? ": " : "",
+                           shown(q, c->string));
+    }
+    return 0;
+}
+
+static const cJSON *rd_member(const cJSON *o, const char *at, const char *key, char *err, size_t n)
+{
+    char f[128];
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v)
+        bad(err, n, "%s: missing", field(f, sizeof f, at, key));
+    return v;
+}
+
+/* A JSON number that is an integer held exactly. */
+static int json_int(const cJSON *v, int64_t *out)
+{
+    if (!cJSON_IsNumber(v))
+        return 0;
+    double d = v->valuedouble;
+    if (!(d >= -(double)JSON_EXACT && d <= (double)JSON_EXACT) || d != floor(d))
+        return 0;
+    *out = (int64_t)d;
+    return 1;
+}
+
+static int rd_int(const cJSON *o, const char *at, const char *key, int64_t lo, int64_t hi,
+                  int64_t *out, char *err, size_t n)
+{
+    char f[128];
+    const cJSON *v = rd_member(o, at, key, err, n);
+    if (!v)
+        return -1;
+    if (!json_int(v, out) || *out < lo || *out > hi)
+        return bad(err, n, "%s: expected an integer in [%" PRId64 ", %" PRId64 "]",
+                   field(f, sizeof f, at, key), lo, hi);
+    return 0;
+}
+
+static int rd_i32(const cJSON *o, const char *at, const char *key, int *out, char *err, size_t n)
+{
+    int64_t v;
+    if (rd_int(o, at, key, INT_MIN, INT_MAX, &v, err, n))
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int rd_u64(const cJSON *o, const char *at, const char *key, uint64_t *out, char *err,
+                  size_t n)
+{
+    int64_t v;
+    if (rd_int(o, at, key, 0, JSON_EXACT, &v, err, n))
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static int rd_num(const cJSON *o, const char *at, const char *key, double *out, char *err, size_t n)
+{
+    char f[128];
+    const cJSON *v = rd_member(o, at, key, err, n);
+    if (!v)
+        return -1;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return bad(err, n, "%s: expected a finite number", field(f, sizeof f, at, key));
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int rd_str(const cJSON *o, const char *at, const char *key, char **out, char *err, size_t n)
+{
+    char f[128];
+    const cJSON *v = rd_member(o, at, key, err, n);
+    if (!v)
+        return -1;
+    if (!cJSON_IsString(v) || !v->valuestring)
+        return bad(err, n, "%s: expected a string", field(f, sizeof f, at, key));
+    if (!(*out = strdup(v->valuestring)))
+        return bad(err, n, "strdup: out of memory");
+    return 0;
+}
+
+static int rd_enum(const cJSON *o, const char *at, const char *key, const char *const *names,
+                   int count, const char *what, int *out, char *err, size_t n)
+{
+    char f[128], q[SHOWN];
+    const cJSON *v = rd_member(o, at, key, err, n);
+    if (!v)
+        return -1;
+    if (!cJSON_IsString(v) || !v->valuestring)
+        return bad(err, n, "%s: expected a string", field(f, sizeof f, at, key));
+    for (int i = 0; i < count; i++)
+        if (!strcmp(v->valuestring, names[i])) {
+            *out = i;
+            return 0;
+        }
+    return bad(err, n, "%s: unknown %s \"%s\"", field(f, sizeof f, at, key), what,
+               shown(q, v->valuestring));
+}
+
+/* An array of integers in [lo, hi], at most max long: a calloc'd copy in *out. */
+static int rd_ints(const cJSON *o, const char *at, const char *key, int max, int64_t lo, int64_t hi,
+                   int64_t **out, int *count, char *err, size_t n)
+{
+    char f[128];
+    const cJSON *v = rd_member(o, at, key, err, n);
+    if (!v)
+        return -1;
+    int len = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1, i = 0;
+    if (len < 0 || len > max || !(*out = calloc((size_t)len + 1, sizeof(int64_t))))
+        goto fail;
+    for (const cJSON *c = v->child; c; c = c->next, i++)
+        if (!json_int(c, &(*out)[i]) || (*out)[i] < lo || (*out)[i] > hi)
+            goto fail;
+    *count = len;
+    return 0;
+fail:
+    free(*out);
+    *out = NULL;
+    if (max < INT_MAX)
+        return bad(err, n, "%s: expected an array of at most %d integers",
+                   field(f, sizeof f, at, key), max);
+    return bad(err, n, "%s: expected an array of integers in [%" PRId64 ", %" PRId64 "]",
+               field(f, sizeof f, at, key), lo, hi);
+}
+
+/* An array member: its element count, or -1. */
+static int rd_array(const cJSON *o, const char *key, const cJSON **arr, char *err, size_t n)
+{
+    *arr = rd_member(o, "", key, err, n);
+    if (!*arr)
+        return -1;
+    if (!cJSON_IsArray(*arr))
+        return bad(err, n, "%s: expected an array", key);
+    return cJSON_GetArraySize(*arr);
+}
+
+static int rd_tensor(const cJSON *o, const char *at, PlanTensor *t, char *err, size_t n)
+{
+    static const char *const keys[] = {"name", "dtype",    "shape", "offset", "bytes", "role",
+                                       "init", "init_arg", "layer", "limit",  "value", NULL};
+    int64_t *shape = NULL;
+    int dt, role;
+    if (rd_keys(o, at, keys, err, n) || rd_str(o, at, "name", &t->name, err, n) ||
+        rd_enum(o, at, "dtype", dtype_names, PD_COUNT, "dtype", &dt, err, n) ||
+        rd_ints(o, at, "shape", PLAN_MAX_RANK, -JSON_EXACT, JSON_EXACT, &shape, &t->rank, err, n))
+        return -1;
+    t->dtype = (PlanDType)dt;
+    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)t->rank);
+    free(shape);
+    if (rd_u64(o, at, "offset", &t->offset, err, n) || rd_u64(o, at, "bytes", &t->bytes, err, n) ||
+        rd_enum(o, at, "role", role_names, PT_COUNT, "role", &role, err, n) ||
+        rd_str(o, at, "init", &t->init, err, n) ||
+        rd_num(o, at, "init_arg", &t->init_arg, err, n) ||
+        rd_i32(o, at, "layer", &t->layer, err, n) ||
+        rd_int(o, at, "limit", -JSON_EXACT, JSON_EXACT, &t->limit, err, n) ||
+        rd_i32(o, at, "value", &t->value, err, n))
+        return -1;
+    t->role = (PlanRole)role;
+    return 0;
+}
+
+static int rd_gemm(const cJSON *o, const char *at, PlanGemm *g, char *err, size_t n)
+{
+    static const char *const keys[] = {
+        "a",   "b",   "c",     "trans_a",  "trans_b",  "m",        "n",     "k",    "lda",
+        "ldb", "ldc", "batch", "stride_a", "stride_b", "stride_c", "alpha", "beta", NULL};
+    int *ints[] = {&g->a, &g->b, &g->c, &g->trans_a, &g->trans_b};
+    int64_t *longs[] = {&g->m,   &g->n,     &g->k,        &g->lda,      &g->ldb,
+                        &g->ldc, &g->batch, &g->stride_a, &g->stride_b, &g->stride_c};
+    if (rd_keys(o, at, keys, err, n))
+        return -1;
+    for (int j = 0; j < 5; j++)
+        if (rd_i32(o, at, keys[j], ints[j], err, n))
+            return -1;
+    for (int j = 0; j < 10; j++)
+        if (rd_int(o, at, keys[5 + j], -JSON_EXACT, JSON_EXACT, longs[j], err, n))
+            return -1;
+    if (rd_num(o, at, "alpha", &g->alpha, err, n) || rd_num(o, at, "beta", &g->beta, err, n))
+        return -1;
+    return 0;
+}
+
+static int rd_instr(const cJSON *o, const char *at, PlanInstr *in, char *err, size_t n)
+{
+    static const char *const keys[PI_COUNT][6] = {
+        {"kind", "kernel", "args", "phase", "layer", NULL},
+        {"kind", "args", "gemm", "phase", "layer", NULL},
+        {"kind", "args", "phase", "layer", NULL},
+    };
+    int kind;
+    int64_t *args = NULL;
+    char f[64];
+    if (!cJSON_IsObject(o))
+        return bad(err, n, "%s: expected an object", at);
+    if (rd_enum(o, at, "kind", kind_names, PI_COUNT, "instruction kind", &kind, err, n) ||
+        rd_keys(o, at, keys[kind], err, n))
+        return -1;
+    in->kind = (PlanInstrKind)kind;
+    if ((kind == PI_KERNEL && rd_i32(o, at, "kernel", &in->kernel, err, n)) ||
+        rd_ints(o, at, "args", INT_MAX, INT_MIN, INT_MAX, &args, &in->nargs, err, n))
+        return -1;
+    in->args = calloc((size_t)in->nargs + 1, sizeof(int));
+    for (int j = 0; in->args && j < in->nargs; j++)
+        in->args[j] = (int)args[j];
+    free(args);
+    if (!in->args)
+        return bad(err, n, "calloc: out of memory");
+    const cJSON *g = kind == PI_GEMM ? rd_member(o, at, "gemm", err, n) : NULL;
+    if (kind == PI_GEMM && (!g || rd_gemm(g, field(f, sizeof f, at, "gemm"), &in->gemm, err, n)))
+        return -1;
+    if (rd_i32(o, at, "phase", &in->phase, err, n) || rd_i32(o, at, "layer", &in->layer, err, n))
+        return -1;
+    return 0;
+}
+
+/* Each element of the array member key, read by one of the functions below. */
+/* The calloc'd array (NULL on failure, or with *rc = -1 when an element is bad:
+ * the caller keeps it, with *count set, so plan_free releases what was read). */
+static void *rd_each(const cJSON *root, const char *key, size_t size, int *count,
+                     int (*one)(const cJSON *, const char *, void *, char *, size_t), int *rc,
+                     char *err, size_t n)
+{
+    const cJSON *arr;
+    char at[48];
+    int len = rd_array(root, key, &arr, err, n), i = 0;
+    char *items = len < 0 ? NULL : calloc((size_t)len + 1, size);
+    *rc = -1;
+    if (len >= 0 && !items)
+        bad(err, n, "calloc: out of memory");
+    if (!items)
+        return NULL;
+    *count = len;
+    for (const cJSON *c = arr->child; c; c = c->next, i++) {
+        snprintf(at, sizeof at, "%s[%d]", key, i);
+        if (one(c, at, items + size * (size_t)i, err, n))
+            return items;
+    }
+    *rc = 0;
+    return items;
+}
+
+static int rd_axis_one(const cJSON *o, const char *at, void *item, char *err, size_t n)
+{
+    static const char *const keys[] = {"name", "role", "size", NULL};
+    PlanAxis *a = item;
+    if (rd_keys(o, at, keys, err, n) || rd_str(o, at, "name", &a->name, err, n) ||
+        rd_str(o, at, "role", &a->role, err, n) || rd_i32(o, at, "size", &a->size, err, n))
+        return -1;
+    return 0;
+}
+
+static int rd_kernel_one(const cJSON *o, const char *at, void *item, char *err, size_t n)
+{
+    static const char *const keys[] = {"name", "nargs", "pattern", NULL};
+    PlanKernel *k = item;
+    if (rd_keys(o, at, keys, err, n) || rd_str(o, at, "name", &k->name, err, n) ||
+        rd_i32(o, at, "nargs", &k->nargs, err, n) || rd_i32(o, at, "pattern", &k->pattern, err, n))
+        return -1;
+    return 0;
+}
+
+static int rd_tensor_one(const cJSON *o, const char *at, void *item, char *err, size_t n)
+{
+    return rd_tensor(o, at, item, err, n);
+}
+
+static int rd_instr_one(const cJSON *o, const char *at, void *item, char *err, size_t n)
+{
+    return rd_instr(o, at, item, err, n);
+}
+
+/* "format" and "version" first: a foreign or newer file is named as such. */
+static int rd_header(const cJSON *root, Plan *p, char *hash, char *err, size_t n)
+{
+    char q[SHOWN];
+    if (!cJSON_IsObject(root))
+        return bad(err, n, "not a tcc plan: the top level is not a JSON object");
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    if (!fmt)
+        return bad(err, n, "not a tcc plan: \"format\" is missing, expected \"%s\"", PLAN_FORMAT);
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, PLAN_FORMAT))
+        return bad(err, n, "not a tcc plan: \"format\" is \"%s\", expected \"%s\"",
+                   cJSON_IsString(fmt) ? shown(q, fmt->valuestring) : "(not a string)",
+                   PLAN_FORMAT);
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
+    int64_t v;
+    if (!ver || !json_int(ver, &v))
+        return bad(err, n, "version: expected an integer");
+    if (v != PLAN_VERSION)
+        return bad(err, n,
+                   "plan version %" PRId64 " is not supported (this runtime reads version %d)", v,
+                   PLAN_VERSION);
+    p->version = (int)v;
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(root, "hash");
+    if (!cJSON_IsString(h) || strlen(h->valuestring) != 16 ||
+        strspn(h->valuestring, "0123456789abcdef") != 16)
+        return bad(err, n, "hash: expected a string of 16 lowercase hex digits");
+    memcpy(hash, h->valuestring, 17);
+    return 0;
+}
+
+static int rd_plan(const cJSON *root, Plan *p, char *hash, char *err, size_t n)
+{
+    static const char *const keys[] = {
+        "format", "version", "hash", "model",     "axes",  "slab_bytes",    "tensors", "kernels",
+        "instrs", "loss",    "lr",   "grad_norm", "flops", "kernel_source", NULL};
+    int rc;
+    if (rd_header(root, p, hash, err, n) || rd_keys(root, "", keys, err, n) ||
+        rd_str(root, "", "model", &p->model, err, n) ||
+        rd_u64(root, "", "slab_bytes", &p->slab_bytes, err, n))
+        return -1;
+    p->axes = rd_each(root, "axes", sizeof(PlanAxis), &p->naxes, rd_axis_one, &rc, err, n);
+    if (rc)
+        return -1;
+    p->tensors =
+        rd_each(root, "tensors", sizeof(PlanTensor), &p->ntensors, rd_tensor_one, &rc, err, n);
+    if (rc)
+        return -1;
+    p->kernels =
+        rd_each(root, "kernels", sizeof(PlanKernel), &p->nkernels, rd_kernel_one, &rc, err, n);
+    if (rc)
+        return -1;
+    p->instrs = rd_each(root, "instrs", sizeof(PlanInstr), &p->ninstrs, rd_instr_one, &rc, err, n);
+    if (rc)
+        return -1;
+    if (rd_i32(root, "", "loss", &p->loss, err, n) || rd_i32(root, "", "lr", &p->lr, err, n) ||
+        rd_i32(root, "", "grad_norm", &p->grad_norm, err, n) ||
+        rd_num(root, "", "flops", &p->flops, err, n) ||
+        rd_str(root, "", "kernel_source", &p->kernel_source, err, n))
+        return -1;
+    return 0;
+}
+
+/* ---- reading the file ---- */
+
+static char *read_all(const char *path, size_t *len, char *err, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        bad(err, n, "fopen: %s", strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, used = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        used += fread(buf + used, 1, cap - used, f);
+        if (used < cap || cap >= MAX_FILE_BYTES)
+            break;
+        char *more = realloc(buf, cap *= 2);
+        if (!more)
+            free(buf);
+        buf = more;
+    }
+    int rerr = ferror(f), e = errno, full = buf && used == cap;
+    fclose(f);
+    if (!buf || rerr || full) {
+        free(buf);
+        if (rerr)
+            bad(err, n, "fread: %s", strerror(e));
+        else
+            bad(err, n, "%s", !buf ? "out of memory" : "larger than 2 GiB");
+        return NULL;
+    }
+    *len = used;
+    return buf;
+}
+
+/* Did the text stop early: inside a string, an object or an array, or before
+ * any value, with the parser failing in the last token (not somewhere before)? */
+static int truncated(const char *s, size_t len, size_t pos)
+{
+    int depth = 0, in_str = 0, any = 0;
+    size_t tail = 0; /* where the last token starts */
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = 0;
+        } else if (c == '"') {
+            in_str = any = 1;
+            tail = i;
+        } else if (c && strchr(" \t\r\n,:[]{}", c)) {
+            tail = i + 1;
+            depth += (c == '{' || c == '[') - (c == '}' || c == ']');
+            any |= !strchr(" \t\r\n", c);
+        } else {
+            any = 1;
+        }
+    }
+    if (!any)
+        return 1;
+    return (in_str || depth > 0) && pos + 1 >= (tail < len ? tail + 1 : len);
+}
+
+static void line_col(const char *s, size_t pos, int *line, int *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < pos; i++) {
+        if (s[i] == '\n') {
+            ++*line;
+            *col = 1;
+        } else {
+            ++*col;
+        }
+    }
+}
+
+static cJSON *parse_json(const char *text, size_t len, char *err, size_t n)
+{
+    const char *end = NULL;
+    int line, col;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    size_t pos = end && end >= text && end <= text + len ? (size_t)(end - text) : len;
+    if (!root) {
+        if (truncated(text, len, pos)) {
+            bad(err, n, "unexpected end of file (the plan is truncated)");
+        } else {
+            line_col(text, pos, &line, &col);
+            bad(err, n, "not valid JSON (line %d, column %d)", line, col);
+        }
+        return NULL;
+    }
+    while (pos < len && text[pos] && strchr(" \t\r\n", text[pos]))
+        pos++;
+    if (pos < len) {
+        line_col(text, pos, &line, &col);
+        cJSON_Delete(root);
+        bad(err, n, "unexpected data after the plan (line %d, column %d)", line, col);
+        return NULL;
+    }
+    return root;
+}
+
+Plan *plan_load(const char *path, char *err, size_t errlen)
+{
+    char msg[768] = "", hash[17] = "", got[17];
+    size_t len = 0;
+    Plan *p = NULL;
+    char *text = read_all(path, &len, msg, sizeof msg);
+    cJSON *root = text ? parse_json(text, len, msg, sizeof msg) : NULL;
+    free(text);
+    if (root && !(p = calloc(1, sizeof *p)))
+        bad(msg, sizeof msg, "calloc: out of memory");
+    if (p && (rd_plan(root, p, hash, msg, sizeof msg) || plan_check(p, msg, sizeof msg))) {
+        plan_free(p);
+        p = NULL;
+    }
+    cJSON_Delete(root);
+    if (p) {
+        plan_hash(p, got);
+        if (strcmp(got, hash)) {
+            plan_free(p);
+            p = NULL;
+            bad(msg, sizeof msg, "hash mismatch: the plan was modified or corrupted");
+        } else {
+            memcpy(p->hash, hash, sizeof hash);
+        }
+    }
+    if (!p) {
+        bad(err, errlen, "%s: %s", path, msg);
+        for (char *c = err; err && errlen && *c; c++) /* one line, whatever the path holds */
+            if ((unsigned char)*c < 0x20)
+                *c = '?';
+    }
+    return p;
+}
+
+void plan_free(Plan *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; p->axes && i < p->naxes; i++) {
+        free(p->axes[i].name);
+        free(p->axes[i].role);
+    }
+    for (int i = 0; p->tensors && i < p->ntensors; i++) {
+        free(p->tensors[i].name);
+        free(p->tensors[i].init);
+    }
+    for (int i = 0; p->instrs && i < p->ninstrs; i++)
+        free(p->instrs[i].args);
+    for (int i = 0; p->kernels && i < p->nkernels; i++)
+        free(p->kernels[i].name);
+    free(p->axes);
+    free(p->tensors);
+    free(p->instrs);
+    free(p->kernels);
+    free(p->model);
+    free(p->kernel_source);
+    free(p);
+}

@@ -1,0 +1,127 @@
+/* plan.h: the plan, the one thing the compiler hands the runtime.
+ * A plan holds what one training step needs and nothing else: the tensors
+ * (parameters, optimizer state, inputs, temporaries) at offsets in one slab of
+ * memory, the instruction list of the step (kernel launches, GEMMs, copies),
+ * the source of the kernels, and a hash. It is stored as JSON (docs/plan.md);
+ * the loader refuses a truncated, corrupt or foreign file with a clear message.
+ * This header is the only part of the compiler the runtime sees. */
+#ifndef TCC_PLAN_H
+#define TCC_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PLAN_FORMAT "tcc-plan"
+#define PLAN_VERSION 1
+#define PLAN_MAX_RANK 8
+#define PLAN_ALIGN 64 /* every tensor offset is a multiple of this */
+
+/* Same order as the IR's DType. */
+typedef enum { PD_F32, PD_F64, PD_BF16, PD_F16, PD_I32, PD_COUNT } PlanDType;
+
+typedef enum {
+    PT_PARAM, /* trained; initialised from init, kept across steps, checkpointed */
+    PT_STATE, /* optimizer state; zeros at start, kept across steps, checkpointed */
+    PT_INPUT, /* data, written by the runtime before each step */
+    PT_STEP,  /* f32[]: the runtime writes the 1-based step number before each step */
+    PT_TEMP,  /* computed during the step */
+    PT_COUNT
+} PlanRole;
+
+typedef struct PlanTensor {
+    char *name;                    /* parameter / input name; "" for temporaries */
+    PlanDType dtype;
+    int rank;
+    int64_t shape[PLAN_MAX_RANK];
+    uint64_t offset, bytes;        /* in the slab; bytes = numel * dtype size */
+    PlanRole role;
+    char *init;                    /* PT_PARAM: zeros|ones|normal|uniform|constant, else "" */
+    double init_arg;               /* std, a or value */
+    int layer;                     /* -1 outside any repeat */
+    int64_t limit;                 /* PT_INPUT i32: ids must lie in [0, limit); else 0 */
+    int value;                     /* the graph-IR value it holds (%N), for debugging */
+} PlanTensor;
+
+typedef enum {
+    PI_KERNEL, /* call kernels[kernel] with the tensors args[0..nargs) */
+    PI_GEMM,   /* C = alpha op(A) op(B) + beta C, row-major, batch times with strides */
+    PI_COPY,   /* bytes of tensor args[1] into tensor args[0] (same size) */
+    PI_COUNT
+} PlanInstrKind;
+
+typedef struct PlanGemm {
+    int a, b, c;                       /* tensor indices */
+    int trans_a, trans_b;
+    int64_t m, n, k;                   /* op(A) is m x k, op(B) k x n, C m x n */
+    int64_t lda, ldb, ldc;             /* leading dimensions, in elements */
+    int64_t batch;                     /* >= 1 */
+    int64_t stride_a, stride_b, stride_c; /* elements between batch members (0: shared) */
+    double alpha, beta;
+} PlanGemm;
+
+typedef struct PlanInstr {
+    PlanInstrKind kind;
+    int kernel;    /* PI_KERNEL */
+    int nargs;
+    int *args;     /* PI_KERNEL, PI_COPY: tensor indices */
+    PlanGemm gemm; /* PI_GEMM */
+    int phase;     /* 0 fwd, 1 bwd, 2 recompute, 3 opt: for profiles and logs */
+    int layer;
+} PlanInstr;
+
+typedef struct PlanKernel {
+    char *name;  /* the C symbol in kernel_source: void NAME(char *const *args) */
+    int nargs;
+    int pattern; /* 0 pointwise, 1 row, 2 attention, 3 attention backward: for profiles */
+} PlanKernel;
+
+typedef struct PlanAxis {
+    char *name;
+    char *role;
+    int size;
+} PlanAxis;
+
+typedef struct Plan {
+    int version;
+    char *model;
+    int naxes;
+    PlanAxis *axes;
+    uint64_t slab_bytes;
+    int ntensors;
+    PlanTensor *tensors;
+    int ninstrs;
+    PlanInstr *instrs;
+    int nkernels;
+    PlanKernel *kernels;
+    char *kernel_source; /* C99 + OpenMP; includes what it needs */
+    int loss, lr, grad_norm; /* tensor indices of the step's outputs (-1: none) */
+    double flops;        /* model FLOPs of one step (for GFLOP/s) */
+    char hash[17];       /* 16 hex digits over everything above */
+} Plan;
+
+size_t plan_dtype_size(PlanDType t);
+const char *plan_dtype_name(PlanDType t);
+const char *plan_role_name(PlanRole r);
+
+/* The content hash of p (FNV-1a 64 over a canonical serialisation), as 16 hex
+ * digits in out[17]. */
+void plan_hash(const Plan *p, char out[17]);
+
+/* Check the meaning of a plan in memory: every rule plan_load applies once the
+ * JSON is read (ranges, sizes, offsets in the slab, instruction operands), but
+ * not the hash. 0, or -1 with a message in err that names the field. */
+int plan_check(const Plan *p, char *err, size_t errlen);
+
+/* Write p as JSON to path (atomically: a temporary file renamed into place),
+ * with p's hash recomputed. 0, or -1 with a message in err. */
+int plan_write(const char *path, Plan *p, char *err, size_t errlen);
+
+/* Read and validate a plan: format name, version, every field's type and
+ * range, tensor offsets aligned and inside the slab (tensors may alias: a
+ * reshape shares its operand's memory), instruction operands in range and of
+ * fitting sizes, the hash. NULL with a message in err that names the file and
+ * what is wrong. */
+Plan *plan_load(const char *path, char *err, size_t errlen);
+void plan_free(Plan *p);
+
+#endif

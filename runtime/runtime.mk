@@ -1,0 +1,50 @@
+# runtime.mk: the runtime, included by the Makefile.
+# Builds build/libtccrt.a (and build/libtccrt-san.a, sanitized) from runtime/*.c
+# except the commands, and the command ./tccrun. Unit tests that use the
+# runtime link $(RT_SAN_LIB) $(RT_LIBS). The objects come from the Makefile's
+# pattern rules ($(B)/obj/%.o, $(B)/san/%.o).
+
+# Files with a main(): not in the library.
+RT_CMD_SRCS := runtime/tccrun.c
+RT_SRCS := $(filter-out $(RT_CMD_SRCS),$(sort $(wildcard runtime/*.c)))
+RT_OBJS := $(RT_SRCS:%.c=$(B)/obj/%.o)
+RT_SAN_OBJS := $(RT_SRCS:%.c=$(B)/san/%.o)
+RT_HDRS := $(wildcard runtime/*.h)
+RT_LIB := $(B)/libtccrt.a
+RT_SAN_LIB := $(B)/libtccrt-san.a
+# OpenBLAS for GEMMs, cJSON for plans, dlopen for kernels, OpenMP for the kernels.
+RT_LIBS := -lopenblas -lcjson -ldl -fopenmp -lm
+
+$(RT_OBJS) $(RT_SAN_OBJS) $(RT_CMD_SRCS:%.c=$(B)/obj/%.o): $(RT_HDRS)
+
+$(RT_LIB): $(RT_OBJS)
+	@mkdir -p $(dir $@) && rm -f $@
+	$(AR) rcs $@ $^
+
+$(RT_SAN_LIB): $(RT_SAN_OBJS)
+	@mkdir -p $(dir $@) && rm -f $@
+	$(AR) rcs $@ $^
+
+tccrun: $(B)/obj/runtime/tccrun.o $(RT_LIB)
+	$(CC) $(CFLAGS) -o $@ $^ $(RT_LIBS)
+
+all: tccrun
+
+# Every unit test may use the runtime: rebuild them when it changes.
+$(UNIT_BINS): $(RT_SAN_LIB) $(RT_HDRS)
+
+# The runtime's own tests link it here.
+RT_UNIT_BINS := $(filter $(B)/unit/test_plan $(B)/unit/test_runtime,$(UNIT_BINS))
+$(RT_UNIT_BINS): $(B)/unit/%: tests/unit/%.c $(SAN_OBJS) $(SUPPORT_OBJS) $(HDRS) $(RT_SAN_LIB)
+	@mkdir -p $(dir $@) && rm -f $@
+	$(CC) $(CFLAGS) $(SANFLAGS) $(BASEFLAGS) -o $@ $< $(SAN_OBJS) $(SUPPORT_OBJS) \
+	    $(RT_SAN_LIB) -lcriterion $(RT_LIBS)
+
+clean: clean-runtime
+clean-runtime:
+	rm -f tccrun
+
+.PHONY: clean-runtime
+
+# test_runtime also runs ./tccrun.
+$(B)/unit/test_runtime: | tccrun

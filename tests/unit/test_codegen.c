@@ -1,0 +1,237 @@
+/* test_codegen.c: every generated CPU kernel against the float64 reference.
+ * A small TDL program goes through autodiff (and the optimizer), becomes a
+ * plan, and runs one step in the runtime; the interpreter runs the same graph
+ * from the same parameter and input values. Every tensor that holds a graph
+ * value is compared, so each forward, backward and optimizer kernel is checked
+ * on its own. In float64 the only differences are summation order:
+ * |x - ref| <= 1e-9 (max|ref| + |ref|). In float32 (and the learning rate, f32 in
+ * every model) errors grow like sqrt(n) eps32 ~ 1e-6 per reduction
+ * and chain through a few ops: 2e-4 (max|ref| + |ref|) leaves margin. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codegen/codegen.h"
+#include "frontend/frontend.h"
+#include "passes/passes.h"
+#include "runtime/runtime.h"
+#include "tests/support/interp.h"
+
+static char cache[64];
+
+static void make_cache(void)
+{
+    snprintf(cache, sizeof cache, "/tmp/tcc-test-cg-XXXXXX");
+    cr_assert_not_null(mkdtemp(cache));
+}
+
+static void remove_cache(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static double get(const PlanTensor *t, const void *data, int64_t i)
+{
+    switch (t->dtype) {
+    case PD_F32: return ((const float *)data)[i];
+    case PD_F64: return ((const double *)data)[i];
+    case PD_I32: return ((const int32_t *)data)[i];
+    default: return NAN;
+    }
+}
+
+static void put(const PlanTensor *t, void *data, int64_t i, double x)
+{
+    switch (t->dtype) {
+    case PD_F32: ((float *)data)[i] = (float)x; break;
+    case PD_F64: ((double *)data)[i] = x; break;
+    case PD_I32: ((int32_t *)data)[i] = (int32_t)x; break;
+    default: cr_assert_fail("dtype %d in a test", t->dtype);
+    }
+}
+
+static int64_t numel(const PlanTensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+/* Compile src (f32 replaced by f64 when wide), run one step both ways, compare. */
+static void check_step(const char *src, int wide, int optimize, int64_t vocab)
+{
+    char *text = strdup(src);
+    for (char *p = text; wide && (p = strstr(p, "f32[")); p += 4)
+        memcpy(p, "f64[", 4);
+    Ctx *c = ctx_new(stderr);
+    Graph *g = fe_compile(c, "t.tdl", text, strlen(text));
+    cr_assert_not_null(g);
+    cr_assert_eq(pass_autodiff(c, g), 0);
+    if (optimize)
+        cr_assert_eq(pass_optimizer(c, g), 0);
+    cr_assert_eq(ir_verify(c, g), 0);
+    Plan plan;
+    cr_assert_eq(cg_build_plan(c, g, &plan), 0);
+    char err[512];
+    make_cache();
+    Runtime *rt = rt_open(&plan, cache, err, sizeof err);
+    cr_assert_not_null(rt, "%s", err);
+    Interp *in = interp_new(g);
+    interp_init(in, 2024, vocab);
+    for (int i = 0; i < plan.ntensors; i++) {
+        const PlanTensor *t = &plan.tensors[i];
+        if (t->role == PT_PARAM || t->role == PT_INPUT || t->role == PT_STATE)
+            for (int64_t j = 0; j < numel(t); j++)
+                put(t, rt_tensor_data(rt, i), j, in->buf[t->value][j]);
+    }
+    cr_assert_eq(rt_step(rt, 1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(interp_run(in), 0, "%s", in->err);
+    int compared = 0;
+    for (int i = 0; i < plan.ntensors; i++) {
+        const PlanTensor *t = &plan.tensors[i];
+        if (t->value < 0 || t->dtype == PD_I32)
+            continue;
+        /* the step number and learning rate are f32 even in a float64 model */
+        double tol = wide && t->dtype == PD_F64 ? 1e-9 : 2e-4;
+        const double *ref = in->buf[t->value];
+        double big = 0;
+        for (int64_t j = 0; j < numel(t); j++)
+            big = fmax(big, fabs(ref[j]));
+        for (int64_t j = 0; j < numel(t); j++) {
+            double x = get(t, rt_tensor_data(rt, i), j);
+            cr_assert(fabs(x - ref[j]) <= tol * (big + fabs(ref[j])) || (big == 0 && x == 0),
+                      "%%%d '%s' [%lld]: kernel %.12g, reference %.12g (first bad element)",
+                      t->value, t->name, (long long)j, x, ref[j]);
+        }
+        compared++;
+    }
+    cr_assert_gt(compared, 2);
+    interp_free(in);
+    rt_close(rt);
+    remove_cache();
+    ctx_free(c);
+    free(text);
+}
+
+#define STEP_TEST(name, src)                                                                        \
+    Test(codegen, name##_f64) { check_step(src, 1, 0, 5); }                                         \
+    Test(codegen, name##_f32) { check_step(src, 0, 0, 5); }
+
+STEP_TEST(arithmetic_with_broadcasting,
+          "input r : f32[3, 5]\n"
+          "param a : f32[3, 5] = normal(1)\n"
+          "param b : f32[5] = normal(1)\n"
+          "param s : f32[] = normal(1)\n"
+          "y = (a + b) * (a - b) / (b * b + 2) - a * s + 0.5 / (a * a + 1)\n"
+          "loss = sum(sum(y * r))\n")
+
+STEP_TEST(unary_functions,
+          "input r : f32[3, 7]\n"
+          "param a : f32[3, 7] = normal(1)\n"
+          "y = exp(a * 0.3) + log(a * a + 1) + sqrt(a * a + 1) + rsqrt(a * a + 1) + tanh(a)\n"
+          "z = sigmoid(a) + relu(a) + gelu(a) + silu(a) - a\n"
+          "loss = sum(sum((y + z) * r))\n")
+
+STEP_TEST(matmul_shared_and_batched,
+          "input r : f32[2, 3, 5]\n"
+          "param x : f32[2, 3, 4] = normal(1)\n"
+          "param w : f32[4, 5] = normal(1)\n"
+          "param b : f32[2, 4, 5] = normal(1)\n"
+          "loss = sum(sum(sum((x @ w + x @ b) * r)))\n")
+
+STEP_TEST(softmax_over_each_dim,
+          "input r : f32[3, 5]\n"
+          "param a : f32[3, 5] = normal(1)\n"
+          "loss = sum(sum((softmax(a) + softmax(a, dim = 0)) * r))\n")
+
+STEP_TEST(layernorm_and_rmsnorm,
+          "input r : f32[3, 7]\n"
+          "param x : f32[3, 7] = normal(1)\n"
+          "param g : f32[7] = normal(1)\n"
+          "param b : f32[7] = normal(1)\n"
+          "param h : f32[7] = normal(1)\n"
+          "loss = sum(sum((layernorm(x, g, b) + rmsnorm(x * 0.7, h, eps = 1e-3)) * r))\n")
+
+STEP_TEST(reductions,
+          "input r : f32[3]\n"
+          "input q : f32[5]\n"
+          "input k : f32[3, 1]\n"
+          "param a : f32[3, 5] = normal(1)\n"
+          "y = sum(sum(a, dim = 1) * r) + sum(mean(a, dim = 0) * q) + sum(max(a) * r)\n"
+          "loss = y + sum(sum(max(a, dim = 1, keepdim = true) * k))\n")
+
+STEP_TEST(embedding_gather_and_scatter,
+          "input ids : i32[2, 3]\n"
+          "input r : f32[2, 3, 4]\n"
+          "param t : f32[5, 4] = normal(1)\n"
+          "loss = sum(sum(sum(embed(t, ids) * r)))\n")
+
+STEP_TEST(rotary_embedding,
+          "input r : f32[2, 3, 8]\n"
+          "param x : f32[2, 3, 8] = normal(1)\n"
+          "loss = sum(sum(sum(rope(x, heads = 2, theta = 100) * r)))\n")
+
+/* S = 70 spans two key tiles of 64, the second one partial */
+STEP_TEST(causal_attention_over_two_tiles,
+          "input r : f32[2, 70, 6]\n"
+          "param q : f32[2, 70, 6] = normal(1)\n"
+          "param k : f32[2, 70, 6] = normal(1)\n"
+          "param v : f32[2, 70, 6] = normal(1)\n"
+          "loss = sum(sum(sum(attention(q, k, v, heads = 2, causal) * r)))\n")
+
+STEP_TEST(grouped_query_attention_non_causal,
+          "input r : f32[2, 5, 8]\n"
+          "param q : f32[2, 5, 8] = normal(1)\n"
+          "param k : f32[2, 5, 4] = normal(1)\n"
+          "param v : f32[2, 5, 4] = normal(1)\n"
+          "loss = sum(sum(sum(attention(q, k, v, heads = 4, kv_heads = 2) * r)))\n")
+
+STEP_TEST(cross_entropy,
+          "input t : i32[3, 2]\n"
+          "param z : f32[3, 2, 5] = normal(1)\n"
+          "loss = cross_entropy(z * 2, t)\n")
+
+STEP_TEST(data_movement,
+          "input r : f32[5, 6]\n"
+          "input q : f32[3, 2, 5]\n"
+          "param a : f32[6, 5] = normal(1)\n"
+          "param b : f32[2, 5] = normal(1)\n"
+          "y = transpose(a) + reshape(transpose(a, perm = [1, 0]), [5, 6]) * 0.5\n"
+          "z = concat(slice(a, 0, 3, dim = 0), b * 2, slice(a, 4, 6, dim = 0), dim = 0)\n"
+          "loss = sum(sum(y * r)) + sum(sum(sum(reshape(slice(z, 1, 7, dim = 0), [3, 2, 5]) * q)))\n")
+
+static const char *OPT_MODEL = "input x : f32[4, 3]\n"
+                               "input t : i32[4]\n"
+                               "param w : f32[3, 5] = normal(1)\n"
+                               "param b : f32[5] = normal(1)\n"
+                               "loss = cross_entropy(x @ w + b, t)\n";
+
+static void check_optimizer(const char *train)
+{
+    char src[1024];
+    snprintf(src, sizeof src, "%strain {\n%s\n}\n", OPT_MODEL, train);
+    check_step(src, 1, 1, 5);
+    check_step(src, 0, 1, 5);
+}
+
+Test(codegen, adamw_with_clipping_and_cosine_schedule)
+{
+    check_optimizer("optimizer = adamw(lr = 0.01, weight_decay = 0.1)\ngrad_clip = 0.5\n"
+                    "lr_schedule = cosine(warmup = 2, steps = 10, min_lr = 0.001)");
+}
+
+Test(codegen, sgd_with_momentum_and_linear_schedule)
+{
+    check_optimizer("optimizer = sgd(lr = 0.1, momentum = 0.9, weight_decay = 0.01)\n"
+                    "lr_schedule = linear\nsteps = 4");
+}
+
+Test(codegen, plain_sgd)
+{
+    check_optimizer("optimizer = sgd(lr = 0.1)");
+}
