@@ -304,33 +304,52 @@ static int load_at(Kernel *k, Gen *gen, const Value *x, int dim, int o, int j, i
     return kb_load(k, kb_arg(k, gen, T(gen, x)), idx);
 }
 
-/* slice, pad and concat: each output element comes from one operand segment. */
-static void segments(Gen *gen, const Op *op)
+/* slice: output element (o, j, in) reads x at (o, start + j, in). */
+static void slice(Gen *gen, const Op *op)
 {
-    const Value *out = op->res[0], *x0 = op->args[0];
+    const Value *out = op->res[0], *x = op->args[0];
     int dim = norm_dim(ir_op_attr_int(op, "dim", -1), out->rank);
     Kernel *k = kb_new(gen, KP_POINTWISE, numel(out), ftype_of(op));
-    int i = kb_idx(k, 0), o, j, in, v;
+    int i = kb_idx(k, 0), o, j, in;
     int64_t inner;
     around(k, i, out, dim, &o, &j, &in, &inner);
-    if (op->kind == OP_SLICE) {
-        int sj = ki(k, KN_ADD, j, kb_iconst(k, ir_op_attr_int(op, "start", 0)));
-        v = load_at(k, gen, x0, dim, o, sj, in, inner);
-    } else {
-        int64_t at = op->kind == OP_PAD ? ir_op_attr_int(op, "before", 0) : 0;
-        v = kb_const(k, 0);
-        for (int a = 0; a < op->nargs; a++) { /* segment a covers [at, at + n) */
-            const Value *x = op->args[a];
-            int rel = ki(k, KN_SUB, j, kb_iconst(k, at));
-            int ge = kb_node(k, KN_LT, KT_INT, j, kb_iconst(k, at), 0);
-            int lt = kb_node(k, KN_LT, KT_INT, j, kb_iconst(k, at + x->shape[dim]), 0);
-            int inside = ki(k, KN_MUL, lt, ki(k, KN_SUB, kb_iconst(k, 1), ge));
-            v = kb_node(k, KN_SELECT, KT_FLOAT, inside, load_at(k, gen, x, dim, o, rel, in, inner), v);
-            at += x->shape[dim];
-        }
-    }
-    kb_store(k, kb_arg(k, gen, T(gen, out)), i, v);
+    int sj = ki(k, KN_ADD, j, kb_iconst(k, ir_op_attr_int(op, "start", 0)));
+    kb_store(k, kb_arg(k, gen, T(gen, out)), i, load_at(k, gen, x, dim, o, sj, in, inner));
     kb_finish(gen, k);
+}
+
+/* Copy all of x into out at offset `at` along dim (a segment of a concat or
+ * the middle of a pad). */
+static void place(Gen *gen, const Op *op, const Value *x, const Value *out, int dim, int64_t at)
+{
+    Kernel *k = kb_new(gen, KP_POINTWISE, numel(x), ftype_of(op));
+    int i = kb_idx(k, 0), o, j, in;
+    int64_t inner;
+    around(k, i, x, dim, &o, &j, &in, &inner);
+    int row = ki(k, KN_ADD, ki(k, KN_MUL, o, kb_iconst(k, out->shape[dim])),
+                 ki(k, KN_ADD, j, kb_iconst(k, at)));
+    int idx = ki(k, KN_ADD, ki(k, KN_MUL, row, kb_iconst(k, inner)), in);
+    kb_store(k, kb_arg(k, gen, T(gen, out)), idx, kb_load(k, kb_arg(k, gen, T(gen, x)), i));
+    kb_finish(gen, k);
+}
+
+/* concat: one copy per operand; pad: zeros, then the operand in the middle. */
+static void segments(Gen *gen, const Op *op)
+{
+    const Value *out = op->res[0];
+    int dim = norm_dim(ir_op_attr_int(op, "dim", -1), out->rank);
+    if (op->kind == OP_PAD) {
+        Kernel *z = kb_new(gen, KP_POINTWISE, numel(out), ftype_of(op));
+        kb_store(z, kb_arg(z, gen, T(gen, out)), kb_idx(z, 0), kb_const(z, 0));
+        kb_finish(gen, z);
+        place(gen, op, op->args[0], out, dim, ir_op_attr_int(op, "before", 0));
+        return;
+    }
+    int64_t at = 0;
+    for (int a = 0; a < op->nargs; a++) {
+        place(gen, op, op->args[a], out, dim, at);
+        at += op->args[a]->shape[dim];
+    }
 }
 
 /* out[..., d] = table[ids[...], d] */
@@ -704,7 +723,8 @@ int cg_op_kernels(Gen *gen, const Op *op)
     case OP_SGD: sgd(gen, op); return 0;
     case OP_ADAMW: adamw(gen, op); return 0;
     case OP_TRANSPOSE: transpose(gen, op); return 0;
-    case OP_SLICE: case OP_PAD: case OP_CONCAT: segments(gen, op); return 0;
+    case OP_SLICE: slice(gen, op); return 0;
+    case OP_PAD: case OP_CONCAT: segments(gen, op); return 0;
     case OP_EMBED: embed(gen, op); return 0;
     case OP_ROPE: rope(gen, op); return 0;
     case OP_SOFTMAX: softmax(gen, op); return 0;

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_REPEAT = 100000, MAX_OPS = 500000, MAX_CALL_DEPTH = 64 };
+enum { MAX_REPEAT = 100000, MAX_OPS = 100000, MAX_CALL_DEPTH = 64 };
 #define MAX_DIM (INT64_C(1) << 40)
 
 typedef enum { V_ERR, V_INT, V_FLOAT, V_BOOL, V_STR, V_TENSOR, V_LIST } VKind;

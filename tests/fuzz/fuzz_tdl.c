@@ -1,9 +1,13 @@
-/* fuzz_tdl.c: libFuzzer harness for the frontend. Reads arbitrary bytes as a
- * TDL source (not NUL-terminated, as a file read would not be either), half of
- * the inputs with --mesh 2x2x2 bound (odd first byte). Any graph the frontend
- * returns must pass the verifier and must survive print -> parse -> print
- * byte for byte; otherwise the harness aborts so libFuzzer keeps the input. */
+/* fuzz_tdl.c: libFuzzer harness for the frontend and the passes. Reads
+ * arbitrary bytes as a TDL source (not NUL-terminated, as a file read would
+ * not be either), half of the inputs with --mesh 2x2x2 bound (odd first byte).
+ * Any graph the frontend returns must pass the verifier and survive print ->
+ * parse -> print byte for byte; then every pass runs on it (they may refuse
+ * with a diagnostic) and each result must verify again, and a small one must
+ * become a plan. Otherwise the harness aborts so libFuzzer keeps the input. */
+#include "codegen/codegen.h"
 #include "frontend/frontend.h"
+#include "passes/passes.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -47,14 +51,36 @@ static void check_graph(Ctx *c, const Graph *g)
         fail("print -> parse -> print is not byte-identical", first, second);
 }
 
+/* The passes on a verified graph: a refusal is fine, an invalid result is not. */
+static void check_passes(Ctx *c, Graph *g)
+{
+    if (g->ops.len > 300) /* keep each input fast: big models are the samples' job */
+        return;
+    for (const Pass *p = pass_table; p->name; p++) {
+        c->diag.out = sink;
+        if (p->run(c, g) != 0)
+            return;
+        c->diag.out = stderr;
+        if (ir_verify(c, g) != 0)
+            fail(p->name, "the graph does not verify after this pass", NULL);
+        if (g->ops.len > 3000)
+            return;
+    }
+    Plan plan;
+    c->diag.out = sink;
+    (void)cg_build_plan(c, g, &plan);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     Ctx *c = ctx_new(sink);
     if (size > 0 && (data[0] & 1))
         c->mesh_spec = "2x2x2";
     Graph *g = fe_compile(c, "fuzz.tdl", (const char *)data, size);
-    if (g)
+    if (g) {
         check_graph(c, g);
+        check_passes(c, g);
+    }
     ctx_free(c);
     return 0;
 }

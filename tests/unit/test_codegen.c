@@ -235,3 +235,76 @@ Test(codegen, plain_sgd)
 {
     check_optimizer("optimizer = sgd(lr = 0.1)");
 }
+
+/* ---- whole models ---- */
+
+static char *sample(const char *file, const char *model_line)
+{
+    char path[256];
+    snprintf(path, sizeof path, "samples/%s", file);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s (run from the project root)", path);
+    static char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strstr(buf, "model "), *end = p ? strchr(p, ')') : NULL;
+    cr_assert_not_null(end);
+    memmove(p + strlen(model_line), end + 1, strlen(end + 1) + 1);
+    memcpy(p, model_line, strlen(model_line));
+    return buf;
+}
+
+static const char *TINY_GPT = "model gpt2(V = 11, S = 9, D = 12, H = 3, L = 2, B = 2)";
+static const char *TINY_LLAMA = "model llama(V = 13, S = 7, D = 16, H = 4, KV = 2, F = 10, L = 2, B = 2)";
+
+Test(codegen, tiny_gpt2_step_f64) { check_step(sample("gpt2.tdl", TINY_GPT), 1, 1, 11); }
+/* float32 without the update: AdamW turns rounding noise in a gradient that
+ * is zero in exact arithmetic (a key bias: softmax ignores a shift) into a
+ * step of lr * noise / (|noise| + eps), which no tolerance can bound. */
+Test(codegen, tiny_gpt2_step_f32) { check_step(sample("gpt2.tdl", TINY_GPT), 0, 0, 11); }
+Test(codegen, tiny_llama_step_f64) { check_step(sample("llama.tdl", TINY_LLAMA), 1, 1, 13); }
+Test(codegen, tiny_llama_step_f32) { check_step(sample("llama.tdl", TINY_LLAMA), 0, 0, 13); }
+Test(codegen, mlp_step_f64)
+{
+    check_step(sample("mlp.tdl", "model mlp(B = 6, I = 5, H = 7, C = 3)"), 1, 1, 3);
+}
+
+/* 50 float32 steps of a tiny GPT on one fixed batch, twice from one seed,
+ * through the whole pipeline (8 microbatches, AdamW, clipping). */
+static void train_losses(const Plan *plan, double *loss, int steps)
+{
+    char err[512];
+    Runtime *rt = rt_open(plan, cache, err, sizeof err);
+    cr_assert_not_null(rt, "%s", err);
+    rt_init_params(rt, 42);
+    rt_random_inputs(rt, 43);
+    for (int s = 0; s < steps; s++) {
+        cr_assert_eq(rt_step(rt, s + 1, err, sizeof err), 0, "%s", err);
+        loss[s] = rt_scalar(rt, plan->loss);
+    }
+    rt_close(rt);
+}
+
+Test(codegen, tiny_gpt_training_is_deterministic_and_learns)
+{
+    const char *src = sample("gpt2.tdl", "model gpt2(V = 32, S = 16, D = 32, H = 2, L = 2, B = 8)");
+    Ctx *c = ctx_new(stderr);
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    cr_assert_not_null(g);
+    for (const Pass *p = pass_table; p->name; p++)
+        cr_assert_eq(p->run(c, g), 0, "%s", p->name);
+    Plan plan;
+    cr_assert_eq(cg_build_plan(c, g, &plan), 0);
+    make_cache();
+    double a[50], b[50];
+    train_losses(&plan, a, 50);
+    train_losses(&plan, b, 50);
+    for (int s = 0; s < 50; s++)
+        cr_assert(memcmp(&a[s], &b[s], sizeof(double)) == 0, "step %d: %.9g vs %.9g", s + 1, a[s],
+                  b[s]);
+    cr_assert(a[0] > 3.0 && a[0] < 3.6, "first loss %g should be near ln 32 = 3.47", a[0]);
+    cr_assert(a[49] < a[0] - 1.0, "the loss should fall on a fixed batch: %g -> %g", a[0], a[49]);
+    remove_cache();
+    ctx_free(c);
+}
