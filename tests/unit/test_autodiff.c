@@ -168,6 +168,45 @@ GRAD_TEST(data_movement,
           "z = concat(slice(a, 0, 3, dim = 0), b * 2, slice(a, 4, 6, dim = 0), dim = 0)\n"
           "loss = sum(sum(y * r)) + sum(sum(sum(reshape(slice(z, 1, 7, dim = 0), [3, 2, 5]) * q)))\n")
 
+/* The same rules at other odd shapes: size-1 dimensions, one-token
+ * sequences, a single head dimension, many heads sharing one kv head. */
+GRAD_TEST(matmul_other_shapes,
+          "input r : f32[1, 1]\n"
+          "input q : f32[3, 5, 9]\n"
+          "param a : f32[1, 7] = normal(1)\n"
+          "param w : f32[7, 1] = normal(1)\n"
+          "param x : f32[3, 5, 2] = normal(1)\n"
+          "param b : f32[3, 2, 9] = normal(1)\n"
+          "loss = sum(sum(a @ w * r)) + sum(sum(sum(x @ b * q)))\n")
+
+GRAD_TEST(rows_of_one_three_and_thirteen,
+          "input r : f32[4, 13]\n"
+          "input q : f32[2, 3]\n"
+          "param a : f32[4, 13] = normal(1)\n"
+          "param c : f32[2, 3] = normal(1)\n"
+          "param g : f32[3] = normal(1)\n"
+          "param one : f32[5, 1] = normal(1)\n"
+          "y = sum(sum(softmax(a) * r)) + sum(sum(layernorm(c, g, g) * q))\n"
+          "loss = y + sum(sum(softmax(one) * 3)) + sum(sum(rmsnorm(c, g) * q))\n")
+
+GRAD_TEST(attention_one_token_and_one_shared_kv_head,
+          "input r : f32[3, 1, 6]\n"
+          "input u : f32[1, 9, 6]\n"
+          "param q : f32[3, 1, 6] = normal(1)\n"
+          "param k : f32[3, 1, 6] = normal(1)\n"
+          "param v : f32[3, 1, 6] = normal(1)\n"
+          "param q2 : f32[1, 9, 6] = normal(1)\n"
+          "param k2 : f32[1, 9, 2] = normal(1)\n"
+          "param v2 : f32[1, 9, 2] = normal(1)\n"
+          "y = sum(sum(sum(attention(q, k, v, heads = 6, causal) * r)))\n"
+          "loss = y + sum(sum(sum(attention(q2, k2, v2, heads = 3, kv_heads = 1, causal) * u)))\n")
+
+Test(autodiff, cross_entropy_two_classes)
+{
+    check_grads("input t : i32[7]\nparam z : f32[7, 2] = normal(1)\nloss = cross_entropy(z, t)\n",
+                2, 0, NULL, NULL);
+}
+
 /* GPT-2 ties the embedding to the output layer: both uses must add up. */
 GRAD_TEST(tied_weights_accumulate,
           "input ids : i32[2, 3]\n"
