@@ -63,7 +63,7 @@ FUZZ_CC := clang
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS := -O1 -g $(FUZZ_SAN) $(filter-out -Werror,$(BASEFLAGS))
 FUZZ_OBJS := $(LIB_SRCS:%.c=$(B)/fuzz/obj/%.o) $(GEN_SRCS:$(B)/gen/%.c=$(B)/fuzz/obj/gen/%.o)
-FUZZ_BINS := $(B)/fuzz/fuzz_tdl $(B)/fuzz/fuzz_ir
+FUZZ_BINS := $(B)/fuzz/fuzz_tdl $(B)/fuzz/fuzz_ir $(B)/fuzz/fuzz_plan
 
 # Installs what is missing, once per clone (again when the script changes).
 DEPS := $(B)/.deps-ok
@@ -89,7 +89,8 @@ $(B)/gen/lexer.c $(B)/gen/lexer.h &: frontend/lexer.l $(B)/gen/parser.h | $(DEPS
 	@mkdir -p $(B)/gen
 	flex --header-file=$(B)/gen/lexer.h -o $(B)/gen/lexer.c $<
 
-HDRS := $(wildcard common/*.h ir/*.h ir/*.def frontend/*.h passes/*.h codegen/*.h tests/support/*.h) \
+HDRS := $(wildcard common/*.h ir/*.h ir/*.def frontend/*.h passes/*.h codegen/*.h runtime/*.h \
+          tests/support/*.h) \
         $(B)/gen/parser.h $(B)/gen/lexer.h
 
 $(B)/obj/gen/%.o: $(B)/gen/%.c $(HDRS)

@@ -245,7 +245,7 @@ static int write_plan(Ctx *c, const Options *o, const Graph *g)
 {
     Plan plan;
     double t0 = now_ms();
-    if (cg_build_plan(c, g, &plan) != 0)
+    if (cg_build_plan(c, g, 0, &plan) != 0)
         return -1;
     if (c->verbose)
         fprintf(stderr, "tcc: %-10s %8.2f ms  %d kernels, %d instructions, %.1f MiB slab\n",
@@ -265,6 +265,8 @@ static int write_plan(Ctx *c, const Options *o, const Graph *g)
     }
     char path[4096], err[512];
     snprintf(path, sizeof path, "%s/plan.json", o->out);
+    if (plan_check(&plan, err, sizeof err) != 0)
+        BUG("codegen made an invalid plan: %s", err);
     if (plan_write(path, &plan, err, sizeof err) != 0) {
         fprintf(stderr, "tcc: error: %s\n", err);
         return -1;

@@ -79,12 +79,17 @@ typedef struct Kernel {
     KAttention attn;  /* KP_ATTENTION*: args q, k, v, o | q, k, v, dout, dq, dk, dv */
 } Kernel;
 
+enum {
+    CG_KEEP_VALUES = 1, /* give every value its own memory, so all can be read after a step */
+};
+
 /* Build the plan of one training step from a verified graph (after autodiff
  * and the optimizer, or a forward-only graph): tensors at slab offsets, kernels
- * with their C source, the instruction list. Returns 0, or -1 after reporting
- * (an op no kernel exists for). Strings and arrays of the plan live in the
- * arena; plan_free must not be called on it. */
-int cg_build_plan(Ctx *c, const Graph *g, Plan *out);
+ * with their C source, the instruction list. Temporaries whose lifetimes do
+ * not overlap share memory unless flags has CG_KEEP_VALUES. Returns 0, or -1
+ * after reporting (an op no kernel exists for). Strings and arrays of the plan
+ * live in the arena; plan_free must not be called on it. */
+int cg_build_plan(Ctx *c, const Graph *g, int flags, Plan *out);
 
 /* C source of one kernel: void NAME(char *const *args). */
 char *cg_emit_c(Arena *a, const Kernel *k);

@@ -1,8 +1,8 @@
 # runtime.mk: the runtime, included by the Makefile.
 # Builds build/libtccrt.a (and build/libtccrt-san.a, sanitized) from runtime/*.c
-# except the commands, and the command ./tccrun. Unit tests that use the
-# runtime link $(RT_SAN_LIB) $(RT_LIBS). The objects come from the Makefile's
-# pattern rules ($(B)/obj/%.o, $(B)/san/%.o).
+# except the commands, and the command ./tccrun. Unit tests link
+# $(RT_SAN_LIB) $(RT_LIBS). The objects come from the Makefile's pattern rules
+# ($(B)/obj/%.o, $(B)/san/%.o).
 
 # Files with a main(): not in the library.
 RT_CMD_SRCS := runtime/tccrun.c
@@ -15,7 +15,8 @@ RT_SAN_LIB := $(B)/libtccrt-san.a
 # OpenBLAS for GEMMs, cJSON for plans, dlopen for kernels, OpenMP for the kernels.
 RT_LIBS := -lopenblas -lcjson -ldl -fopenmp -lm
 
-$(RT_OBJS) $(RT_SAN_OBJS) $(RT_CMD_SRCS:%.c=$(B)/obj/%.o): $(RT_HDRS)
+$(RT_OBJS) $(RT_SAN_OBJS) $(RT_SRCS:%.c=$(B)/fuzz/obj/%.o) \
+    $(RT_CMD_SRCS:%.c=$(B)/obj/%.o): $(RT_HDRS)
 
 $(RT_LIB): $(RT_OBJS)
 	@mkdir -p $(dir $@) && rm -f $@
@@ -30,15 +31,8 @@ tccrun: $(B)/obj/runtime/tccrun.o $(RT_LIB)
 
 all: tccrun
 
-# Every unit test may use the runtime: rebuild them when it changes.
+# Unit tests link $(RT_SAN_LIB) $(RT_LIBS): build it first, relink when it changes.
 $(UNIT_BINS): $(RT_SAN_LIB) $(RT_HDRS)
-
-# The runtime's own tests link it here.
-RT_UNIT_BINS := $(filter $(B)/unit/test_plan $(B)/unit/test_runtime,$(UNIT_BINS))
-$(RT_UNIT_BINS): $(B)/unit/%: tests/unit/%.c $(SAN_OBJS) $(SUPPORT_OBJS) $(HDRS) $(RT_SAN_LIB)
-	@mkdir -p $(dir $@) && rm -f $@
-	$(CC) $(CFLAGS) $(SANFLAGS) $(BASEFLAGS) -o $@ $< $(SAN_OBJS) $(SUPPORT_OBJS) \
-	    $(RT_SAN_LIB) -lcriterion $(RT_LIBS)
 
 clean: clean-runtime
 clean-runtime:

@@ -220,8 +220,28 @@ def ir_of_samples(corpus):
                     f.write(p.stdout)
 
 
+def plans_of_samples(corpus):
+    """Seed the plan corpus with small plans of the samples."""
+    tcc = os.path.join(ROOT, 'tcc')
+    os.makedirs(corpus, exist_ok=True)
+    small = {'mlp': ['-D', 'B=4', '-D', 'I=3', '-D', 'H=5', '-D', 'C=2'],
+             'gpt2': ['-D', 'V=8', '-D', 'S=4', '-D', 'D=4', '-D', 'H=1', '-D', 'L=1', '-D', 'B=8']}
+    for name, defs in small.items():
+        out = os.path.join(BUILD, 'fuzz', 'plan-' + name)
+        try:
+            p = subprocess.run([tcc, os.path.join(ROOT, 'samples', name + '.tdl'), '--emit=plan',
+                                '-o', out] + defs, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=60, cwd=ROOT)
+        except (subprocess.TimeoutExpired, OSError):
+            continue
+        if p.returncode == 0:
+            shutil.copyfile(os.path.join(out, 'plan.json'),
+                            os.path.join(corpus, 'seed_plan_' + name + '.json'))
+
+
 def prepare_corpora():
     fuzz_dir = os.path.join(ROOT, 'tests', 'fuzz')
+    plans_of_samples(os.path.join(fuzz_dir, 'corpus_plan'))
     tdl = glob.glob(os.path.join(ROOT, 'samples', '*.tdl'))
     tdl += glob.glob(os.path.join(ROOT, 'tests', 'lit', '**', '*.tdl'), recursive=True)
     fill_corpus(os.path.join(fuzz_dir, 'corpus_tdl'), sorted(tdl))
@@ -236,11 +256,13 @@ def prepare_corpora():
 DICT_SOURCES = {
     'fuzz_tdl': ['frontend/lexer.l', 'frontend/parser.y', 'frontend/*.c', 'ir/ops.def'],
     'fuzz_ir': ['ir/*.c', 'ir/ops.def'],
+    'fuzz_plan': ['runtime/plan.c'],
 }
 # Punctuation, written as libFuzzer's dictionary format spells it.
 DICT_EXTRA = {
     'fuzz_tdl': ['@', '@(', '[', ']', '{', '}', '=', ':', ',', '#', '\\x0a', '    '],
     'fuzz_ir': ['%', '@', '@(', '[', ']', '{', '}', '=', ':', ',', '#', '\\"', '\\x0a'],
+    'fuzz_plan': ['{', '}', '[', ']', ':', ',', '\\"', '-1', '1e308', '0.5'],
 }
 
 
@@ -263,7 +285,8 @@ def start_fuzzer(name, seconds):
     corpus = os.path.join(ROOT, 'tests', 'fuzz', 'corpus_' + name[len('fuzz_'):])
     artifacts = os.path.join(BUILD, 'fuzz', 'artifacts')
     os.makedirs(artifacts, exist_ok=True)
-    cmd = [binary, '-max_total_time=%d' % seconds, '-max_len=4096', '-timeout=5',
+    max_len = 65536 if name == 'fuzz_plan' else 4096  # a small plan is a few kB
+    cmd = [binary, '-max_total_time=%d' % seconds, '-max_len=%d' % max_len, '-timeout=5',
            '-rss_limit_mb=2048', '-print_final_stats=1',
            '-artifact_prefix=%s/%s-' % (artifacts, name)]
     cmd += ['-dict=' + write_dict(name), corpus]
@@ -303,13 +326,13 @@ def finish_fuzzer(tally, run, seconds):
 
 def suite_fuzz(args):
     tally = Tally('fuzz')
-    names = ['fuzz_tdl', 'fuzz_ir']
+    names = ['fuzz_tdl', 'fuzz_ir', 'fuzz_plan']
     missing = [n for n in names if not os.access(os.path.join(BUILD, 'fuzz', n), os.X_OK)]
     for n in missing:
         tally.fail('%s (not built)' % n)
         say('FAIL: fuzz :: %s (not built)' % n)
     prepare_corpora()
-    say('fuzzing %s for %d s each, side by side' % (' and '.join(names), args.fuzz_seconds))
+    say('fuzzing %s for %d s each, side by side' % (', '.join(names), args.fuzz_seconds))
     runs = [start_fuzzer(n, args.fuzz_seconds) for n in names if n not in missing]
     for run in runs:
         finish_fuzzer(tally, run, args.fuzz_seconds)

@@ -76,8 +76,9 @@ static void check_step(const char *src, int wide, int optimize, int64_t vocab)
         cr_assert_eq(pass_optimizer(c, g), 0);
     cr_assert_eq(ir_verify(c, g), 0);
     Plan plan;
-    cr_assert_eq(cg_build_plan(c, g, &plan), 0);
+    cr_assert_eq(cg_build_plan(c, g, CG_KEEP_VALUES, &plan), 0);
     char err[512];
+    cr_assert_eq(plan_check(&plan, err, sizeof err), 0, "%s", err);
     make_cache();
     Runtime *rt = rt_open(&plan, cache, err, sizeof err);
     cr_assert_not_null(rt, "%s", err);
@@ -326,7 +327,7 @@ Test(codegen, tiny_gpt_training_is_deterministic_and_learns)
     for (const Pass *p = pass_table; p->name; p++)
         cr_assert_eq(p->run(c, g), 0, "%s", p->name);
     Plan plan;
-    cr_assert_eq(cg_build_plan(c, g, &plan), 0);
+    cr_assert_eq(cg_build_plan(c, g, 0, &plan), 0); /* with memory reuse */
     make_cache();
     double a[50], b[50];
     train_losses(&plan, a, 50);
