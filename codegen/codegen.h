@@ -71,8 +71,8 @@ typedef struct Kernel {
     int64_t extent;   /* work items of the parallel loop */
     DType ftype;      /* the float type of the arithmetic: f32 or f64 */
     int nargs;
-    int args[16];     /* plan tensor indices */
-    DType arg_dtype[16];
+    int args[64];     /* plan tensor indices */
+    DType arg_dtype[64];
     VEC(KNode) nodes;
     VEC(KStmt) body;
     int levels;       /* inner loop depth used */

@@ -148,33 +148,63 @@ static int pointwise_grad(Kernel *k, OpKind kind, int x, int dy)
 }
 
 /* Elementwise ops, casts, expand and constants: one store per element. */
+static int operand(Kernel *k, Gen *gen, const Value *v, const Value *out, int i);
+
+/* The value of elementwise op's result at element i of `out` (its own shape,
+ * or the shape of the op it is fused into, which is the same). */
+static int pw_expr(Kernel *k, Gen *gen, const Op *op, const Value *out, int i)
+{
+    int x = op->nargs > 0 ? operand(k, gen, op->args[0], out, i) : -1;
+    int y = op->nargs > 1 ? operand(k, gen, op->args[1], out, i) : -1;
+    switch (op->kind) {
+    case OP_CONSTANT: return kb_const(k, ir_op_attr_float(op, "value", 0));
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: return binary(k, op->kind, x, y);
+    case OP_CAST:
+        return op->res[0]->dtype == DT_I32 ? kb_node(k, KN_TOINT, KT_INT, x, 0, 0)
+               : k->nodes.data[x].type == KT_INT ? kb_node(k, KN_TOFLOAT, KT_FLOAT, x, 0, 0)
+                                                 : x;
+    case OP_EXPAND: return x;
+    case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD:
+        return pointwise_grad(k, op->kind, x, y);
+    case OP_CLIP_SCALE: {
+        int eps = kf(k, KN_ADD, x, kb_const(k, 1e-6));
+        int mx = kb_const(k, ir_op_attr_float(op, "max_norm", 1));
+        return kf(k, KN_MIN, kb_const(k, 1), kf(k, KN_DIV, mx, eps));
+    }
+    default: return unary(k, op->kind, x);
+    }
+}
+
+/* An operand is read from memory, or computed in place when its producer was
+ * fused into this kernel. */
+static int operand(Kernel *k, Gen *gen, const Value *v, const Value *out, int i)
+{
+    if (gen->fused[v->id])
+        return pw_expr(k, gen, v->def, out, i);
+    return load_bcast(k, gen, v, out, i);
+}
+
+/* Elementwise ops, casts, expand and constants: one store per element, with
+ * the single-use elementwise producers of the operands inlined. */
 static void pointwise(Gen *gen, const Op *op)
 {
     const Value *out = op->res[0];
     Kernel *k = kb_new(gen, KP_POINTWISE, numel(out), ftype_of(op));
-    int i = kb_idx(k, 0), v;
-    int x = op->nargs > 0 ? load_bcast(k, gen, op->args[0], out, i) : -1;
-    int y = op->nargs > 1 ? load_bcast(k, gen, op->args[1], out, i) : -1;
-    switch (op->kind) {
-    case OP_CONSTANT: v = kb_const(k, ir_op_attr_float(op, "value", 0)); break;
-    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: v = binary(k, op->kind, x, y); break;
-    case OP_CAST:
-        v = out->dtype == DT_I32 ? kb_node(k, KN_TOINT, KT_INT, x, 0, 0)
-            : k->nodes.data[x].type == KT_INT ? kb_node(k, KN_TOFLOAT, KT_FLOAT, x, 0, 0) : x;
-        break;
-    case OP_EXPAND: v = x; break;
-    case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD:
-        v = pointwise_grad(k, op->kind, x, y);
-        break;
-    case OP_CLIP_SCALE: {
-        int eps = kf(k, KN_ADD, x, kb_const(k, 1e-6));
-        v = kf(k, KN_MIN, kb_const(k, 1), kf(k, KN_DIV, kb_const(k, ir_op_attr_float(op, "max_norm", 1)), eps));
-        break;
-    }
-    default: v = unary(k, op->kind, x); break;
-    }
+    int i = kb_idx(k, 0);
+    int v = pw_expr(k, gen, op, out, i);
     kb_store(k, kb_arg(k, gen, T(gen, out)), i, v);
     kb_finish(gen, k);
+}
+
+int cg_fusable(const Op *op)
+{
+    switch (op->kind) {
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_EXP: case OP_LOG:
+    case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU:
+    case OP_SILU: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CONSTANT:
+        return 1;
+    default: return 0;
+    }
 }
 
 /* lr at step t: linear warm-up to lr, then constant, linear or cosine decay

@@ -13,6 +13,7 @@ typedef struct Gen {
     VEC(PlanInstr) instrs;
     VEC(Kernel *) kernels;
     int *tensor_of; /* by Value.id: plan tensor, -1 when none */
+    char *fused;    /* by Value.id: computed inside its only user's kernel, no memory */
     uint64_t slab;
     const Op *op;   /* the op being lowered: phase, layer, name */
     double flops;
@@ -40,6 +41,9 @@ void kb_finish(Gen *gen, Kernel *k);                  /* adds the kernel and its
 /* float arithmetic shorthands */
 int kf(Kernel *k, KNodeKind kind, int a, int b);
 int ki(Kernel *k, KNodeKind kind, int a, int b);
+
+/* An elementwise op whose result can be computed inside its user's kernel. */
+int cg_fusable(const Op *op);
 
 /* One or more kernels computing op's results; -1 when no kernel exists. */
 int cg_op_kernels(Gen *gen, const Op *op);

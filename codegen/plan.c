@@ -27,8 +27,8 @@ int kb_arg(Kernel *k, Gen *gen, int tensor)
     for (int i = 0; i < k->nargs; i++)
         if (k->args[i] == tensor)
             return i;
-    if (k->nargs == 16)
-        BUG("kernel with more than 16 arguments");
+    if (k->nargs == 64)
+        BUG("kernel with more than 64 arguments");
     k->args[k->nargs] = tensor;
     k->arg_dtype[k->nargs] = (DType)gen->tensors.data[tensor].dtype;
     return k->nargs++;
@@ -196,6 +196,43 @@ static void set_limits(Gen *gen)
     }
 }
 
+/* Fusion: an elementwise result with one use, by an elementwise op of the same
+ * shape (or a scalar constant), is computed inside that op's kernel. */
+static void find_fusions(Gen *gen, int flags)
+{
+    const Graph *g = gen->g;
+    int *uses = arena_alloc(gen->a, sizeof(int) * (size_t)(g->values.len + 1));
+    const Op **user = arena_alloc(gen->a, sizeof(Op *) * (size_t)(g->values.len + 1));
+    gen->fused = arena_alloc(gen->a, (size_t)g->values.len + 1);
+    if (flags & CG_KEEP_VALUES)
+        return;
+    for (int i = 0; i < g->ops.len; i++)
+        for (int j = 0; j < g->ops.data[i]->nargs; j++) {
+            uses[g->ops.data[i]->args[j]->id]++;
+            user[g->ops.data[i]->args[j]->id] = g->ops.data[i];
+        }
+    for (int i = 0; i < g->outputs.len; i++)
+        uses[g->outputs.data[i]->id] += 2;
+    int *leaves = arena_alloc(gen->a, sizeof(int) * (size_t)(g->values.len + 1));
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *op = g->ops.data[i];
+        if (!cg_fusable(op) || op->nres != 1 || uses[op->res[0]->id] != 1)
+            continue;
+        int n = 0; /* the loads it brings along: a bound keeps kernels small */
+        for (int j = 0; j < op->nargs; j++)
+            n += gen->fused[op->args[j]->id] ? leaves[op->args[j]->id] : 1;
+        leaves[op->res[0]->id] = n;
+        if (n > 12)
+            continue;
+        const Value *v = op->res[0], *out = user[v->id]->nres ? user[v->id]->res[0] : NULL;
+        int same = out && v->rank == out->rank &&
+                   !memcmp(v->shape, out->shape, sizeof(int64_t) * (size_t)v->rank);
+        int scalar = op->kind == OP_CONSTANT && v->rank == 0;
+        if (out && cg_fusable(user[v->id]) && user[v->id]->kind != OP_CONSTANT && (same || scalar))
+            gen->fused[v->id] = 1;
+    }
+}
+
 /* Persistent tensors first (so a checkpoint is one range), then the rest. */
 static void place_values(Gen *gen)
 {
@@ -209,6 +246,8 @@ static void place_values(Gen *gen)
             gen->op = op;
             for (int j = 0; j < op->nres; j++) {
                 const Value *v = op->res[j];
+                if (gen->fused[v->id])
+                    continue;
                 if (op->kind == OP_RESHAPE) { /* same memory, another shape */
                     gen->tensor_of[v->id] = gen->tensor_of[op->args[0]->id];
                     continue;
@@ -267,6 +306,8 @@ static void copy(Gen *gen, const Op *op)
 static int lower_op(Gen *gen, const Op *op)
 {
     gen->op = op;
+    if (op->nres == 1 && gen->fused[op->res[0]->id])
+        return 0; /* computed inside its user's kernel */
     switch (op->kind) {
     case OP_INPUT: case OP_PARAM: case OP_STATE: case OP_STEP: case OP_RESHAPE: return 0;
     case OP_MATMUL: gemm(gen, op); return 0;
@@ -443,6 +484,7 @@ int cg_build_plan(Ctx *c, const Graph *g, int flags, Plan *out)
     gen.tensor_of = arena_alloc(c->arena, sizeof(int) * (size_t)(g->values.len + 1));
     for (int i = 0; i < g->values.len; i++)
         gen.tensor_of[i] = -1;
+    find_fusions(&gen, flags);
     place_values(&gen);
     int bad = 0;
     for (int i = 0; i < g->ops.len; i++)
