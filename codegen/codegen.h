@@ -20,7 +20,7 @@ typedef enum {
     KN_ICONST,  /* iimm */
     KN_IDX,     /* index of loop level a: 0 the parallel item, 1.. inner loops */
     KN_LOAD,    /* args[a] at int node b (int when the arg is i32, else float) */
-    KN_ACC,     /* the reduced value of inner loop a, after the loop */
+    KN_ACC,     /* the reduced value of the loop opened by statement a, after it */
     KN_ADD, KN_SUB, KN_MUL, KN_DIV, KN_MAX, KN_MIN, KN_POW, /* float or int by type */
     KN_NEG, KN_EXP, KN_LOG, KN_SQRT, KN_RSQRT, KN_TANH, KN_COS, KN_SIN, KN_ABS,
     KN_LT,      /* a < b as 0 or 1, float or int operands; result type int */
@@ -41,10 +41,11 @@ typedef struct KNode {
 
 typedef enum {
     KS_NODE,      /* evaluate node a */
-    KS_LOOP,      /* open inner loop level a over [0, extent) */
-    KS_REDUCE,    /* inside loop level a: fold node b into its accumulator with op c */
+    KS_LOOP,      /* open an inner loop over [0, extent); its index node is KN_IDX level 1 */
+    KS_REDUCE,    /* inside the loop opened by statement a: fold node b into its
+                     accumulator with op c (a KReduce) */
     KS_END,       /* close the innermost loop */
-    KS_STORE,     /* args[a][node b] = node c (c == -1: never) */
+    KS_STORE,     /* args[a][node b] = node c */
     KS_STORE_ADD, /* args[a][node b] += node c */
 } KStmtKind;
 
@@ -75,7 +76,7 @@ typedef struct Kernel {
     DType arg_dtype[64];
     VEC(KNode) nodes;
     VEC(KStmt) body;
-    int levels;       /* inner loop depth used */
+    int levels;       /* 1 when the kernel has inner loops (row pattern), else 0 */
     KAttention attn;  /* KP_ATTENTION*: args q, k, v, o | q, k, v, dout, dq, dk, dv */
 } Kernel;
 

@@ -1,8 +1,9 @@
 /* emit_c.c: Kernel IR -> C (C99 + OpenMP) for the CPU backend.
  * Reads one Kernel; writes `void NAME(char *const *args)`. The parallel loop
  * becomes an OpenMP loop, each node one typed temporary, inner loops plain
- * loops with an accumulator. Attention kernels come from two templates that
- * stream keys through a tile with an online softmax, so no S x S matrix. */
+ * loops with an accumulator. Attention kernels come from two templates with
+ * an online softmax over the keys (forward: tiles of 64 keys; backward: key by
+ * key, twice), so no S x S matrix is ever stored. */
 #include "codegen.h"
 
 #include <stdlib.h>

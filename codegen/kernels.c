@@ -218,7 +218,10 @@ static void learning_rate(Gen *gen, const Op *op)
     double warm = (double)ir_op_attr_int(op, "warmup", 0), total = (double)ir_op_attr_int(op, "total", 0);
     const Attr *s = ir_op_attr(op, "schedule");
     const char *sched = s && s->kind == ATTR_STR ? s->s : "constant";
-    int v = kb_const(k, lr);
+    /* the peak rate is a hyperparameter the runtime may change (--lr); the
+     * floor keeps its ratio to it */
+    int base = kb_load(k, kb_arg(k, gen, gen_hyper(gen, "lr", op->res[0]->dtype, lr)), zero);
+    int v = base;
     if (strcmp(sched, "constant") != 0) {
         double span = total - warm - 1;
         int p = span > 0 ? kf(k, KN_DIV, kf(k, KN_SUB, t, kb_const(k, warm + 1)), kb_const(k, span))
@@ -229,11 +232,12 @@ static void learning_rate(Gen *gen, const Op *op)
                        : kf(k, KN_MUL, kb_const(k, 0.5),
                             kf(k, KN_ADD, kb_const(k, 1),
                                kb_node(k, KN_COS, KT_FLOAT, kf(k, KN_MUL, kb_const(k, M_PI), p), 0, 0)));
-        v = kf(k, KN_ADD, kb_const(k, lo), kf(k, KN_MUL, frac, kb_const(k, lr - lo)));
+        double floor = lr > 0 ? lo / lr : 0;
+        v = kf(k, KN_MUL, base, kf(k, KN_ADD, kb_const(k, floor), kf(k, KN_MUL, frac, kb_const(k, 1 - floor))));
     }
     if (warm > 0) {
         int in_warm = kb_node(k, KN_LT, KT_INT, t, kb_const(k, warm + 0.5), 0);
-        int ramp = kf(k, KN_MUL, kb_const(k, lr), kf(k, KN_DIV, t, kb_const(k, warm)));
+        int ramp = kf(k, KN_MUL, base, kf(k, KN_DIV, t, kb_const(k, warm)));
         v = kb_node(k, KN_SELECT, KT_FLOAT, in_warm, ramp, v);
     }
     kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), zero, v);

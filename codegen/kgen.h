@@ -14,6 +14,7 @@ typedef struct Gen {
     VEC(Kernel *) kernels;
     int *tensor_of; /* by Value.id: plan tensor, -1 when none */
     char *fused;    /* by Value.id: computed inside its only user's kernel, no memory */
+    char *dead;     /* by op index: no result is read, nothing to run */
     uint64_t slab;
     const Op *op;   /* the op being lowered: phase, layer, name */
     double flops;
@@ -22,6 +23,8 @@ typedef struct Gen {
 /* A temporary tensor for intermediate results of a multi-kernel op. */
 int gen_temp(Gen *gen, DType t, int rank, const int64_t *shape);
 int gen_tensor(Gen *gen, const Value *v); /* the plan tensor holding v */
+/* The f32[] hyperparameter tensor called name (made once, default value). */
+int gen_hyper(Gen *gen, const char *name, DType t, double value);
 
 /* ---- kernel builder: nodes are appended with their evaluation statement ---- */
 Kernel *kb_new(Gen *gen, KPattern p, int64_t extent, DType ftype);

@@ -128,7 +128,8 @@ static int new_tensor(Gen *gen, const char *name, DType t, int rank, const int64
     pt.name = arena_strdup(gen->a, name ? name : "");
     pt.dtype = (PlanDType)t;
     pt.rank = rank;
-    memcpy(pt.shape, shape, sizeof(int64_t) * (size_t)rank);
+    if (rank)
+        memcpy(pt.shape, shape, sizeof(int64_t) * (size_t)rank);
     pt.bytes = bytes_of(t, rank, shape);
     pt.offset = gen->slab;
     gen->slab += (pt.bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
@@ -143,6 +144,16 @@ static int new_tensor(Gen *gen, const char *name, DType t, int rank, const int64
 int gen_temp(Gen *gen, DType t, int rank, const int64_t *shape)
 {
     return new_tensor(gen, NULL, t, rank, shape, PT_TEMP);
+}
+
+int gen_hyper(Gen *gen, const char *name, DType dt, double value)
+{
+    for (int i = 0; i < gen->tensors.len; i++)
+        if (gen->tensors.data[i].role == PT_HYPER && !strcmp(gen->tensors.data[i].name, name))
+            return i;
+    int t = new_tensor(gen, name, dt == DT_F64 ? DT_F64 : DT_F32, 0, NULL, PT_HYPER);
+    gen->tensors.data[t].init_arg = value;
+    return t;
 }
 
 int gen_tensor(Gen *gen, const Value *v)
@@ -189,6 +200,8 @@ static void set_limits(Gen *gen)
             ids = op->args[1];
             limit = op->args[0]->shape[op->args[0]->rank - 1];
         }
+        while (ids && (ids->def->kind == OP_SLICE || ids->def->kind == OP_RESHAPE))
+            ids = ids->def->args[0]; /* a microbatch's rows of the input */
         if (ids && ids->def->kind == OP_INPUT) {
             PlanTensor *t = &gen->tensors.data[gen->tensor_of[ids->id]];
             t->limit = t->limit ? (t->limit < limit ? t->limit : limit) : limit;
@@ -231,6 +244,18 @@ static void find_fusions(Gen *gen, int flags)
         if (out && cg_fusable(user[v->id]) && user[v->id]->kind != OP_CONSTANT && (same || scalar))
             gen->fused[v->id] = 1;
     }
+    gen->dead = arena_alloc(gen->a, (size_t)g->ops.len + 1);
+    for (int i = g->ops.len - 1; i >= 0; i--) { /* backwards: a dead op frees its operands */
+        const Op *op = g->ops.data[i];
+        int used = op->kind == OP_UPDATE || op->nres == 0;
+        for (int j = 0; j < op->nres; j++)
+            used |= uses[op->res[j]->id] > 0;
+        if (used || op->kind == OP_PARAM || op->kind == OP_STATE || op->kind == OP_INPUT)
+            continue;
+        gen->dead[i] = 1;
+        for (int j = 0; j < op->nargs; j++)
+            uses[op->args[j]->id]--;
+    }
 }
 
 /* Persistent tensors first (so a checkpoint is one range), then the rest. */
@@ -241,7 +266,7 @@ static void place_values(Gen *gen)
             const Op *op = gen->g->ops.data[i];
             PlanRole r = role_of(op);
             int want = r == PT_PARAM || r == PT_STATE ? 0 : r == PT_INPUT || r == PT_STEP ? 1 : 2;
-            if (want != pass)
+            if (want != pass || (gen->dead && gen->dead[op->id]))
                 continue;
             gen->op = op;
             for (int j = 0; j < op->nres; j++) {
@@ -308,6 +333,14 @@ static int lower_op(Gen *gen, const Op *op)
     gen->op = op;
     if (op->nres == 1 && gen->fused[op->res[0]->id])
         return 0; /* computed inside its user's kernel */
+    if (gen->dead && gen->dead[op->id])
+        return 0; /* nothing reads it */
+    for (int i = 0; i < op->nres; i++)
+        if (op->res[i]->dtype == DT_BF16 || op->res[i]->dtype == DT_F16) {
+            diag_error(&gen->c->diag, op->loc, "no CPU kernels for %s yet (use f32 or f64)",
+                       ir_dtype_name(op->res[i]->dtype));
+            return -1;
+        }
     switch (op->kind) {
     case OP_INPUT: case OP_PARAM: case OP_STATE: case OP_STEP: case OP_RESHAPE: return 0;
     case OP_MATMUL: gemm(gen, op); return 0;
@@ -403,6 +436,9 @@ static void plan_memory(Gen *gen)
             top = top > gen->tensors.data[t].offset + aligned(gen->tensors.data[t].bytes)
                       ? top
                       : gen->tensors.data[t].offset + aligned(gen->tensors.data[t].bytes);
+    for (int t = 0; t < n; t++) /* untouched temporaries: keep them valid, apart */
+        if (gen->tensors.data[t].role == PT_TEMP && first[t] < 0)
+            gen->tensors.data[t].offset = take(gen, free_, &nfree, aligned(gen->tensors.data[t].bytes), &top);
     for (int i = 0; i <= gen->instrs.len; i++) {
         for (int t = 0; t < n; t++) {
             PlanTensor *pt = &gen->tensors.data[t];

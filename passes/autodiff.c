@@ -16,6 +16,7 @@ typedef struct AD {
     Value **grad;  /* by Value.id: the gradient so far, NULL when none */
     char *needs;   /* by Value.id: depends on a parameter */
     const Op *fwd; /* the forward op being differentiated */
+    int failed;    /* an op had no rule (hand-written IR) */
 } AD;
 
 /* Append a backward op; its types come from the shape rules. */
@@ -134,11 +135,14 @@ static void vjp_arith(AD *ad, const Op *op, Value *dy)
     Value *a = op->args[0], *b = op->args[1], *y = op->res[0];
     switch (op->kind) {
     case OP_ADD:
-        accumulate(ad, a, unbroadcast(ad, dy, a));
-        accumulate(ad, b, unbroadcast(ad, dy, b));
+        if (ad->needs[a->id])
+            accumulate(ad, a, unbroadcast(ad, dy, a));
+        if (ad->needs[b->id])
+            accumulate(ad, b, unbroadcast(ad, dy, b));
         return;
     case OP_SUB:
-        accumulate(ad, a, unbroadcast(ad, dy, a));
+        if (ad->needs[a->id])
+            accumulate(ad, a, unbroadcast(ad, dy, a));
         if (ad->needs[b->id])
             accumulate(ad, b, unbroadcast(ad, un(ad, OP_NEG, dy), b));
         return;
@@ -324,7 +328,10 @@ static void vjp(AD *ad, const Op *op, Value *dy)
         vjp_layer(ad, op, dy);
         return;
     case OP_RESHAPE: case OP_TRANSPOSE: case OP_SLICE: case OP_CONCAT: vjp_move(ad, op, dy); return;
-    default: BUG("autodiff has no rule for '%s'", ir_ops[op->kind].name);
+    default:
+        diag_error(&ad->c->diag, op->loc, "autodiff: no gradient rule for '%s' in a forward graph",
+                   ir_ops[op->kind].name);
+        ad->failed = 1;
     }
 }
 
@@ -384,7 +391,7 @@ int pass_autodiff(Ctx *c, Graph *g)
         return -1;
     }
     int nops = g->ops.len, nvals = g->values.len;
-    AD ad = {c, g, NULL, NULL, NULL};
+    AD ad = {c, g, NULL, NULL, NULL, 0};
     ad.grad = arena_alloc(g->arena, sizeof(Value *) * (size_t)(nvals + 1));
     ad.needs = arena_alloc(g->arena, (size_t)nvals + 1);
     mark_needs(&ad, nops);
@@ -398,6 +405,8 @@ int pass_autodiff(Ctx *c, Graph *g)
         if (dy)
             vjp(&ad, op, dy);
     }
+    if (ad.failed)
+        return -1;
     set_outputs(&ad, loss, nops);
     return 0;
 }

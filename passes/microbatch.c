@@ -3,10 +3,11 @@
  * block; writes k copies of every op that depends on the inputs, copy j seeing
  * rows [j B/k, (j+1) B/k) of each input's first (batch) dimension, and makes
  * the loss the mean of the k microbatch losses. Ops that only read parameters
- * are shared. Key idea: the mean over equal microbatches of per-example-mean
- * losses is the full-batch loss, so autodiff of the new loss accumulates the
- * gradients exactly, and later passes (pipeline schedules) see one copy of
- * the forward pass per microbatch to order. */
+ * are shared. Key idea: when the loss is a mean over the rows of the batch (as
+ * cross_entropy is), the mean of the k microbatch losses is the full-batch
+ * loss, so autodiff of the new loss accumulates the gradients exactly (a loss
+ * that sums over rows comes out k times smaller), and later passes (pipeline
+ * schedules) see one copy of the forward pass per microbatch to order. */
 #include "passes.h"
 
 #include <string.h>
@@ -88,6 +89,14 @@ static int clone_op(MB *m, const Op *op)
         Value *v = ir_op_result(m->g, copy, dt, rank, shape);
         v->name = op->res[i]->name;
         v->shard = op->res[i]->shard;
+        for (int d = 0; d < rank; d++) {
+            int64_t f = ir_shard_factor(&m->g->mesh, &v->shard, d);
+            if (f > 1 && shape[d] % f != 0)
+                return err(m, op->loc,
+                           "microbatches: dimension %d of a microbatch of '%s' has size %lld, "
+                           "which is not divisible by %lld, the mesh axes it is split over",
+                           d, v->name ? v->name : "?", (long long)shape[d], (long long)f);
+        }
         m->map[op->res[i]->id] = v;
     }
     return 0;

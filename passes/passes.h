@@ -1,6 +1,6 @@
 /* passes.h: the passes over the graph IR and the pass table the driver walks.
- * A pass reads the Graph, changes it, and leaves it valid (the verifier runs
- * after each one in tests and with --verify-each). It returns 0, or -1 after
+ * A pass reads the Graph, changes it, and leaves it valid (the driver runs the
+ * verifier after each one). It returns 0, or -1 after
  * reporting errors to the context's diagnostics. */
 #ifndef TCC_PASSES_H
 #define TCC_PASSES_H

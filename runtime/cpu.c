@@ -258,6 +258,12 @@ static int load_kernels(CpuDevice *d, const Plan *p, const char *cache_dir, char
 
 int rt_cpu_open(CpuDevice *d, const Plan *p, const char *cache_dir, char *err, size_t n)
 {
+    return rt_cpu_open_linked(d, p, NULL, cache_dir, err, n);
+}
+
+int rt_cpu_open_linked(CpuDevice *d, const Plan *p, const RtKernelFn *linked,
+                       const char *cache_dir, char *err, size_t n)
+{
     size_t size = (size_t)((p->slab_bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN);
     memset(d, 0, sizeof *d);
     if (p->slab_bytes > SIZE_MAX - PLAN_ALIGN)
@@ -267,6 +273,14 @@ int rt_cpu_open(CpuDevice *d, const Plan *p, const char *cache_dir, char *err, s
     if (!(d->slab = aligned_alloc(PLAN_ALIGN, size)))
         return fail(err, n, "aligned_alloc(%zu bytes): %s", size, strerror(errno));
     memset(d->slab, 0, size);
+    if (linked && p->nkernels > 0) { /* compiled into the program: nothing to build */
+        if (!(d->fns = calloc((size_t)p->nkernels, sizeof *d->fns))) {
+            rt_cpu_close(d);
+            return fail(err, n, "calloc: out of memory");
+        }
+        memcpy(d->fns, linked, sizeof *d->fns * (size_t)p->nkernels);
+        return 0;
+    }
     if (p->nkernels > 0 && load_kernels(d, p, cache_dir, err, n)) {
         rt_cpu_close(d);
         return -1;

@@ -23,6 +23,11 @@ typedef struct CpuDevice {
  * of p, which has passed plan_check. 0, or -1 with a message; d is then empty. */
 int rt_cpu_open(CpuDevice *d, const Plan *p, const char *cache_dir, char *err, size_t n);
 
+/* The same with kernels already linked into the program (fns by kernel
+ * index, the plan's order), or compiled from the plan when linked is NULL. */
+int rt_cpu_open_linked(CpuDevice *d, const Plan *p, const RtKernelFn *linked,
+                       const char *cache_dir, char *err, size_t n);
+
 /* C = alpha op(A) op(B) + beta C, batch times: f32 and f64 only. 0, or -1. */
 int rt_cpu_gemm(CpuDevice *d, const Plan *p, const PlanGemm *g, char *err, size_t n);
 

@@ -54,6 +54,12 @@ static int bind_args(Runtime *rt, char *err, size_t n)
 
 Runtime *rt_open(const Plan *p, const char *cache_dir, char *err, size_t n)
 {
+    return rt_open_linked(p, NULL, cache_dir, err, n);
+}
+
+Runtime *rt_open_linked(const Plan *p, RtKernel const *kernels, const char *cache_dir, char *err,
+                        size_t n)
+{
     char msg[512];
     if (plan_check(p, msg, sizeof msg)) {
         fail(err, n, "plan \"%s\": %s", p->model ? p->model : "", msg);
@@ -65,7 +71,7 @@ Runtime *rt_open(const Plan *p, const char *cache_dir, char *err, size_t n)
         return NULL;
     }
     rt->p = p;
-    if (rt_cpu_open(&rt->dev, p, cache_dir, err, n) || bind_args(rt, err, n)) {
+    if (rt_cpu_open_linked(&rt->dev, p, kernels, cache_dir, err, n) || bind_args(rt, err, n)) {
         rt_close(rt);
         return NULL;
     }
@@ -149,6 +155,19 @@ int rt_set_input(Runtime *rt, const char *name, const void *data, size_t bytes, 
     }
     memcpy(rt_tensor_data(rt, t), data, bytes);
     return 0;
+}
+
+int rt_set_hyper(Runtime *rt, const char *name, double value, char *err, size_t n)
+{
+    for (int t = 0; t < rt->p->ntensors; t++)
+        if (rt->p->tensors[t].role == PT_HYPER && !strcmp(rt->p->tensors[t].name, name)) {
+            if (rt->p->tensors[t].dtype == PD_F64)
+                *(double *)rt_tensor_data(rt, t) = value;
+            else
+                *(float *)rt_tensor_data(rt, t) = (float)value;
+            return 0;
+        }
+    return fail(err, n, "the plan has no hyperparameter \"%s\"", name);
 }
 
 int rt_step(Runtime *rt, int64_t step, char *err, size_t n)

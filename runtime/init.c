@@ -173,6 +173,10 @@ void rt_init_params(Runtime *rt, uint64_t seed)
             init_param(rt_tensor_data(rt, i), t, seed);
         else if (t->role == PT_STATE)
             memset(rt_tensor_data(rt, i), 0, t->bytes);
+        else if (t->role == PT_HYPER && t->dtype == PD_F64)
+            *(double *)rt_tensor_data(rt, i) = t->init_arg;
+        else if (t->role == PT_HYPER)
+            *(float *)rt_tensor_data(rt, i) = (float)t->init_arg;
     }
 }
 

@@ -29,7 +29,7 @@
 
 static const char *const dtype_names[PD_COUNT] = {"f32", "f64", "bf16", "f16", "i32"};
 static const size_t dtype_sizes[PD_COUNT] = {4, 8, 2, 2, 4};
-static const char *const role_names[PT_COUNT] = {"param", "state", "input", "step", "temp"};
+static const char *const role_names[PT_COUNT] = {"param", "state", "input", "step", "hyper", "temp"};
 static const char *const kind_names[PI_COUNT] = {"kernel", "gemm", "copy"};
 static const char *const init_names[] = {"zeros", "ones", "normal", "uniform", "constant", NULL};
 
@@ -270,6 +270,8 @@ static int check_tensor_role(const Plan *p, int i, char *err, size_t n)
                    t->limit);
     if (t->role == PT_STEP && (t->dtype != PD_F32 || t->rank != 0))
         return bad(err, n, "tensors[%d]: a step tensor must be f32[]", i);
+    if (t->role == PT_HYPER && ((t->dtype != PD_F32 && t->dtype != PD_F64) || t->rank != 0))
+        return bad(err, n, "tensors[%d]: a hyper tensor must be f32[] or f64[]", i);
     if (t->layer < -1 || t->value < -1)
         return bad(err, n, "tensors[%d].%s: must be >= -1", i, t->layer < -1 ? "layer" : "value");
     return 0;
@@ -711,7 +713,7 @@ static int write_file(const char *path, const char *text, char *err, size_t n)
     return 0;
 }
 
-int plan_write(const char *path, Plan *p, char *err, size_t errlen)
+char *plan_to_json(Plan *p, char *err, size_t errlen)
 {
     Wr w = {err, errlen, 0};
     p->version = PLAN_VERSION;
@@ -721,7 +723,13 @@ int plan_write(const char *path, Plan *p, char *err, size_t errlen)
     if (!w.failed && !text)
         wr_fail(&w, "cJSON_Print: out of memory");
     cJSON_Delete(root);
-    if (w.failed) {
+    return w.failed ? NULL : text;
+}
+
+int plan_write(const char *path, Plan *p, char *err, size_t errlen)
+{
+    char *text = plan_to_json(p, err, errlen);
+    if (!text) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", err && errlen ? err : "");
         return bad(err, errlen, "%s: cannot write the plan: %s", path, msg);
@@ -1196,14 +1204,11 @@ static cJSON *parse_json(const char *text, size_t len, char *err, size_t n)
     return root;
 }
 
-Plan *plan_load(const char *path, char *err, size_t errlen)
+Plan *plan_parse(const char *name, const char *text, size_t len, char *err, size_t errlen)
 {
     char msg[768] = "", hash[17] = "", got[17];
-    size_t len = 0;
     Plan *p = NULL;
-    char *text = read_all(path, &len, msg, sizeof msg);
     cJSON *root = text ? parse_json(text, len, msg, sizeof msg) : NULL;
-    free(text);
     if (root && !(p = calloc(1, sizeof *p)))
         bad(msg, sizeof msg, "calloc: out of memory");
     if (p && (rd_plan(root, p, hash, msg, sizeof msg) || plan_check(p, msg, sizeof msg))) {
@@ -1222,11 +1227,28 @@ Plan *plan_load(const char *path, char *err, size_t errlen)
         }
     }
     if (!p) {
-        bad(err, errlen, "%s: %s", path, msg);
-        for (char *c = err; err && errlen && *c; c++) /* one line, whatever the path holds */
+        bad(err, errlen, "%s: %s", name, msg);
+        for (char *c = err; err && errlen && *c; c++) /* one line, whatever the name holds */
             if ((unsigned char)*c < 0x20)
                 *c = '?';
     }
+    return p;
+}
+
+Plan *plan_load(const char *path, char *err, size_t errlen)
+{
+    char msg[768] = "";
+    size_t len = 0;
+    char *text = read_all(path, &len, msg, sizeof msg);
+    if (!text) {
+        bad(err, errlen, "%s: %s", path, msg);
+        for (char *c = err; err && errlen && *c; c++)
+            if ((unsigned char)*c < 0x20)
+                *c = '?';
+        return NULL;
+    }
+    Plan *p = plan_parse(path, text, len, err, errlen);
+    free(text);
     return p;
 }
 

@@ -24,6 +24,8 @@ typedef enum {
     PT_STATE, /* optimizer state; zeros at start, kept across steps, checkpointed */
     PT_INPUT, /* data, written by the runtime before each step */
     PT_STEP,  /* f32[]: the runtime writes the 1-based step number before each step */
+    PT_HYPER, /* f32[] or f64[]: a hyperparameter (the peak learning rate "lr"), init_arg its default;
+                 set at start, changeable by the runtime (--lr) */
     PT_TEMP,  /* computed during the step */
     PT_COUNT
 } PlanRole;
@@ -123,5 +125,9 @@ int plan_write(const char *path, Plan *p, char *err, size_t errlen);
  * what is wrong. */
 Plan *plan_load(const char *path, char *err, size_t errlen);
 void plan_free(Plan *p);
+/* plan_load of a plan already in memory; name is used in messages. */
+Plan *plan_parse(const char *name, const char *text, size_t len, char *err, size_t errlen);
+/* The JSON that plan_write writes (hash recomputed), malloc'ed; NULL and err. */
+char *plan_to_json(Plan *p, char *err, size_t errlen);
 
 #endif

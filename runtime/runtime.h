@@ -18,6 +18,14 @@ typedef struct Runtime Runtime;
  * and resolve every kernel symbol. NULL with a one-line message in err. */
 Runtime *rt_open(const Plan *p, const char *cache_dir, char *err, size_t n);
 
+/* A kernel as the generated C defines it: args[j] is tensor j of the call. */
+typedef void (*RtKernel)(char *const *args);
+
+/* rt_open for a program that has the plan's kernels linked in: kernels[i] is
+ * the function of p->kernels[i]; nothing is compiled. */
+Runtime *rt_open_linked(const Plan *p, RtKernel const *kernels, const char *cache_dir, char *err,
+                        size_t n);
+
 /* Free the slab, unload the kernels. rt may be NULL. */
 void rt_close(Runtime *rt);
 
@@ -27,6 +35,10 @@ const Plan *rt_plan(const Runtime *rt);
 /* Parameters from their init (the same values for the same seed and tensor
  * name, whatever the order of the tensors); optimizer state to zeros. */
 void rt_init_params(Runtime *rt, uint64_t seed);
+
+/* Set the hyperparameter called name (e.g. "lr", the peak learning rate of
+ * the schedule). 0, or -1 when the plan has none of that name. */
+int rt_set_hyper(Runtime *rt, const char *name, double value, char *err, size_t n);
 
 /* Copy bytes of data into the input tensor called name. The size must be the
  * tensor's; i32 ids of an input with a limit must lie in [0, limit). 0, or -1
@@ -57,5 +69,64 @@ uint16_t rt_f32_to_bf16(float x);
 float rt_bf16_to_f32(uint16_t h);
 uint16_t rt_f32_to_f16(float x);
 float rt_f16_to_f32(uint16_t h);
+
+/* ---- token data (runtime/data.c; the llm.c token-file format) ----
+ * A shard is a 256 x int32 little-endian header (magic 20240520, version 1,
+ * token count, the rest 0) followed by that many uint16 little-endian tokens.
+ * A loader reads the shards matching a glob pattern in name order (strcmp) as
+ * one stream that repeats forever, so a batch may cross shard boundaries and
+ * the end. A row is S+1 consecutive tokens: inputs the first S, targets the
+ * last S. With K ranks the global batch at position p has R*K rows, global row
+ * g starting at p + g*(S+1) (modulo the stream length); rank k takes global
+ * rows k, k+K, k+2K, ... (its row r is global row r*K + k), and the next
+ * global batch starts at p + R*K*(S+1). */
+typedef struct DataLoader DataLoader;
+
+/* Open and check every shard matching pattern: readable, header magic and
+ * version, the file size equal to the header's count (else "truncated"), at
+ * least 2 tokens, every token below vocab (the first bad one is named: file,
+ * index, value). rank/ranks: this process reads rows r with r % ranks == rank
+ * of each global batch (data parallelism); 0/1 for all. NULL with a message. */
+DataLoader *rt_data_open(const char *pattern, int64_t vocab, int rank, int ranks, char *err,
+                         size_t n);
+void rt_data_close(DataLoader *d); /* d may be NULL */
+/* This rank's rows of the next global batch (rows R per rank, as above) into
+ * inputs and targets, both rows x seq (targets[i] = the token after inputs[i]).
+ * Every rank must pass the same rows and seq. 0, or -1 with a message. */
+int rt_data_next(DataLoader *d, int64_t rows, int64_t seq, int32_t *inputs, int32_t *targets,
+                 char *err, size_t n);
+/* The stream offset where the next global batch starts, in [0, tokens) (to
+ * save in a checkpoint; the same on every rank), and back to it: a position
+ * outside [0, tokens) is refused. */
+int64_t rt_data_tell(const DataLoader *d);
+int rt_data_seek(DataLoader *d, int64_t position, char *err, size_t n);
+int64_t rt_data_tokens(const DataLoader *d); /* tokens in all shards */
+
+/* Write count tokens (at most INT32_MAX) as one shard in the llm.c format:
+ * under a temporary name, fsync'ed, then renamed to path. 0 or -1. */
+int rt_data_write(const char *path, const uint16_t *tokens, int64_t count, char *err, size_t n);
+
+/* ---- checkpoints (runtime/ckpt.c; safetensors) ----
+ * One file per checkpoint, DIR/step-00000042.safetensors, holding every
+ * PT_PARAM and PT_STATE tensor under its plan name, and in the metadata the
+ * model name, the plan hash, the step, the data position and the seed. It is
+ * written to a temporary name, fsync'ed, renamed into place and the directory
+ * fsync'ed, so a crash leaves either the old files or the complete new one. */
+typedef struct CkptMeta {
+    int64_t step;          /* the last completed step */
+    int64_t data_position; /* rt_data_tell after that step, -1 without data */
+    uint64_t seed;
+} CkptMeta;
+
+/* Save rt as dir/step-<meta->step>.safetensors (dir is created if missing; its
+ * parent must exist). 0, or -1 with a message naming the call and the file
+ * (the temporary file removed). Layout and protocol: docs/checkpoints.md. */
+int rt_ckpt_save(Runtime *rt, const char *dir, const CkptMeta *meta, char *err, size_t n);
+/* Load the newest complete checkpoint of dir into rt: 1 when one was loaded
+ * (meta filled; it may be NULL), 0 when dir has none or does not exist, -1
+ * with a message naming the file when the newest one cannot be used (another
+ * model, another plan hash, a tensor missing or of another shape or dtype, a
+ * corrupt file); rt is unchanged then. Never falls back to an older one. */
+int rt_ckpt_load_latest(Runtime *rt, const char *dir, CkptMeta *meta, char *err, size_t n);
 
 #endif

@@ -1,11 +1,11 @@
 # runtime.mk: the runtime, included by the Makefile.
 # Builds build/libtccrt.a (and build/libtccrt-san.a, sanitized) from runtime/*.c
-# except the commands, and the command ./tccrun. Unit tests link
+# except the commands, and the commands ./tccrun and ./tccdata. Unit tests link
 # $(RT_SAN_LIB) $(RT_LIBS). The objects come from the Makefile's pattern rules
 # ($(B)/obj/%.o, $(B)/san/%.o).
 
 # Files with a main(): not in the library.
-RT_CMD_SRCS := runtime/tccrun.c
+RT_CMD_SRCS := runtime/tccrun.c runtime/tccdata.c
 RT_SRCS := $(filter-out $(RT_CMD_SRCS),$(sort $(wildcard runtime/*.c)))
 RT_OBJS := $(RT_SRCS:%.c=$(B)/obj/%.o)
 RT_SAN_OBJS := $(RT_SRCS:%.c=$(B)/san/%.o)
@@ -29,16 +29,21 @@ $(RT_SAN_LIB): $(RT_SAN_OBJS)
 tccrun: $(B)/obj/runtime/tccrun.o $(RT_LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(RT_LIBS)
 
-all: tccrun
+tccdata: $(B)/obj/runtime/tccdata.o $(RT_LIB)
+	$(CC) $(CFLAGS) -o $@ $^ $(RT_LIBS)
+
+all: tccrun tccdata
 
 # Unit tests link $(RT_SAN_LIB) $(RT_LIBS): build it first, relink when it changes.
 $(UNIT_BINS): $(RT_SAN_LIB) $(RT_HDRS)
 
 clean: clean-runtime
 clean-runtime:
-	rm -f tccrun
+	rm -f tccrun tccdata
 
 .PHONY: clean-runtime
 
 # test_runtime also runs ./tccrun.
 $(B)/unit/test_runtime: | tccrun
+# tests/lit/tools/tccdata.test runs ./tccdata: built with the unit tests, it is there for lit.
+$(B)/unit/test_data: | tccdata

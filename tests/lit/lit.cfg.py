@@ -2,6 +2,7 @@
 # Each .tdl, .tir or .test file carries RUN: lines in comments; they run in lit's
 # own shell with these substitutions:
 #   %tcc        the sanitized compiler (build/tcc-san; --param tcc=PATH for another)
+#   %tccdata    the project's ./tccdata (make tccdata)
 #   %FileCheck  llvm-14's FileCheck (plain `FileCheck` and `not` work too)
 #   %samples    the absolute path of samples/
 # Sanitizer errors abort, so `not %tcc` fails on a crash instead of passing.
@@ -31,7 +32,9 @@ config.environment['LSAN_OPTIONS'] = 'abort_on_error=1'
 config.environment['LC_ALL'] = 'C'
 config.environment.pop('TERM', None)
 
-# These run before lit's own %s, %S, %t..., so %tcc and %samples win over %t and %s.
+# These run before lit's own %s, %S, %t..., so %tcc and %samples win over %t and %s;
+# %tccdata comes before %tcc, which is a prefix of it.
+config.substitutions.append(('%tccdata', os.path.join(root, 'tccdata')))
 config.substitutions.append(('%tcc', tcc))
 config.substitutions.append(('%FileCheck', os.path.join(llvm_bin, 'FileCheck')))
 config.substitutions.append(('%samples', os.path.join(root, 'samples')))

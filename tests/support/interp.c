@@ -622,6 +622,9 @@ static int run_op(Interp *in, const Op *op)
     case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST:
         for (int64_t i = 0; i < n; i++)
             OUT[i] = unary(op->kind, ARG(0)[i]);
+        if (op->kind == OP_CAST && op->res[0]->dtype == DT_I32)
+            for (int64_t i = 0; i < n; i++)
+                OUT[i] = trunc(OUT[i]);
         return 0;
     case OP_MATMUL: run_matmul(in, op); return 0;
     case OP_SOFTMAX: run_softmax(in, op); return 0;

@@ -1,10 +1,11 @@
 /* test_codegen.c: every generated CPU kernel against the float64 reference.
  * A small TDL program goes through autodiff (and the optimizer), becomes a
  * plan, and runs one step in the runtime; the interpreter runs the same graph
- * from the same parameter and input values. Every tensor that holds a graph
- * value is compared, so each forward, backward and optimizer kernel is checked
- * on its own. In float64 the only differences are summation order:
- * |x - ref| <= 1e-9 (max|ref| + |ref|). In float32 (and the learning rate, f32 in
+ * from the same parameter and input values. With every value kept, every
+ * tensor that holds a graph value is compared, so each forward, backward and
+ * optimizer kernel is checked on its own; the fused plan with memory reuse is
+ * checked on parameters, state and outputs. In float64 the only differences are summation order:
+ * |x - ref| <= 1e-9 (max|ref| + |ref|). In float32 (the step number is f32 in
  * every model) errors grow like sqrt(n) eps32 ~ 1e-6 per reduction
  * and chain through a few ops: 2e-4 (max|ref| + |ref|) leaves margin. */
 #include <criterion/criterion.h>
@@ -83,6 +84,7 @@ static void one_step(Ctx *c, Graph *g, int flags, int wide, int64_t vocab)
     cr_assert_not_null(rt, "%s", err);
     Interp *in = interp_new(g);
     interp_init(in, 2024, vocab);
+    rt_init_params(rt, 1); /* hyperparameters take their defaults; params are overwritten */
     for (int i = 0; i < plan.ntensors; i++) {
         const PlanTensor *t = &plan.tensors[i];
         if (t->role == PT_PARAM || t->role == PT_INPUT || t->role == PT_STATE)
@@ -98,7 +100,7 @@ static void one_step(Ctx *c, Graph *g, int flags, int wide, int64_t vocab)
             continue;
         if (!(flags & CG_KEEP_VALUES) && t->role == PT_TEMP && !is_output(g, t->value))
             continue;
-        /* the step number and learning rate are f32 even in a float64 model */
+        /* the step number is f32 even in a float64 model */
         double tol = wide && t->dtype == PD_F64 ? 1e-9 : 2e-4;
         const double *ref = in->buf[t->value];
         double big = 0;
@@ -356,7 +358,8 @@ Test(codegen, tiny_gpt_training_is_deterministic_and_learns)
         cr_assert(memcmp(&a[s], &b[s], sizeof(double)) == 0, "step %d: %.9g vs %.9g", s + 1, a[s],
                   b[s]);
     cr_assert(a[0] > 3.0 && a[0] < 3.6, "first loss %g should be near ln 32 = 3.47", a[0]);
-    cr_assert(a[49] < a[0] - 1.0, "the loss should fall on a fixed batch: %g -> %g", a[0], a[49]);
+    /* 32 random token ids: memorising one batch takes the loss well below ln 32 */
+    cr_assert(a[49] < 0.85 * a[0], "the loss should fall on a fixed batch: %g -> %g", a[0], a[49]);
     remove_cache();
     ctx_free(c);
 }
