@@ -70,6 +70,9 @@ DEPS := $(B)/.deps-ok
 
 all: tcc
 
+# tcc links the executables it builds against the runtime library here.
+$(B)/obj/codegen/binary.o $(B)/san/codegen/binary.o: BASEFLAGS += -DTCC_LIBDIR=\"$(abspath $(B))\"
+
 $(DEPS): scripts/deps.sh
 	@mkdir -p $(B)
 	@bash scripts/deps.sh

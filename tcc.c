@@ -19,6 +19,7 @@ typedef struct Options {
     const char *emit;       /* "ir", "plan", "c" or NULL */
     const char *dump_after; /* a pass name, "all" or NULL */
     const char *stop_after; /* a pass name or NULL */
+    int print_commands;
 } Options;
 
 /* The pipeline: lowering and the verifier first, then the graph passes. */
@@ -48,7 +49,9 @@ static void usage(FILE *f)
             "  --dump-after=PASS     print the IR after PASS ('all': after every pass)\n"
             "  --stop-after=PASS     run the pipeline up to PASS only (e.g. lower: the forward IR)\n"
             "  --from-ir FILE.tir    start from a printed IR instead of TDL\n"
-            "  -o FILE               write the output to FILE\n"
+            "  -o FILE               write the output to FILE; without --emit, build an\n"
+            "                        executable that trains the model (NAME --help)\n"
+            "  --print-commands      show the commands that build the executable\n"
             "  -v                    report each pass, its time and the op count\n"
             "  --help                show this help\n"
             "  --version             show the version\n"
@@ -113,6 +116,8 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
         } else if (!strcmp(a, "--version")) {
             printf("tcc %s\n", TCC_VERSION);
             exit(0);
+        } else if (!strcmp(a, "--print-commands")) {
+            o->print_commands = 1;
         } else if (!strcmp(a, "-v")) {
             c->verbose = 1;
         } else if ((v = opt_value(argc, argv, &i, "--mesh"))) {
@@ -152,8 +157,7 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
         return fail("give a TDL file or --from-ir %s, not both", o->from_ir);
     if (o->from_ir && (c->mesh_spec || c->defines.len))
         return fail("%s", "--mesh and -D apply to TDL input; an IR file carries its own mesh");
-    if (o->out && !o->emit)
-        return fail("%s", "-o needs --emit=ir, plan or c (executables are not built yet)");
+
     if (o->emit && !strcmp(o->emit, "plan") && !o->out)
         return fail("%s", "--emit=plan needs -o DIR");
     return 0;
@@ -251,6 +255,8 @@ static int write_plan(Ctx *c, const Options *o, const Graph *g)
         fprintf(stderr, "tcc: %-10s %8.2f ms  %d kernels, %d instructions, %.1f MiB slab\n",
                 "codegen", now_ms() - t0, plan.nkernels, plan.ninstrs,
                 (double)plan.slab_bytes / 1048576.0);
+    if (!o->emit)
+        return cg_write_program(c, &plan, o->out, o->print_commands);
     if (!strcmp(o->emit, "c")) {
         FILE *f = o->out ? fopen(o->out, "w") : stdout;
         if (!f || fputs(plan.kernel_source, f) < 0 || (o->out && fclose(f) != 0)) {
@@ -298,7 +304,7 @@ static int run(Ctx *c, Options *o)
             return -1;
         stop = o->stop_after && !strcmp(o->stop_after, p->name);
     }
-    if (o->emit && strcmp(o->emit, "ir") != 0)
+    if ((o->emit && strcmp(o->emit, "ir") != 0) || (!o->emit && o->out))
         return write_plan(c, o, g);
     return o->emit ? write_ir(o, g) : 0;
 }

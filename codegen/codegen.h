@@ -92,6 +92,11 @@ enum {
  * live in the arena; plan_free must not be called on it. */
 int cg_build_plan(Ctx *c, const Graph *g, int flags, Plan *out);
 
+/* An executable at path out that trains with plan p: its kernels, the plan and
+ * the runtime's training loop, built by the system compiler (the command is
+ * printed to stderr when print_commands). 0, or -1 after reporting. */
+int cg_write_program(Ctx *c, Plan *p, const char *out, int print_commands);
+
 /* C source of one kernel: void NAME(char *const *args). */
 char *cg_emit_c(Arena *a, const Kernel *k);
 

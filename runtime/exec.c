@@ -170,15 +170,15 @@ int rt_set_hyper(Runtime *rt, const char *name, double value, char *err, size_t 
     return fail(err, n, "the plan has no hyperparameter \"%s\"", name);
 }
 
-int rt_step(Runtime *rt, int64_t step, char *err, size_t n)
+/* The instructions in order; only the forward ones (phase 0) when fwd_only. */
+static int run(Runtime *rt, int64_t step, int fwd_only, char *err, size_t n)
 {
     const Plan *p = rt->p;
     char msg[400];
-    for (int t = 0; t < p->ntensors; t++)
-        if (p->tensors[t].role == PT_STEP)
-            *(float *)rt_tensor_data(rt, t) = (float)step;
     for (int i = 0; i < p->ninstrs; i++) {
         const PlanInstr *in = &p->instrs[i];
+        if (fwd_only && in->phase != 0)
+            continue;
         switch (in->kind) {
         case PI_KERNEL:
             rt->dev.fns[in->kernel](rt->args[i]);
@@ -196,3 +196,14 @@ int rt_step(Runtime *rt, int64_t step, char *err, size_t n)
     }
     return 0;
 }
+
+int rt_step(Runtime *rt, int64_t step, char *err, size_t n)
+{
+    const Plan *p = rt->p;
+    for (int t = 0; t < p->ntensors; t++)
+        if (p->tensors[t].role == PT_STEP)
+            *(float *)rt_tensor_data(rt, t) = (float)step;
+    return run(rt, step, 0, err, n);
+}
+
+int rt_forward(Runtime *rt, char *err, size_t n) { return run(rt, 0, 1, err, n); }

@@ -54,6 +54,16 @@ void rt_random_inputs(Runtime *rt, uint64_t seed);
  * instructions in order. 0, or -1 with a message naming the instruction. */
 int rt_step(Runtime *rt, int64_t step, char *err, size_t n);
 
+/* The forward instructions only (phase 0): the loss of the inputs, with no
+ * gradient and no update (evaluation). 0, or -1 with a message. */
+int rt_forward(Runtime *rt, char *err, size_t n);
+
+/* The main of a generated program: options, data, the training loop, logs,
+ * evaluation, checkpoints and resume (runtime/train.c). plan_json is the plan
+ * embedded in the program; kernels its linked kernel functions. */
+int rt_train_main(int argc, char **argv, const char *plan_json, size_t len,
+                  RtKernel const *kernels);
+
 /* The value of a rank-0 f32 or f64 tensor (NaN for any other, or for -1). */
 double rt_scalar(Runtime *rt, int tensor);
 

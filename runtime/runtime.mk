@@ -32,7 +32,7 @@ tccrun: $(B)/obj/runtime/tccrun.o $(RT_LIB)
 tccdata: $(B)/obj/runtime/tccdata.o $(RT_LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(RT_LIBS)
 
-all: tccrun tccdata
+all: tccrun tccdata $(RT_LIB)
 
 # Unit tests link $(RT_SAN_LIB) $(RT_LIBS): build it first, relink when it changes.
 $(UNIT_BINS): $(RT_SAN_LIB) $(RT_HDRS)
