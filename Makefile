@@ -139,7 +139,7 @@ fuzz: $(DEPS)
 	@$(MAKE) --no-print-directory -j$(JOBS) tcc $(FUZZ_BINS)
 	@$(PYTHON) tests/run_suites.py --suites=fuzz --fuzz-seconds=$(FUZZ_SECONDS)
 
-demo: $(DEPS) tcc
+demo: $(DEPS) all
 	@bash scripts/demo.sh
 
 # ---- style ----

@@ -431,11 +431,13 @@ static void plan_memory(Gen *gen)
     int nfree = 0;
     uint64_t top = 0;
     lifetimes(gen, first, last);
-    for (int t = 0; t < n; t++)
-        if (gen->tensors.data[t].role != PT_TEMP)
-            top = top > gen->tensors.data[t].offset + aligned(gen->tensors.data[t].bytes)
-                      ? top
-                      : gen->tensors.data[t].offset + aligned(gen->tensors.data[t].bytes);
+    for (int t = 0; t < n; t++) { /* persistent tensors first, packed in plan order */
+        PlanTensor *pt = &gen->tensors.data[t];
+        if (pt->role != PT_TEMP) {
+            pt->offset = top;
+            top += aligned(pt->bytes);
+        }
+    }
     for (int t = 0; t < n; t++) /* untouched temporaries: keep them valid, apart */
         if (gen->tensors.data[t].role == PT_TEMP && first[t] < 0)
             gen->tensors.data[t].offset = take(gen, free_, &nfree, aligned(gen->tensors.data[t].bytes), &top);
