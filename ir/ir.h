@@ -155,6 +155,10 @@ Value *ir_value_new(Graph *g, DType t, int rank, const int64_t *shape);
 Op *ir_op_new(Graph *g, OpKind kind, Value **args, int nargs, Loc loc);
 Value *ir_op_result(Graph *g, Op *op, DType t, int rank, const int64_t *shape);
 void ir_op_set_attr(Graph *g, Op *op, Attr *a);          /* replaces same key */
+/* Give op its attrs and the results its shape rule gives (ir_infer_result).
+ * For passes that build ops known to be valid: a rule refusing is a bug of
+ * the pass, reported as an internal error naming `who`. */
+void ir_op_finish(Graph *g, Op *op, Attr **attrs, int nattrs, const char *who);
 const Attr *ir_op_attr(const Op *op, const char *key);   /* NULL when absent */
 int64_t ir_op_attr_int(const Op *op, const char *key, int64_t dflt);
 double ir_op_attr_float(const Op *op, const char *key, double dflt); /* INT or FLOAT */

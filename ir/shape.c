@@ -877,6 +877,21 @@ int ir_infer(const Op *op, DType *dt, int *rank, int64_t *shape, char *err, size
     return 0;
 }
 
+void ir_op_finish(Graph *g, Op *op, Attr **attrs, int nattrs, const char *who)
+{
+    for (int i = 0; i < nattrs; i++)
+        ir_op_set_attr(g, op, attrs[i]);
+    for (int i = 0; i < ir_ops[op->kind].nres; i++) {
+        DType dt;
+        int rank;
+        int64_t shape[IR_MAX_RANK];
+        char err[256];
+        if (ir_infer_result(op, i, &dt, &rank, shape, err, sizeof err) != 0)
+            BUG("%s made an invalid '%s': %s", who, ir_ops[op->kind].name, err);
+        ir_op_result(g, op, dt, rank, shape);
+    }
+}
+
 /* Results after the first mirror an operand: layernorm_grad gives dx, dg, db
  * shaped as x, g, g; rmsnorm_grad dx, dg; attention_grad dq, dk, dv; sgd p',
  * mom'; adamw p', m', v'. */

@@ -25,17 +25,7 @@ static Op *emit_op(AD *ad, OpKind k, Value **args, int n, Attr **attrs, int na)
     Op *op = ir_op_new(ad->g, k, args, n, ad->fwd->loc);
     op->phase = PH_BWD;
     op->layer = ad->fwd->layer;
-    for (int i = 0; i < na; i++)
-        ir_op_set_attr(ad->g, op, attrs[i]);
-    for (int i = 0; i < ir_ops[k].nres; i++) {
-        DType dt;
-        int rank;
-        int64_t shape[IR_MAX_RANK];
-        char err[256];
-        if (ir_infer_result(op, i, &dt, &rank, shape, err, sizeof err) != 0)
-            BUG("autodiff made an invalid '%s': %s", ir_ops[k].name, err);
-        ir_op_result(ad->g, op, dt, rank, shape);
-    }
+    ir_op_finish(ad->g, op, attrs, na, "autodiff");
     return op;
 }
 

@@ -29,17 +29,7 @@ static Op *new_op(Opt *o, OpKind k, Value **args, int n)
 static Op *emit_op(Opt *o, OpKind k, Value **args, int n, Attr **attrs, int na)
 {
     Op *op = new_op(o, k, args, n);
-    for (int i = 0; i < na; i++)
-        ir_op_set_attr(o->g, op, attrs[i]);
-    for (int i = 0; i < ir_ops[k].nres; i++) {
-        DType dt;
-        int rank;
-        int64_t shape[IR_MAX_RANK];
-        char err[256];
-        if (ir_infer_result(op, i, &dt, &rank, shape, err, sizeof err) != 0)
-            BUG("optimizer made an invalid '%s': %s", ir_ops[k].name, err);
-        ir_op_result(o->g, op, dt, rank, shape);
-    }
+    ir_op_finish(o->g, op, attrs, na, "the optimizer");
     return op;
 }
 

@@ -37,18 +37,6 @@
 
 static const char *const st_dtypes[PD_COUNT] = {"F32", "F64", "BF16", "F16", "I32"};
 
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    if (err && n) {
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static int saved(const PlanTensor *t)
 {
     return t->role == PT_PARAM || t->role == PT_STATE;
@@ -104,16 +92,16 @@ static int utf8_ok(const char *s)
 static int check_names(const Plan *p, char *err, size_t n)
 {
     if (!utf8_ok(model_of(p)))
-        return fail(err, n, "checkpoint: the model name is not valid UTF-8");
+        return plan_errorf(err, n, "checkpoint: the model name is not valid UTF-8");
     for (int i = 0; i < p->ntensors; i++) {
         const char *name = p->tensors[i].name ? p->tensors[i].name : "";
         if (!saved(&p->tensors[i]))
             continue;
         if (!*name || !strcmp(name, META_KEY))
-            return fail(err, n, "checkpoint: tensor %d cannot be saved under the name '%s'", i,
+            return plan_errorf(err, n, "checkpoint: tensor %d cannot be saved under the name '%s'", i,
                         name);
         if (!utf8_ok(name))
-            return fail(err, n, "checkpoint: the name of tensor %d is not valid UTF-8", i);
+            return plan_errorf(err, n, "checkpoint: the name of tensor %d is not valid UTF-8", i);
     }
     return 0;
 }
@@ -208,7 +196,7 @@ static int write_tmp(const char *tmp, Runtime *rt, const char *header, char *err
 {
     FILE *f = fopen(tmp, "wb");
     if (!f)
-        return fail(err, n, "fopen %s: %s", tmp, strerror(errno));
+        return plan_errorf(err, n, "fopen %s: %s", tmp, strerror(errno));
     errno = 0;
     const char *call = write_body(f, rt, header) ? "fwrite"
                        : fflush(f)               ? "fflush"
@@ -222,7 +210,7 @@ static int write_tmp(const char *tmp, Runtime *rt, const char *header, char *err
     if (!call)
         return 0;
     unlink(tmp);
-    return fail(err, n, "%s %s: %s", call, tmp, strerror(e));
+    return plan_errorf(err, n, "%s %s: %s", call, tmp, strerror(e));
 }
 
 /* fsync a folder, so that the names created or renamed in it are on disk. */
@@ -230,14 +218,14 @@ static int sync_dir(const char *dir, char *err, size_t n)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (fd < 0)
-        return fail(err, n, "open %s: %s", dir, strerror(errno));
+        return plan_errorf(err, n, "open %s: %s", dir, strerror(errno));
     if (fsync(fd)) {
         int e = errno;
         close(fd);
-        return fail(err, n, "fsync %s: %s", dir, strerror(e));
+        return plan_errorf(err, n, "fsync %s: %s", dir, strerror(e));
     }
     if (close(fd))
-        return fail(err, n, "close %s: %s", dir, strerror(errno));
+        return plan_errorf(err, n, "close %s: %s", dir, strerror(errno));
     return 0;
 }
 
@@ -265,11 +253,11 @@ static int make_dir(const char *dir, char *err, size_t n)
         return sync_dir(parent, err, n);
     }
     if (errno != EEXIST)
-        return fail(err, n, "mkdir %s: %s", dir, strerror(errno));
+        return plan_errorf(err, n, "mkdir %s: %s", dir, strerror(errno));
     if (stat(dir, &st))
-        return fail(err, n, "stat %s: %s", dir, strerror(errno));
+        return plan_errorf(err, n, "stat %s: %s", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return fail(err, n, "checkpoint folder %s: not a directory", dir);
+        return plan_errorf(err, n, "checkpoint folder %s: not a directory", dir);
     return 0;
 }
 
@@ -277,14 +265,14 @@ int rt_ckpt_save(Runtime *rt, const char *dir, const CkptMeta *meta, char *err, 
 {
     char tmp[PATH_BYTES], path[PATH_BYTES];
     if (!meta || meta->step < 0 || meta->data_position < -1)
-        return fail(err, n, "checkpoint: the step must be >= 0 and the data position >= -1");
+        return plan_errorf(err, n, "checkpoint: the step must be >= 0 and the data position >= -1");
     if (step_path(tmp, dir, ".", meta->step, ".tmp") || step_path(path, dir, "", meta->step, ""))
-        return fail(err, n, "checkpoint folder %s: path too long", dir);
+        return plan_errorf(err, n, "checkpoint folder %s: path too long", dir);
     if (check_names(rt_plan(rt), err, n) || make_dir(dir, err, n))
         return -1;
     char *header = header_json(rt_plan(rt), meta);
     if (!header)
-        return fail(err, n, "checkpoint %s: cJSON: out of memory", path);
+        return plan_errorf(err, n, "checkpoint %s: cJSON: out of memory", path);
     int rc = write_tmp(tmp, rt, header, err, n);
     cJSON_free(header);
     if (rc)
@@ -292,7 +280,7 @@ int rt_ckpt_save(Runtime *rt, const char *dir, const CkptMeta *meta, char *err, 
     if (rename(tmp, path)) {
         int e = errno;
         unlink(tmp);
-        return fail(err, n, "rename %s to %s: %s", tmp, path, strerror(e));
+        return plan_errorf(err, n, "rename %s to %s: %s", tmp, path, strerror(e));
     }
     return sync_dir(dir, err, n);
 }
@@ -322,7 +310,7 @@ static int newest(const char *dir, char *path, int64_t *step, char *err, size_t 
 {
     DIR *d = opendir(dir);
     if (!d)
-        return errno == ENOENT ? 0 : fail(err, n, "opendir %s: %s", dir, strerror(errno));
+        return errno == ENOENT ? 0 : plan_errorf(err, n, "opendir %s: %s", dir, strerror(errno));
     char best[sizeof((struct dirent *)0)->d_name] = "";
     struct dirent *e;
     *step = -1;
@@ -337,13 +325,13 @@ static int newest(const char *dir, char *path, int64_t *step, char *err, size_t 
     }
     int e_read = errno;
     if (closedir(d) && !e_read)
-        return fail(err, n, "closedir %s: %s", dir, strerror(errno));
+        return plan_errorf(err, n, "closedir %s: %s", dir, strerror(errno));
     if (e_read)
-        return fail(err, n, "readdir %s: %s", dir, strerror(e_read));
+        return plan_errorf(err, n, "readdir %s: %s", dir, strerror(e_read));
     if (*step < 0)
         return 0;
     int len = snprintf(path, PATH_BYTES, "%s/%s", dir, best);
-    return len < 0 || len >= PATH_BYTES ? fail(err, n, "%s/%s: path too long", dir, best) : 1;
+    return len < 0 || len >= PATH_BYTES ? plan_errorf(err, n, "%s/%s: path too long", dir, best) : 1;
 }
 
 /* ---- loading ---- */
@@ -372,11 +360,11 @@ static int open_file(Ckpt *c, const char *path, char *err, size_t n)
 {
     struct stat st;
     if (!(c->f = fopen(path, "rb")))
-        return fail(err, n, "fopen: %s", strerror(errno));
+        return plan_errorf(err, n, "fopen: %s", strerror(errno));
     if (fstat(fileno(c->f), &st))
-        return fail(err, n, "fstat: %s", strerror(errno));
+        return plan_errorf(err, n, "fstat: %s", strerror(errno));
     if (!S_ISREG(st.st_mode))
-        return fail(err, n, "not a regular file");
+        return plan_errorf(err, n, "not a regular file");
     c->size = (uint64_t)st.st_size;
     return 0;
 }
@@ -388,8 +376,8 @@ static int read_exact(Ckpt *c, void *buf, uint64_t bytes, const char *what, char
     if (fread(buf, 1, (size_t)bytes, c->f) == bytes)
         return 0;
     if (ferror(c->f))
-        return fail(err, n, "fread: %s", strerror(errno ? errno : EIO));
-    return fail(err, n, "truncated: the file ends inside the %s", what);
+        return plan_errorf(err, n, "fread: %s", strerror(errno ? errno : EIO));
+    return plan_errorf(err, n, "truncated: the file ends inside the %s", what);
 }
 
 /* The header length, then the header as a JSON object (padding: whitespace). */
@@ -397,19 +385,19 @@ static int read_header(Ckpt *c, char *err, size_t n)
 {
     unsigned char le[8];
     if (c->size < 8)
-        return fail(err, n, "truncated: %" PRIu64 " bytes, less than the header length", c->size);
+        return plan_errorf(err, n, "truncated: %" PRIu64 " bytes, less than the header length", c->size);
     if (read_exact(c, le, 8, "header length", err, n))
         return -1;
     for (int i = 7; i >= 0; i--)
         c->hlen = c->hlen << 8 | le[i];
     if (c->hlen >= MAX_HEADER)
-        return fail(err, n, "corrupt: a header length of %" PRIu64 " bytes", c->hlen);
+        return plan_errorf(err, n, "corrupt: a header length of %" PRIu64 " bytes", c->hlen);
     if (c->hlen > c->size - 8)
-        return fail(err, n, "truncated: the header needs %" PRIu64 " bytes, %" PRIu64 " follow",
+        return plan_errorf(err, n, "truncated: the header needs %" PRIu64 " bytes, %" PRIu64 " follow",
                     c->hlen, c->size - 8);
     char *text = malloc(c->hlen + 1);
     if (!text)
-        return fail(err, n, "malloc: out of memory");
+        return plan_errorf(err, n, "malloc: out of memory");
     if (read_exact(c, text, c->hlen, "header", err, n)) {
         free(text);
         return -1;
@@ -417,13 +405,13 @@ static int read_header(Ckpt *c, char *err, size_t n)
     text[c->hlen] = 0;
     if (memchr(text, 0, c->hlen) || !utf8_ok(text)) {
         free(text);
-        return fail(err, n, "corrupt: the header is not UTF-8 text");
+        return plan_errorf(err, n, "corrupt: the header is not UTF-8 text");
     }
     const char *end = NULL;
     c->root = cJSON_ParseWithLengthOpts(text, c->hlen, &end, 0);
     int ok = cJSON_IsObject(c->root) && end + strspn(end, " \t\r\n") == text + c->hlen;
     free(text);
-    return ok ? 0 : fail(err, n, "corrupt: the header is not a JSON object");
+    return ok ? 0 : plan_errorf(err, n, "corrupt: the header is not a JSON object");
 }
 
 static const char *meta_str(const cJSON *md, const char *key)
@@ -448,7 +436,7 @@ static int meta_int(const cJSON *md, const char *key, int64_t min, uint64_t max,
     else if (ok)
         ok = v <= max;
     if (!ok)
-        return fail(err, n, "metadata '%s' is %s%s%s, expected an integer >= %" PRId64, key,
+        return plan_errorf(err, n, "metadata '%s' is %s%s%s, expected an integer >= %" PRId64, key,
                     s ? "'" : "", s ? s : "missing", s ? "'" : "", min);
     *out = *s == '-' ? (uint64_t)0 - v : v;
     return 0;
@@ -464,20 +452,20 @@ static int check_meta(const cJSON *root, const Plan *p, int64_t step, CkptMeta *
     char mine[17];
     uint64_t s = 0, pos = 0;
     if (!format || strcmp(format, CKPT_FORMAT))
-        return fail(err, n, "not a tcc checkpoint: metadata 'format' is not '%s'", CKPT_FORMAT);
+        return plan_errorf(err, n, "not a tcc checkpoint: metadata 'format' is not '%s'", CKPT_FORMAT);
     if (!model || strcmp(model, model_of(p)))
-        return fail(err, n, "checkpoint of model '%s', this plan is '%s'", model ? model : "",
+        return plan_errorf(err, n, "checkpoint of model '%s', this plan is '%s'", model ? model : "",
                     model_of(p));
     plan_hash(p, mine);
     if (!hash || strcmp(hash, mine))
-        return fail(err, n, "checkpoint from another plan (hash %s, this plan %s)",
+        return plan_errorf(err, n, "checkpoint from another plan (hash %s, this plan %s)",
                     hash ? hash : "missing", mine);
     if (meta_int(md, "step", 0, INT64_MAX, &s, err, n) ||
         meta_int(md, "data_position", -1, INT64_MAX, &pos, err, n) ||
         meta_int(md, "seed", 0, UINT64_MAX, &m->seed, err, n))
         return -1;
     if ((int64_t)s != step)
-        return fail(err, n, "corrupt: metadata 'step' is %" PRIu64 ", the file name says %" PRId64,
+        return plan_errorf(err, n, "corrupt: metadata 'step' is %" PRIu64 ", the file name says %" PRId64,
                     s, step);
     m->step = (int64_t)s;
     m->data_position = (int64_t)pos;
@@ -521,7 +509,7 @@ static int check_shape(const cJSON *shape, const PlanTensor *t, char *err, size_
     char mine[PLAN_MAX_RANK * 21 + 3];
     char *theirs = shape ? cJSON_PrintUnformatted(shape) : NULL;
     shape_text(t, mine, sizeof mine);
-    fail(err, n, "tensor '%s' has shape %s in the checkpoint, %s in the plan", t->name,
+    plan_errorf(err, n, "tensor '%s' has shape %s in the checkpoint, %s in the plan", t->name,
          theirs ? theirs : "(none)", mine);
     cJSON_free(theirs);
     return -1;
@@ -534,14 +522,14 @@ static int check_offsets(const cJSON *o, const PlanTensor *t, uint64_t data_byte
     uint64_t b, e;
     if (!cJSON_IsArray(o) || cJSON_GetArraySize(o) != 2 || json_u64(o->child, &b) ||
         json_u64(o->child->next, &e))
-        return fail(err, n, "corrupt: tensor '%s': 'data_offsets' is not two integers", t->name);
+        return plan_errorf(err, n, "corrupt: tensor '%s': 'data_offsets' is not two integers", t->name);
     if (b > e || e > data_bytes)
-        return fail(err, n,
+        return plan_errorf(err, n,
                     "corrupt: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
                     "] outside the %" PRIu64 " bytes of data",
                     t->name, b, e, data_bytes);
     if (e - b != t->bytes)
-        return fail(err, n,
+        return plan_errorf(err, n,
                     "corrupt: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64
                     " bytes, the tensor has %" PRIu64,
                     t->name, b, e, e - b, t->bytes);
@@ -554,11 +542,11 @@ static int check_entry(const cJSON *e, const PlanTensor *t, uint64_t data_bytes,
 {
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     if (!e)
-        return fail(err, n, "tensor '%s' of the plan is missing from the checkpoint", t->name);
+        return plan_errorf(err, n, "tensor '%s' of the plan is missing from the checkpoint", t->name);
     if (!cJSON_IsObject(e) || !cJSON_IsString(dtype))
-        return fail(err, n, "corrupt: tensor '%s' has no dtype", t->name);
+        return plan_errorf(err, n, "corrupt: tensor '%s' has no dtype", t->name);
     if (strcmp(dtype->valuestring, st_dtypes[t->dtype]))
-        return fail(err, n, "tensor '%s' has dtype %s in the checkpoint, %s in the plan", t->name,
+        return plan_errorf(err, n, "tensor '%s' has dtype %s in the checkpoint, %s in the plan", t->name,
                     dtype->valuestring, st_dtypes[t->dtype]);
     if (check_shape(cJSON_GetObjectItemCaseSensitive(e, "shape"), t, err, n))
         return -1;
@@ -576,12 +564,12 @@ static int extra_entry(const cJSON *root, const Plan *p, char *err, size_t n)
         if (!strcmp(e->string, META_KEY))
             metas++;
         else if (t < 0 || !saved(&p->tensors[t]))
-            return fail(err, n, "tensor '%s' of the checkpoint is not saved by this plan",
+            return plan_errorf(err, n, "tensor '%s' of the checkpoint is not saved by this plan",
                         e->string);
     }
     if (metas != 1)
-        return fail(err, n, "corrupt: '%s' appears %d times in the header", META_KEY, metas);
-    return fail(err, n, "corrupt: the header names a tensor twice");
+        return plan_errorf(err, n, "corrupt: '%s' appears %d times in the header", META_KEY, metas);
+    return plan_errorf(err, n, "corrupt: the header names a tensor twice");
 }
 
 /* Every saved tensor of the plan in the header, with its dtype, shape and a
@@ -605,7 +593,7 @@ static int check_tensors(Ckpt *c, const Plan *p, char *err, size_t n)
         return extra_entry(c->root, p, err, n);
     uint64_t size = 8 + c->hlen + c->data_bytes;
     if (c->size != size)
-        return fail(err, n, "%s: the file has %" PRIu64 " bytes, %" PRIu64 " expected",
+        return plan_errorf(err, n, "%s: the file has %" PRIu64 " bytes, %" PRIu64 " expected",
                     c->size < size ? "truncated" : "corrupt", c->size, size);
     return 0;
 }
@@ -618,16 +606,16 @@ static int read_ckpt(Ckpt *c, const char *path, int64_t step, const Plan *p, Ckp
         check_meta(c->root, p, step, m, err, n))
         return -1;
     if (!(c->begin = calloc((size_t)p->ntensors + 1, sizeof *c->begin)))
-        return fail(err, n, "calloc: out of memory");
+        return plan_errorf(err, n, "calloc: out of memory");
     if (check_tensors(c, p, err, n))
         return -1;
     if (!(c->data = malloc((size_t)c->data_bytes + 1)))
-        return fail(err, n, "malloc: out of memory");
+        return plan_errorf(err, n, "malloc: out of memory");
     if (read_exact(c, c->data, c->data_bytes, "data", err, n))
         return -1;
     int rc = fclose(c->f);
     c->f = NULL;
-    return rc ? fail(err, n, "fclose: %s", strerror(errno)) : 0;
+    return rc ? plan_errorf(err, n, "fclose: %s", strerror(errno)) : 0;
 }
 
 static void free_ckpt(Ckpt *c)
@@ -655,7 +643,7 @@ int rt_ckpt_load_latest(Runtime *rt, const char *dir, CkptMeta *meta, char *err,
             memcpy(rt_tensor_data(rt, i), c.data + c.begin[i], (size_t)p->tensors[i].bytes);
     free_ckpt(&c);
     if (rc)
-        return fail(err, n, "%s: %s", path, msg);
+        return plan_errorf(err, n, "%s: %s", path, msg);
     if (meta)
         *meta = m;
     return 1;

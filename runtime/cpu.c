@@ -28,18 +28,6 @@ extern char **environ;
 #define PATH_BYTES 4096
 #define MAX_CC_WORDS 16
 
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    if (err && n) {
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 /* snprintf into a buffer that must hold the whole text: 0, or -1 when cut. */
 static int fmt_path(char *out, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -73,12 +61,12 @@ static int mkdir_p(char *path, char *err, size_t n)
         int rc = mkdir(path, 0755), e = errno;
         *s = c;
         if (rc && e != EEXIST)
-            return fail(err, n, "mkdir %s: %s", path, strerror(e));
+            return plan_errorf(err, n, "mkdir %s: %s", path, strerror(e));
         if (!c)
             break;
     }
     if (stat(path, &st) || !S_ISDIR(st.st_mode))
-        return fail(err, n, "cache %s: not a directory", path);
+        return plan_errorf(err, n, "cache %s: not a directory", path);
     return 0;
 }
 
@@ -91,7 +79,7 @@ static int cache_dir_of(const char *given, char *out, size_t size, char *err, si
     struct stat st;
     if (chosen) {
         if (strlen(chosen) >= size - 80)
-            return fail(err, n, "cache %s: path too long", chosen);
+            return plan_errorf(err, n, "cache %s: path too long", chosen);
         fmt_path(out, size, "%s", chosen);
         return mkdir_p(out, err, n);
     }
@@ -104,7 +92,7 @@ static int cache_dir_of(const char *given, char *out, size_t size, char *err, si
     if (mkdir_p(out, err, n))
         return -1;
     if (stat(out, &st) || st.st_uid != getuid())
-        return fail(err, n, "cache %s: not owned by this user", out);
+        return plan_errorf(err, n, "cache %s: not owned by this user", out);
     return 0;
 }
 
@@ -114,11 +102,11 @@ static int write_text(const char *path, const char *text, char *err, size_t n)
 {
     FILE *f = fopen(path, "w");
     if (!f)
-        return fail(err, n, "fopen %s: %s", path, strerror(errno));
+        return plan_errorf(err, n, "fopen %s: %s", path, strerror(errno));
     size_t len = strlen(text);
     int ok = fwrite(text, 1, len, f) == len, e = errno;
     if (fclose(f) || !ok)
-        return fail(err, n, "%s %s: %s", ok ? "fclose" : "fwrite", path, strerror(ok ? errno : e));
+        return plan_errorf(err, n, "%s %s: %s", ok ? "fclose" : "fwrite", path, strerror(ok ? errno : e));
     return 0;
 }
 
@@ -172,7 +160,7 @@ static int run_cc(const char *so, const char *src, const char *log, char *err, s
     snprintf(words, sizeof words, "%s", cc && *cc ? cc : "cc");
     cc_argv(words, argv, so, src);
     if ((rc = posix_spawn_file_actions_init(&fa)))
-        return fail(err, n, "posix_spawn_file_actions_init: %s", strerror(rc));
+        return plan_errorf(err, n, "posix_spawn_file_actions_init: %s", strerror(rc));
     rc = posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (!rc)
         rc = posix_spawn_file_actions_adddup2(&fa, 1, 2);
@@ -180,14 +168,14 @@ static int run_cc(const char *so, const char *src, const char *log, char *err, s
         rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     if (rc)
-        return fail(err, n, "posix_spawnp %s: %s", argv[0], strerror(rc));
+        return plan_errorf(err, n, "posix_spawnp %s: %s", argv[0], strerror(rc));
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR)
-            return fail(err, n, "waitpid %s: %s", argv[0], strerror(errno));
+            return plan_errorf(err, n, "waitpid %s: %s", argv[0], strerror(errno));
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return 0;
     first_error(log, msg, sizeof msg);
-    return fail(err, n, "compiling the kernels: %s %s %d: %s (log: %s)", argv[0],
+    return plan_errorf(err, n, "compiling the kernels: %s %s %d: %s (log: %s)", argv[0],
                 WIFEXITED(status) ? "exited with" : "killed by signal",
                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), msg, log);
 }
@@ -197,19 +185,19 @@ static int compile(const char *dir, const char *stem, const char *src, char *err
 {
     char tmp[PATH_BYTES], c[PATH_BYTES], so[PATH_BYTES], log[PATH_BYTES], dst[PATH_BYTES];
     if (fmt_path(tmp, sizeof tmp, "%s/tmp.XXXXXX", dir) || !mkdtemp(tmp))
-        return fail(err, n, "mkdtemp %s: %s", tmp, strerror(errno));
+        return plan_errorf(err, n, "mkdtemp %s: %s", tmp, strerror(errno));
     if (fmt_path(c, sizeof c, "%s/%s.c", tmp, stem) ||
         fmt_path(so, sizeof so, "%s/%s.so", tmp, stem) ||
         fmt_path(log, sizeof log, "%s/cc.log", tmp))
-        return fail(err, n, "%s: path too long", tmp);
+        return plan_errorf(err, n, "%s: path too long", tmp);
     if (write_text(c, src, err, n) || run_cc(so, c, log, err, n))
         return -1; /* the folder stays, with the log */
     if (fmt_path(dst, sizeof dst, "%s/%s.c", dir, stem) || rename(c, dst))
-        return fail(err, n, "rename %s: %s", c, strerror(errno));
+        return plan_errorf(err, n, "rename %s: %s", c, strerror(errno));
     if (fmt_path(dst, sizeof dst, "%s/%s.so", dir, stem) || rename(so, dst))
-        return fail(err, n, "rename %s: %s", so, strerror(errno));
+        return plan_errorf(err, n, "rename %s: %s", so, strerror(errno));
     if (unlink(log) || rmdir(tmp))
-        return fail(err, n, "removing %s: %s", tmp, strerror(errno));
+        return plan_errorf(err, n, "removing %s: %s", tmp, strerror(errno));
     return 0;
 }
 
@@ -219,12 +207,12 @@ static int load_symbols(CpuDevice *d, const Plan *p, char *err, size_t n)
 {
     d->fns = calloc((size_t)p->nkernels + 1, sizeof *d->fns);
     if (!d->fns)
-        return fail(err, n, "calloc: out of memory");
+        return plan_errorf(err, n, "calloc: out of memory");
     for (int i = 0; i < p->nkernels; i++) {
         dlerror();
         void *sym = dlsym(d->so, p->kernels[i].name);
         if (!sym)
-            return fail(err, n, "kernel \"%s\" not found in %s (dlsym: %s)", p->kernels[i].name,
+            return plan_errorf(err, n, "kernel \"%s\" not found in %s (dlsym: %s)", p->kernels[i].name,
                         d->so_path, dlerror());
         memcpy(&d->fns[i], &sym, sizeof sym); /* object to function pointer, as POSIX allows */
     }
@@ -240,7 +228,7 @@ static int load_kernels(CpuDevice *d, const Plan *p, const char *cache_dir, char
     plan_hash(p, hash);
     snprintf(stem, sizeof stem, "k-%s-%016" PRIx64, hash, fnv1a(p->kernel_source));
     if (fmt_path(d->so_path, sizeof d->so_path, "%s/%s.so", dir, stem))
-        return fail(err, n, "cache %s: path too long", dir);
+        return plan_errorf(err, n, "cache %s: path too long", dir);
     for (int attempt = 0; attempt < 2 && !d->so; attempt++) {
         if (attempt || access(d->so_path, F_OK)) {
             unlink(d->so_path);
@@ -252,7 +240,7 @@ static int load_kernels(CpuDevice *d, const Plan *p, const char *cache_dir, char
         d->so = dlopen(d->so_path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     }
     if (!d->so)
-        return fail(err, n, "dlopen %s: %s", d->so_path, dlerror());
+        return plan_errorf(err, n, "dlopen %s: %s", d->so_path, dlerror());
     return load_symbols(d, p, err, n);
 }
 
@@ -267,16 +255,16 @@ int rt_cpu_open_linked(CpuDevice *d, const Plan *p, const RtKernelFn *linked,
     size_t size = (size_t)((p->slab_bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN);
     memset(d, 0, sizeof *d);
     if (p->slab_bytes > SIZE_MAX - PLAN_ALIGN)
-        return fail(err, n, "slab of %" PRIu64 " bytes: too large", p->slab_bytes);
+        return plan_errorf(err, n, "slab of %" PRIu64 " bytes: too large", p->slab_bytes);
     if (!size)
         size = PLAN_ALIGN;
     if (!(d->slab = aligned_alloc(PLAN_ALIGN, size)))
-        return fail(err, n, "aligned_alloc(%zu bytes): %s", size, strerror(errno));
+        return plan_errorf(err, n, "aligned_alloc(%zu bytes): %s", size, strerror(errno));
     memset(d->slab, 0, size);
     if (linked && p->nkernels > 0) { /* compiled into the program: nothing to build */
         if (!(d->fns = calloc((size_t)p->nkernels, sizeof *d->fns))) {
             rt_cpu_close(d);
-            return fail(err, n, "calloc: out of memory");
+            return plan_errorf(err, n, "calloc: out of memory");
         }
         memcpy(d->fns, linked, sizeof *d->fns * (size_t)p->nkernels);
         return 0;
@@ -299,11 +287,11 @@ int rt_cpu_gemm(CpuDevice *d, const Plan *p, const PlanGemm *g, char *err, size_
     enum CBLAS_TRANSPOSE tra = g->trans_a ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE trb = g->trans_b ? CblasTrans : CblasNoTrans;
     if (ta->dtype != PD_F32 && ta->dtype != PD_F64)
-        return fail(err, n, "gemm on %s tensors: the CPU backend does f32 and f64 only",
+        return plan_errorf(err, n, "gemm on %s tensors: the CPU backend does f32 and f64 only",
                     plan_dtype_name(ta->dtype));
     if (g->m > INT_MAX || g->n > INT_MAX || g->k > INT_MAX || g->lda > INT_MAX ||
         g->ldb > INT_MAX || g->ldc > INT_MAX)
-        return fail(err, n, "gemm dimensions beyond the BLAS integer range");
+        return plan_errorf(err, n, "gemm dimensions beyond the BLAS integer range");
     for (int64_t i = 0; i < g->batch; i++) {
         char *ai = a + (size_t)(i * g->stride_a) * es, *bi = b + (size_t)(i * g->stride_b) * es;
         char *ci = c + (size_t)(i * g->stride_c) * es;

@@ -61,17 +61,6 @@ typedef struct Cursor {
     int64_t i;
 } Cursor;
 
-static int fail(char *err, size_t n, const char *fmt, ...)
-{
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static uint32_t get_le32(const unsigned char *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -99,14 +88,14 @@ static int compare_names(const void *a, const void *b)
 static int list_files(DataLoader *d, const char *pattern, char *err, size_t n)
 {
     if (!pattern || !*pattern)
-        return fail(err, n, "no data file pattern given");
+        return plan_errorf(err, n, "no data file pattern given");
     int rc = glob(pattern, 0, NULL, &d->files);
     if (rc == GLOB_NOMATCH || (rc == 0 && d->files.gl_pathc == 0))
-        return fail(err, n, "no file matches '%s'", pattern);
+        return plan_errorf(err, n, "no file matches '%s'", pattern);
     if (rc == GLOB_NOSPACE)
-        return fail(err, n, "glob '%s': out of memory", pattern);
+        return plan_errorf(err, n, "glob '%s': out of memory", pattern);
     if (rc != 0)
-        return fail(err, n, "glob '%s': read error", pattern);
+        return plan_errorf(err, n, "glob '%s': read error", pattern);
     qsort(d->files.gl_pathv, d->files.gl_pathc, sizeof *d->files.gl_pathv, compare_names);
     return 0;
 }
@@ -117,25 +106,25 @@ static int map_shard(Shard *s, char *err, size_t n)
     struct stat st;
     int fd = open(s->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return fail(err, n, "cannot open %s: %s", s->path, strerror(errno));
+        return plan_errorf(err, n, "cannot open %s: %s", s->path, strerror(errno));
     int rc = -1;
     if (fstat(fd, &st))
-        fail(err, n, "fstat %s: %s", s->path, strerror(errno));
+        plan_errorf(err, n, "fstat %s: %s", s->path, strerror(errno));
     else if (!S_ISREG(st.st_mode))
-        fail(err, n, "%s: not a regular file", s->path);
+        plan_errorf(err, n, "%s: not a regular file", s->path);
     else if (st.st_size < HEADER_BYTES)
-        fail(err, n, "%s: truncated header (%lld bytes, a header has %d)", s->path,
+        plan_errorf(err, n, "%s: truncated header (%lld bytes, a header has %d)", s->path,
              (long long)st.st_size, HEADER_BYTES);
     else if ((s->map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0)) ==
              MAP_FAILED) {
         s->map = NULL;
-        fail(err, n, "mmap %s: %s", s->path, strerror(errno));
+        plan_errorf(err, n, "mmap %s: %s", s->path, strerror(errno));
     } else {
         s->size = (size_t)st.st_size;
         rc = 0;
     }
     if (close(fd) && rc == 0)
-        rc = fail(err, n, "close %s: %s", s->path, strerror(errno));
+        rc = plan_errorf(err, n, "close %s: %s", s->path, strerror(errno));
     return rc;
 }
 
@@ -146,23 +135,23 @@ static int check_header(Shard *s, char *err, size_t n)
     int64_t count = (int32_t)get_le32(s->map + 8);
     int64_t body = (int64_t)s->size - HEADER_BYTES;
     if (magic != DATA_MAGIC)
-        return fail(err, n, "%s: not a token file (magic %" PRId32 ", expected %d)", s->path, magic,
+        return plan_errorf(err, n, "%s: not a token file (magic %" PRId32 ", expected %d)", s->path, magic,
                     DATA_MAGIC);
     if (version != DATA_VERSION)
-        return fail(err, n, "%s: unsupported version %" PRId32 " (expected %d: uint16 tokens)",
+        return plan_errorf(err, n, "%s: unsupported version %" PRId32 " (expected %d: uint16 tokens)",
                     s->path, version, DATA_VERSION);
     if (count < 0)
-        return fail(err, n, "%s: negative token count %" PRId64 " in the header", s->path, count);
+        return plan_errorf(err, n, "%s: negative token count %" PRId64 " in the header", s->path, count);
     if (body < 2 * count)
-        return fail(err, n, "%s: truncated: header says %" PRId64 " tokens, file holds %" PRId64,
+        return plan_errorf(err, n, "%s: truncated: header says %" PRId64 " tokens, file holds %" PRId64,
                     s->path, count, body / 2);
     if (body > 2 * count)
-        return fail(err, n,
+        return plan_errorf(err, n,
                     "%s: too long: header says %" PRId64 " tokens, file holds %" PRId64
                     " bytes after the header, not %" PRId64,
                     s->path, count, body, 2 * count);
     if (count < MIN_TOKENS)
-        return fail(err, n, "%s: %" PRId64 " token%s, a shard needs at least %d", s->path, count,
+        return plan_errorf(err, n, "%s: %" PRId64 " token%s, a shard needs at least %d", s->path, count,
                     count == 1 ? "" : "s", MIN_TOKENS);
     s->count = count;
     return 0;
@@ -177,7 +166,7 @@ static int check_tokens(const Shard *s, int64_t vocab, char *err, size_t n)
     for (int64_t i = 0; i < s->count; i++) {
         uint16_t v = get_le16(t + 2 * i);
         if (v >= vocab)
-            return fail(err, n,
+            return plan_errorf(err, n,
                         "%s: token %u at index %" PRId64
                         " is outside the vocabulary of size %" PRId64,
                         s->path, (unsigned)v, i, vocab);
@@ -190,7 +179,7 @@ static int open_shards(DataLoader *d, int64_t vocab, char *err, size_t n)
     d->nshards = d->files.gl_pathc;
     d->shards = calloc(d->nshards, sizeof *d->shards);
     if (!d->shards)
-        return fail(err, n, "calloc: out of memory for %zu shards", d->nshards);
+        return plan_errorf(err, n, "calloc: out of memory for %zu shards", d->nshards);
     for (size_t i = 0; i < d->nshards; i++) {
         Shard *s = &d->shards[i];
         s->path = d->files.gl_pathv[i];
@@ -206,16 +195,16 @@ DataLoader *rt_data_open(const char *pattern, int64_t vocab, int rank, int ranks
                          size_t n)
 {
     if (vocab < 1) {
-        fail(err, n, "vocabulary size %" PRId64 " is not positive", vocab);
+        plan_errorf(err, n, "vocabulary size %" PRId64 " is not positive", vocab);
         return NULL;
     }
     if (ranks < 1 || rank < 0 || rank >= ranks) {
-        fail(err, n, "rank %d is not in [0, %d)", rank, ranks);
+        plan_errorf(err, n, "rank %d is not in [0, %d)", rank, ranks);
         return NULL;
     }
     DataLoader *d = calloc(1, sizeof *d);
     if (!d) {
-        fail(err, n, "calloc: out of memory for a data loader");
+        plan_errorf(err, n, "calloc: out of memory for a data loader");
         return NULL;
     }
     d->rank = rank;
@@ -282,13 +271,13 @@ int rt_data_next(DataLoader *d, int64_t rows, int64_t seq, int32_t *inputs, int3
                  char *err, size_t n)
 {
     if (!d || !inputs || !targets)
-        return fail(err, n, "rt_data_next: no loader or no output arrays");
+        return plan_errorf(err, n, "rt_data_next: no loader or no output arrays");
     if (rows < 1 || seq < 1)
-        return fail(err, n, "a batch needs at least 1 row of 1 token, not %" PRId64 " x %" PRId64,
+        return plan_errorf(err, n, "a batch needs at least 1 row of 1 token, not %" PRId64 " x %" PRId64,
                     rows, seq);
     /* The global batch's tokens, rows*ranks*(seq+1), and p below plus it, fit in int64_t. */
     if (seq > INT64_MAX / 4 || rows > (INT64_MAX / 2) / d->ranks / (seq + 1))
-        return fail(err, n, "a batch of %" PRId64 " x %" PRId64 " tokens on %d ranks is too large",
+        return plan_errorf(err, n, "a batch of %" PRId64 " x %" PRId64 " tokens on %d ranks is too large",
                     rows, seq, d->ranks);
     int64_t row_tokens = seq + 1, global = rows * d->ranks * row_tokens;
     for (int64_t r = 0; r < rows; r++) {
@@ -308,9 +297,9 @@ int64_t rt_data_tell(const DataLoader *d)
 int rt_data_seek(DataLoader *d, int64_t position, char *err, size_t n)
 {
     if (!d)
-        return fail(err, n, "rt_data_seek: no loader");
+        return plan_errorf(err, n, "rt_data_seek: no loader");
     if (position < 0 || position >= d->total)
-        return fail(err, n, "data position %" PRId64 " is outside the stream of %" PRId64 " tokens",
+        return plan_errorf(err, n, "data position %" PRId64 " is outside the stream of %" PRId64 " tokens",
                     position, d->total);
     d->pos = position;
     return 0;
@@ -368,18 +357,18 @@ static int sync_dir(const char *path, char *err, size_t n)
     if (slash == path)
         strcpy(dir, "/");
     else if (slash && (size_t)(slash - path) >= sizeof dir)
-        return fail(err, n, "%s: path too long", path);
+        return plan_errorf(err, n, "%s: path too long", path);
     else if (slash)
         snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        return fail(err, n, "open %s: %s", dir, strerror(errno));
+        return plan_errorf(err, n, "open %s: %s", dir, strerror(errno));
     int rc = 0;
     /* Some file systems cannot sync a directory (EINVAL); the file itself is synced. */
     if (fsync(fd) && errno != EINVAL)
-        rc = fail(err, n, "fsync %s: %s", dir, strerror(errno));
+        rc = plan_errorf(err, n, "fsync %s: %s", dir, strerror(errno));
     if (close(fd) && rc == 0)
-        rc = fail(err, n, "close %s: %s", dir, strerror(errno));
+        rc = plan_errorf(err, n, "close %s: %s", dir, strerror(errno));
     return rc;
 }
 
@@ -387,15 +376,15 @@ int rt_data_write(const char *path, const uint16_t *tokens, int64_t count, char 
 {
     char tmp[4096];
     if (!path || !*path || (count > 0 && !tokens))
-        return fail(err, n, "rt_data_write: no path or no tokens");
+        return plan_errorf(err, n, "rt_data_write: no path or no tokens");
     if (count < 0 || count > INT32_MAX)
-        return fail(err, n, "%s: %" PRId64 " tokens do not fit in a shard (at most %d)", path,
+        return plan_errorf(err, n, "%s: %" PRId64 " tokens do not fit in a shard (at most %d)", path,
                     count, INT32_MAX);
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return fail(err, n, "%s: path too long", path);
+        return plan_errorf(err, n, "%s: path too long", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0)
-        return fail(err, n, "cannot write %s (open %s: %s)", path, tmp, strerror(errno));
+        return plan_errorf(err, n, "cannot write %s (open %s: %s)", path, tmp, strerror(errno));
     const char *call = NULL;
     if (write_shard(fd, tokens, count))
         call = "write";
@@ -412,7 +401,7 @@ int rt_data_write(const char *path, const uint16_t *tokens, int64_t count, char 
     }
     if (call) {
         unlink(tmp); /* best effort: the error to report is the one above */
-        return fail(err, n, "cannot write %s (%s %s: %s)", path, call, tmp, strerror(e));
+        return plan_errorf(err, n, "cannot write %s (%s %s: %s)", path, call, tmp, strerror(e));
     }
     return sync_dir(path, err, n);
 }

@@ -22,18 +22,6 @@ struct Runtime {
     char ***args; /* by instruction: its first pointer in argv */
 };
 
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    if (err && n) {
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static int bind_args(Runtime *rt, char *err, size_t n)
 {
     const Plan *p = rt->p;
@@ -43,7 +31,7 @@ static int bind_args(Runtime *rt, char *err, size_t n)
     rt->argv = calloc(total + 1, sizeof *rt->argv);
     rt->args = calloc((size_t)p->ninstrs + 1, sizeof *rt->args);
     if (!rt->argv || !rt->args)
-        return fail(err, n, "calloc: out of memory");
+        return plan_errorf(err, n, "calloc: out of memory");
     for (int i = 0; i < p->ninstrs; i++) {
         rt->args[i] = rt->argv + k;
         for (int j = 0; j < p->instrs[i].nargs; j++)
@@ -62,12 +50,12 @@ Runtime *rt_open_linked(const Plan *p, RtKernel const *kernels, const char *cach
 {
     char msg[512];
     if (plan_check(p, msg, sizeof msg)) {
-        fail(err, n, "plan \"%s\": %s", p->model ? p->model : "", msg);
+        plan_errorf(err, n, "plan \"%s\": %s", p->model ? p->model : "", msg);
         return NULL;
     }
     Runtime *rt = calloc(1, sizeof *rt);
     if (!rt) {
-        fail(err, n, "calloc: out of memory");
+        plan_errorf(err, n, "calloc: out of memory");
         return NULL;
     }
     rt->p = p;
@@ -141,16 +129,16 @@ int rt_set_input(Runtime *rt, const char *name, const void *data, size_t bytes, 
     while (t < p->ntensors && (p->tensors[t].role != PT_INPUT || strcmp(p->tensors[t].name, name)))
         t++;
     if (t == p->ntensors)
-        return fail(err, n, "no input named \"%s\" in the plan", name);
+        return plan_errorf(err, n, "no input named \"%s\" in the plan", name);
     const PlanTensor *pt = &p->tensors[t];
     if (bytes != pt->bytes)
-        return fail(err, n, "input \"%s\": %zu bytes given, its %s tensor takes %" PRIu64, name,
+        return plan_errorf(err, n, "input \"%s\": %zu bytes given, its %s tensor takes %" PRIu64, name,
                     bytes, plan_dtype_name(pt->dtype), pt->bytes);
     if (pt->dtype == PD_I32 && pt->limit > 0) {
         int32_t id;
         int64_t i = first_bad_id(data, bytes / sizeof id, pt->limit, &id);
         if (i >= 0)
-            return fail(err, n, "input \"%s\": element %" PRId64 " is %d, outside [0, %" PRId64 ")",
+            return plan_errorf(err, n, "input \"%s\": element %" PRId64 " is %d, outside [0, %" PRId64 ")",
                         name, i, (int)id, pt->limit);
     }
     memcpy(rt_tensor_data(rt, t), data, bytes);
@@ -167,7 +155,7 @@ int rt_set_hyper(Runtime *rt, const char *name, double value, char *err, size_t 
                 *(float *)rt_tensor_data(rt, t) = (float)value;
             return 0;
         }
-    return fail(err, n, "the plan has no hyperparameter \"%s\"", name);
+    return plan_errorf(err, n, "the plan has no hyperparameter \"%s\"", name);
 }
 
 /* The instructions in order; only the forward ones (phase 0) when fwd_only. */
@@ -185,13 +173,13 @@ static int run(Runtime *rt, int64_t step, int fwd_only, char *err, size_t n)
             break;
         case PI_GEMM:
             if (rt_cpu_gemm(&rt->dev, p, &in->gemm, msg, sizeof msg))
-                return fail(err, n, "step %" PRId64 ", instrs[%d]: %s", step, i, msg);
+                return plan_errorf(err, n, "step %" PRId64 ", instrs[%d]: %s", step, i, msg);
             break;
         case PI_COPY: /* tensors may alias: memmove */
             memmove(rt->args[i][0], rt->args[i][1], p->tensors[in->args[0]].bytes);
             break;
         default:
-            return fail(err, n, "instrs[%d]: unknown kind %d", i, (int)in->kind);
+            return plan_errorf(err, n, "instrs[%d]: unknown kind %d", i, (int)in->kind);
         }
     }
     return 0;

@@ -66,8 +66,7 @@ static const char *shown(char *b, const char *s)
 }
 
 /* Writes the message into err (if it has room) and returns -1. */
-static int bad(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(char *err, size_t n, const char *fmt, ...)
+int plan_errorf(char *err, size_t n, const char *fmt, ...)
 {
     va_list ap;
     if (err && n) {
@@ -228,23 +227,23 @@ static int check_tensor_shape(const Plan *p, int i, char *err, size_t n)
     const PlanTensor *t = &p->tensors[i];
     uint64_t want;
     if ((unsigned)t->dtype >= PD_COUNT)
-        return bad(err, n, "tensors[%d].dtype: %d is not a dtype", i, (int)t->dtype);
+        return plan_errorf(err, n, "tensors[%d].dtype: %d is not a dtype", i, (int)t->dtype);
     if ((unsigned)t->role >= PT_COUNT)
-        return bad(err, n, "tensors[%d].role: %d is not a role", i, (int)t->role);
+        return plan_errorf(err, n, "tensors[%d].role: %d is not a role", i, (int)t->role);
     if (t->rank < 0 || t->rank > PLAN_MAX_RANK)
-        return bad(err, n, "tensors[%d].rank: %d is outside [0, %d]", i, t->rank, PLAN_MAX_RANK);
+        return plan_errorf(err, n, "tensors[%d].rank: %d is outside [0, %d]", i, t->rank, PLAN_MAX_RANK);
     int64_t ne = numel_of(t);
     if (ne < 0 || __builtin_mul_overflow((uint64_t)ne, plan_dtype_size(t->dtype), &want))
-        return bad(err, n, "tensors[%d].shape: negative or too large", i);
+        return plan_errorf(err, n, "tensors[%d].shape: negative or too large", i);
     if (t->bytes != want)
-        return bad(err, n,
+        return plan_errorf(err, n,
                    "tensors[%d].bytes: %" PRIu64 ", but %" PRId64 " elements of %s take %" PRIu64,
                    i, t->bytes, ne, plan_dtype_name(t->dtype), want);
     if (t->offset % PLAN_ALIGN)
-        return bad(err, n, "tensors[%d].offset: %" PRIu64 " is not a multiple of %d", i, t->offset,
+        return plan_errorf(err, n, "tensors[%d].offset: %" PRIu64 " is not a multiple of %d", i, t->offset,
                    PLAN_ALIGN);
     if (t->offset > p->slab_bytes || t->bytes > p->slab_bytes - t->offset)
-        return bad(err, n,
+        return plan_errorf(err, n,
                    "tensors[%d].offset: bytes [%" PRIu64 ", %" PRIu64
                    ") lie outside the slab (%" PRIu64 " bytes)",
                    i, t->offset, t->offset + t->bytes, p->slab_bytes);
@@ -257,23 +256,23 @@ static int check_tensor_role(const Plan *p, int i, char *err, size_t n)
     const char *init = str_or_empty(t->init);
     char q[SHOWN];
     if (t->role != PT_TEMP && !*str_or_empty(t->name))
-        return bad(err, n, "tensors[%d].name: a %s tensor needs a name", i, role_names[t->role]);
+        return plan_errorf(err, n, "tensors[%d].name: a %s tensor needs a name", i, role_names[t->role]);
     if (t->role == PT_PARAM ? !is_init_name(init) : *init != 0)
-        return bad(err, n, "tensors[%d].init: \"%s\" is not %s", i, shown(q, init),
+        return plan_errorf(err, n, "tensors[%d].init: \"%s\" is not %s", i, shown(q, init),
                    t->role == PT_PARAM ? "zeros, ones, normal, uniform or constant"
                                        : "\"\" (only params have an init)");
     if (!isfinite(t->init_arg) ||
         (t->init_arg < 0 && (!strcmp(init, "normal") || !strcmp(init, "uniform"))))
-        return bad(err, n, "tensors[%d].init_arg: %g is out of range", i, t->init_arg);
+        return plan_errorf(err, n, "tensors[%d].init_arg: %g is out of range", i, t->init_arg);
     if (t->limit < 0 || (t->limit > 0 && (t->role != PT_INPUT || t->dtype != PD_I32)))
-        return bad(err, n, "tensors[%d].limit: %" PRId64 " (only i32 inputs have a limit > 0)", i,
+        return plan_errorf(err, n, "tensors[%d].limit: %" PRId64 " (only i32 inputs have a limit > 0)", i,
                    t->limit);
     if (t->role == PT_STEP && (t->dtype != PD_F32 || t->rank != 0))
-        return bad(err, n, "tensors[%d]: a step tensor must be f32[]", i);
+        return plan_errorf(err, n, "tensors[%d]: a step tensor must be f32[]", i);
     if (t->role == PT_HYPER && ((t->dtype != PD_F32 && t->dtype != PD_F64) || t->rank != 0))
-        return bad(err, n, "tensors[%d]: a hyper tensor must be f32[] or f64[]", i);
+        return plan_errorf(err, n, "tensors[%d]: a hyper tensor must be f32[] or f64[]", i);
     if (t->layer < -1 || t->value < -1)
-        return bad(err, n, "tensors[%d].%s: must be >= -1", i, t->layer < -1 ? "layer" : "value");
+        return plan_errorf(err, n, "tensors[%d].%s: must be >= -1", i, t->layer < -1 ? "layer" : "value");
     return 0;
 }
 
@@ -310,18 +309,18 @@ static int check_names(const Plan *p, char *err, size_t n)
     char q[SHOWN];
     Named *v = malloc(sizeof(Named) * ((size_t)p->ntensors + (size_t)p->nkernels + 1));
     if (!v)
-        return bad(err, n, "malloc: out of memory");
+        return plan_errorf(err, n, "malloc: out of memory");
     for (int i = 0; i < p->ntensors; i++)
         if (p->tensors[i].role != PT_TEMP)
             v[m++] = (Named){str_or_empty(p->tensors[i].name), i};
     if (find_duplicate(v, m, &a, &b))
-        rc = bad(err, n, "tensors[%d].name: \"%s\" is also the name of tensors[%d]", b,
+        rc = plan_errorf(err, n, "tensors[%d].name: \"%s\" is also the name of tensors[%d]", b,
                  shown(q, p->tensors[b].name), a);
     m = 0;
     for (int i = 0; i < p->nkernels; i++)
         v[m++] = (Named){str_or_empty(p->kernels[i].name), i};
     if (!rc && find_duplicate(v, m, &a, &b))
-        rc = bad(err, n, "kernels[%d].name: \"%s\" is also the name of kernels[%d]", b,
+        rc = plan_errorf(err, n, "kernels[%d].name: \"%s\" is also the name of kernels[%d]", b,
                  shown(q, p->kernels[b].name), a);
     free(v);
     return rc;
@@ -344,10 +343,10 @@ static int check_kernels(const Plan *p, char *err, size_t n)
     for (int i = 0; i < p->nkernels; i++) {
         const PlanKernel *k = &p->kernels[i];
         if (!is_identifier(k->name))
-            return bad(err, n, "kernels[%d].name: \"%s\" is not a C identifier", i,
+            return plan_errorf(err, n, "kernels[%d].name: \"%s\" is not a C identifier", i,
                        shown(q, k->name));
         if (k->nargs < 0 || k->pattern < 0 || k->pattern >= NPATTERNS)
-            return bad(err, n, "kernels[%d].%s: out of range", i,
+            return plan_errorf(err, n, "kernels[%d].%s: out of range", i,
                        k->nargs < 0 ? "nargs" : "pattern");
     }
     return 0;
@@ -356,7 +355,7 @@ static int check_kernels(const Plan *p, char *err, size_t n)
 static int check_tensor_index(const Plan *p, int t, const char *what, int i, char *err, size_t n)
 {
     if (t < 0 || t >= p->ntensors)
-        return bad(err, n, "instrs[%d].%s: tensor %d out of range (%d tensors)", i, what, t,
+        return plan_errorf(err, n, "instrs[%d].%s: tensor %d out of range (%d tensors)", i, what, t,
                    p->ntensors);
     return 0;
 }
@@ -369,16 +368,16 @@ static int check_operand(const Plan *p, int i, char name, int t, int64_t rows, i
     int64_t last = 0, a = 0, b = 0;
     const PlanTensor *pt = &p->tensors[t];
     if (ld < cols)
-        return bad(err, n, "instrs[%d].gemm.ld%c: %" PRId64 " is less than %" PRId64, i,
+        return plan_errorf(err, n, "instrs[%d].gemm.ld%c: %" PRId64 " is less than %" PRId64, i,
                    name + 'a' - 'A', ld, cols);
     if (stride < 0)
-        return bad(err, n, "instrs[%d].gemm.stride_%c: %" PRId64 " is negative", i,
+        return plan_errorf(err, n, "instrs[%d].gemm.stride_%c: %" PRId64 " is negative", i,
                    name + 'a' - 'A', stride);
     int ovf = __builtin_mul_overflow(batch - 1, stride, &a) ||
               __builtin_mul_overflow(rows - 1, ld, &b) || __builtin_add_overflow(a, b, &last) ||
               __builtin_add_overflow(last, cols - 1, &last);
     if (ovf || last >= numel_of(pt))
-        return bad(err, n,
+        return plan_errorf(err, n,
                    "instrs[%d].gemm: %c (tensors[%d], %" PRId64
                    " elements) is too small: the gemm touches element %s%" PRId64,
                    i, name, t, numel_of(pt), ovf ? "beyond " : "", ovf ? INT64_MAX : last);
@@ -394,16 +393,16 @@ static int check_gemm(const Plan *p, int i, char *err, size_t n)
         return -1;
     PlanDType ta = p->tensors[g->a].dtype, tb = p->tensors[g->b].dtype, tc = p->tensors[g->c].dtype;
     if (ta != tb || ta != tc || ta == PD_I32)
-        return bad(err, n,
+        return plan_errorf(err, n,
                    "instrs[%d].gemm: operands are %s, %s and %s; they must share one float dtype",
                    i, plan_dtype_name(ta), plan_dtype_name(tb), plan_dtype_name(tc));
     if ((g->trans_a != 0 && g->trans_a != 1) || (g->trans_b != 0 && g->trans_b != 1))
-        return bad(err, n, "instrs[%d].gemm.trans_%c: must be 0 or 1", i,
+        return plan_errorf(err, n, "instrs[%d].gemm.trans_%c: must be 0 or 1", i,
                    g->trans_a != 0 && g->trans_a != 1 ? 'a' : 'b');
     if (g->m < 1 || g->n < 1 || g->k < 1 || g->batch < 1)
-        return bad(err, n, "instrs[%d].gemm: m, n, k and batch must be >= 1", i);
+        return plan_errorf(err, n, "instrs[%d].gemm: m, n, k and batch must be >= 1", i);
     if (!isfinite(g->alpha) || !isfinite(g->beta))
-        return bad(err, n, "instrs[%d].gemm: alpha and beta must be finite", i);
+        return plan_errorf(err, n, "instrs[%d].gemm: alpha and beta must be finite", i);
     if (check_operand(p, i, 'A', g->a, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->lda,
                       g->stride_a, g->batch, err, n) ||
         check_operand(p, i, 'B', g->b, g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->ldb,
@@ -416,11 +415,11 @@ static int check_instr(const Plan *p, int i, char *err, size_t n)
 {
     const PlanInstr *in = &p->instrs[i];
     if ((unsigned)in->kind >= PI_COUNT)
-        return bad(err, n, "instrs[%d].kind: %d is not an instruction kind", i, (int)in->kind);
+        return plan_errorf(err, n, "instrs[%d].kind: %d is not an instruction kind", i, (int)in->kind);
     if (in->phase < 0 || in->phase >= NPHASES || in->layer < -1)
-        return bad(err, n, "instrs[%d].%s: out of range", i, in->layer < -1 ? "layer" : "phase");
+        return plan_errorf(err, n, "instrs[%d].%s: out of range", i, in->layer < -1 ? "layer" : "phase");
     if (in->nargs < 0 || (in->nargs > 0 && !in->args))
-        return bad(err, n, "instrs[%d].args: %d arguments but no array", i, in->nargs);
+        return plan_errorf(err, n, "instrs[%d].args: %d arguments but no array", i, in->nargs);
     for (int j = 0; j < in->nargs; j++)
         if (check_tensor_index(p, in->args[j], "args", i, err, n))
             return -1;
@@ -428,17 +427,17 @@ static int check_instr(const Plan *p, int i, char *err, size_t n)
         return check_gemm(p, i, err, n);
     if (in->kind == PI_COPY) {
         if (in->nargs != 2)
-            return bad(err, n, "instrs[%d].args: a copy takes 2 tensors, not %d", i, in->nargs);
+            return plan_errorf(err, n, "instrs[%d].args: a copy takes 2 tensors, not %d", i, in->nargs);
         if (p->tensors[in->args[0]].bytes != p->tensors[in->args[1]].bytes)
-            return bad(err, n, "instrs[%d]: copy of %" PRIu64 " bytes into a tensor of %" PRIu64, i,
+            return plan_errorf(err, n, "instrs[%d]: copy of %" PRIu64 " bytes into a tensor of %" PRIu64, i,
                        p->tensors[in->args[1]].bytes, p->tensors[in->args[0]].bytes);
         return 0;
     }
     if (in->kernel < 0 || in->kernel >= p->nkernels)
-        return bad(err, n, "instrs[%d].kernel: %d out of range (%d kernels)", i, in->kernel,
+        return plan_errorf(err, n, "instrs[%d].kernel: %d out of range (%d kernels)", i, in->kernel,
                    p->nkernels);
     if (in->nargs != p->kernels[in->kernel].nargs)
-        return bad(err, n, "instrs[%d].args: %d arguments, but kernel \"%s\" takes %d", i,
+        return plan_errorf(err, n, "instrs[%d].args: %d arguments, but kernel \"%s\" takes %d", i,
                    in->nargs, p->kernels[in->kernel].name, p->kernels[in->kernel].nargs);
     return 0;
 }
@@ -449,30 +448,30 @@ static int check_output(const Plan *p, const char *what, int t, char *err, size_
     if (t == -1)
         return 0;
     if (t < 0 || t >= p->ntensors)
-        return bad(err, n, "%s: tensor %d out of range (%d tensors)", what, t, p->ntensors);
+        return plan_errorf(err, n, "%s: tensor %d out of range (%d tensors)", what, t, p->ntensors);
     const PlanTensor *pt = &p->tensors[t];
     if (pt->rank != 0 || (pt->dtype != PD_F32 && pt->dtype != PD_F64))
-        return bad(err, n, "%s: tensors[%d] must be a rank-0 f32 or f64 tensor", what, t);
+        return plan_errorf(err, n, "%s: tensors[%d] must be a rank-0 f32 or f64 tensor", what, t);
     return 0;
 }
 
 static int check_counts(const Plan *p, char *err, size_t n)
 {
     if (p->version != PLAN_VERSION)
-        return bad(err, n, "version: %d, expected %d", p->version, PLAN_VERSION);
+        return plan_errorf(err, n, "version: %d, expected %d", p->version, PLAN_VERSION);
     if (p->naxes < 0 || (p->naxes > 0 && !p->axes))
-        return bad(err, n, "axes: bad count %d", p->naxes);
+        return plan_errorf(err, n, "axes: bad count %d", p->naxes);
     if (p->ntensors < 0 || (p->ntensors > 0 && !p->tensors))
-        return bad(err, n, "tensors: bad count %d", p->ntensors);
+        return plan_errorf(err, n, "tensors: bad count %d", p->ntensors);
     if (p->ninstrs < 0 || (p->ninstrs > 0 && !p->instrs))
-        return bad(err, n, "instrs: bad count %d", p->ninstrs);
+        return plan_errorf(err, n, "instrs: bad count %d", p->ninstrs);
     if (p->nkernels < 0 || (p->nkernels > 0 && !p->kernels))
-        return bad(err, n, "kernels: bad count %d", p->nkernels);
+        return plan_errorf(err, n, "kernels: bad count %d", p->nkernels);
     if (!isfinite(p->flops) || p->flops < 0)
-        return bad(err, n, "flops: %g is out of range", p->flops);
+        return plan_errorf(err, n, "flops: %g is out of range", p->flops);
     for (int i = 0; i < p->naxes; i++)
         if (!*str_or_empty(p->axes[i].name) || p->axes[i].size < 1)
-            return bad(err, n, "axes[%d]: needs a name and a size >= 1", i);
+            return plan_errorf(err, n, "axes[%d]: needs a name and a size >= 1", i);
     return 0;
 }
 
@@ -690,10 +689,10 @@ static int write_file(const char *path, const char *text, char *err, size_t n)
 {
     char tmp[4096];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
-        return bad(err, n, "%s: path too long", path);
+        return plan_errorf(err, n, "%s: path too long", path);
     FILE *f = fopen(tmp, "wb");
     if (!f)
-        return bad(err, n, "fopen %s: %s", tmp, strerror(errno));
+        return plan_errorf(err, n, "fopen %s: %s", tmp, strerror(errno));
     size_t len = strlen(text);
     int ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
     const char *call = !ok ? "fwrite" : fflush(f) ? "fflush" : fsync(fileno(f)) ? "fsync" : NULL;
@@ -708,7 +707,7 @@ static int write_file(const char *path, const char *text, char *err, size_t n)
     }
     if (call) {
         unlink(tmp);
-        return bad(err, n, "%s %s: %s", call, tmp, strerror(e));
+        return plan_errorf(err, n, "%s %s: %s", call, tmp, strerror(e));
     }
     return 0;
 }
@@ -732,7 +731,7 @@ int plan_write(const char *path, Plan *p, char *err, size_t errlen)
     if (!text) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", err && errlen ? err : "");
-        return bad(err, errlen, "%s: cannot write the plan: %s", path, msg);
+        return plan_errorf(err, errlen, "%s: cannot write the plan: %s", path, msg);
     }
     int rc = write_file(path, text, err, errlen);
     free(text);
@@ -753,19 +752,19 @@ static int rd_keys(const cJSON *o, const char *at, const char *const *allowed, c
 {
     char q[SHOWN];
     if (!cJSON_IsObject(o))
-        return bad(err, n, "%s: expected an object", *at ? at : "plan");
+        return plan_errorf(err, n, "%s: expected an object", *at ? at : "plan");
     for (const cJSON *c = o->child; c; c = c->next) {
         int known = 0;
         if (!c->string)
-            return bad(err, n, "%s: a field has no name", *at ? at : "plan");
+            return plan_errorf(err, n, "%s: a field has no name", *at ? at : "plan");
         for (int i = 0; allowed[i] && !known; i++)
             known = !strcmp(c->string, allowed[i]);
         if (!known)
-            return bad(err, n, "%s%sunknown field \"%s\"", at, *at ? ": " : "",
+            return plan_errorf(err, n, "%s%sunknown field \"%s\"", at, *at ? ": " : "",
                        shown(q, c->string));
         for (const cJSON *d = o->child; d != c; d = d->next)
             if (!strcmp(c->string, d->string))
-                return bad(err, n, "%s%sfield \"%s\" appears twice", at, *at ? ": " : "",
+                return plan_errorf(err, n, "%s%sfield \"%s\" appears twice", at, *at ? ": " : "",
                            shown(q, c->string));
     }
     return 0;
@@ -776,7 +775,7 @@ static const cJSON *rd_member(const cJSON *o, const char *at, const char *key, c
     char f[128];
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v)
-        bad(err, n, "%s: missing", field(f, sizeof f, at, key));
+        plan_errorf(err, n, "%s: missing", field(f, sizeof f, at, key));
     return v;
 }
 
@@ -800,7 +799,7 @@ static int rd_int(const cJSON *o, const char *at, const char *key, int64_t lo, i
     if (!v)
         return -1;
     if (!json_int(v, out) || *out < lo || *out > hi)
-        return bad(err, n, "%s: expected an integer in [%" PRId64 ", %" PRId64 "]",
+        return plan_errorf(err, n, "%s: expected an integer in [%" PRId64 ", %" PRId64 "]",
                    field(f, sizeof f, at, key), lo, hi);
     return 0;
 }
@@ -831,7 +830,7 @@ static int rd_num(const cJSON *o, const char *at, const char *key, double *out, 
     if (!v)
         return -1;
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return bad(err, n, "%s: expected a finite number", field(f, sizeof f, at, key));
+        return plan_errorf(err, n, "%s: expected a finite number", field(f, sizeof f, at, key));
     *out = v->valuedouble;
     return 0;
 }
@@ -843,9 +842,9 @@ static int rd_str(const cJSON *o, const char *at, const char *key, char **out, c
     if (!v)
         return -1;
     if (!cJSON_IsString(v) || !v->valuestring)
-        return bad(err, n, "%s: expected a string", field(f, sizeof f, at, key));
+        return plan_errorf(err, n, "%s: expected a string", field(f, sizeof f, at, key));
     if (!(*out = strdup(v->valuestring)))
-        return bad(err, n, "strdup: out of memory");
+        return plan_errorf(err, n, "strdup: out of memory");
     return 0;
 }
 
@@ -857,13 +856,13 @@ static int rd_enum(const cJSON *o, const char *at, const char *key, const char *
     if (!v)
         return -1;
     if (!cJSON_IsString(v) || !v->valuestring)
-        return bad(err, n, "%s: expected a string", field(f, sizeof f, at, key));
+        return plan_errorf(err, n, "%s: expected a string", field(f, sizeof f, at, key));
     for (int i = 0; i < count; i++)
         if (!strcmp(v->valuestring, names[i])) {
             *out = i;
             return 0;
         }
-    return bad(err, n, "%s: unknown %s \"%s\"", field(f, sizeof f, at, key), what,
+    return plan_errorf(err, n, "%s: unknown %s \"%s\"", field(f, sizeof f, at, key), what,
                shown(q, v->valuestring));
 }
 
@@ -887,9 +886,9 @@ fail:
     free(*out);
     *out = NULL;
     if (max < INT_MAX)
-        return bad(err, n, "%s: expected an array of at most %d integers",
+        return plan_errorf(err, n, "%s: expected an array of at most %d integers",
                    field(f, sizeof f, at, key), max);
-    return bad(err, n, "%s: expected an array of integers in [%" PRId64 ", %" PRId64 "]",
+    return plan_errorf(err, n, "%s: expected an array of integers in [%" PRId64 ", %" PRId64 "]",
                field(f, sizeof f, at, key), lo, hi);
 }
 
@@ -900,7 +899,7 @@ static int rd_array(const cJSON *o, const char *key, const cJSON **arr, char *er
     if (!*arr)
         return -1;
     if (!cJSON_IsArray(*arr))
-        return bad(err, n, "%s: expected an array", key);
+        return plan_errorf(err, n, "%s: expected an array", key);
     return cJSON_GetArraySize(*arr);
 }
 
@@ -961,7 +960,7 @@ static int rd_instr(const cJSON *o, const char *at, PlanInstr *in, char *err, si
     int64_t *args = NULL;
     char f[64];
     if (!cJSON_IsObject(o))
-        return bad(err, n, "%s: expected an object", at);
+        return plan_errorf(err, n, "%s: expected an object", at);
     if (rd_enum(o, at, "kind", kind_names, PI_COUNT, "instruction kind", &kind, err, n) ||
         rd_keys(o, at, keys[kind], err, n))
         return -1;
@@ -974,7 +973,7 @@ static int rd_instr(const cJSON *o, const char *at, PlanInstr *in, char *err, si
         in->args[j] = (int)args[j];
     free(args);
     if (!in->args)
-        return bad(err, n, "calloc: out of memory");
+        return plan_errorf(err, n, "calloc: out of memory");
     const cJSON *g = kind == PI_GEMM ? rd_member(o, at, "gemm", err, n) : NULL;
     if (kind == PI_GEMM && (!g || rd_gemm(g, field(f, sizeof f, at, "gemm"), &in->gemm, err, n)))
         return -1;
@@ -996,7 +995,7 @@ static void *rd_each(const cJSON *root, const char *key, size_t size, int *count
     char *items = len < 0 ? NULL : calloc((size_t)len + 1, size);
     *rc = -1;
     if (len >= 0 && !items)
-        bad(err, n, "calloc: out of memory");
+        plan_errorf(err, n, "calloc: out of memory");
     if (!items)
         return NULL;
     *count = len;
@@ -1044,27 +1043,27 @@ static int rd_header(const cJSON *root, Plan *p, char *hash, char *err, size_t n
 {
     char q[SHOWN];
     if (!cJSON_IsObject(root))
-        return bad(err, n, "not a tcc plan: the top level is not a JSON object");
+        return plan_errorf(err, n, "not a tcc plan: the top level is not a JSON object");
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     if (!fmt)
-        return bad(err, n, "not a tcc plan: \"format\" is missing, expected \"%s\"", PLAN_FORMAT);
+        return plan_errorf(err, n, "not a tcc plan: \"format\" is missing, expected \"%s\"", PLAN_FORMAT);
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, PLAN_FORMAT))
-        return bad(err, n, "not a tcc plan: \"format\" is \"%s\", expected \"%s\"",
+        return plan_errorf(err, n, "not a tcc plan: \"format\" is \"%s\", expected \"%s\"",
                    cJSON_IsString(fmt) ? shown(q, fmt->valuestring) : "(not a string)",
                    PLAN_FORMAT);
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
     int64_t v;
     if (!ver || !json_int(ver, &v))
-        return bad(err, n, "version: expected an integer");
+        return plan_errorf(err, n, "version: expected an integer");
     if (v != PLAN_VERSION)
-        return bad(err, n,
+        return plan_errorf(err, n,
                    "plan version %" PRId64 " is not supported (this runtime reads version %d)", v,
                    PLAN_VERSION);
     p->version = (int)v;
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(root, "hash");
     if (!cJSON_IsString(h) || strlen(h->valuestring) != 16 ||
         strspn(h->valuestring, "0123456789abcdef") != 16)
-        return bad(err, n, "hash: expected a string of 16 lowercase hex digits");
+        return plan_errorf(err, n, "hash: expected a string of 16 lowercase hex digits");
     memcpy(hash, h->valuestring, 17);
     return 0;
 }
@@ -1107,7 +1106,7 @@ static char *read_all(const char *path, size_t *len, char *err, size_t n)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        bad(err, n, "fopen: %s", strerror(errno));
+        plan_errorf(err, n, "fopen: %s", strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, used = 0;
@@ -1126,9 +1125,9 @@ static char *read_all(const char *path, size_t *len, char *err, size_t n)
     if (!buf || rerr || full) {
         free(buf);
         if (rerr)
-            bad(err, n, "fread: %s", strerror(e));
+            plan_errorf(err, n, "fread: %s", strerror(e));
         else
-            bad(err, n, "%s", !buf ? "out of memory" : "larger than 2 GiB");
+            plan_errorf(err, n, "%s", !buf ? "out of memory" : "larger than 2 GiB");
         return NULL;
     }
     *len = used;
@@ -1186,10 +1185,10 @@ static cJSON *parse_json(const char *text, size_t len, char *err, size_t n)
     size_t pos = end && end >= text && end <= text + len ? (size_t)(end - text) : len;
     if (!root) {
         if (truncated(text, len, pos)) {
-            bad(err, n, "unexpected end of file (the plan is truncated)");
+            plan_errorf(err, n, "unexpected end of file (the plan is truncated)");
         } else {
             line_col(text, pos, &line, &col);
-            bad(err, n, "not valid JSON (line %d, column %d)", line, col);
+            plan_errorf(err, n, "not valid JSON (line %d, column %d)", line, col);
         }
         return NULL;
     }
@@ -1198,7 +1197,7 @@ static cJSON *parse_json(const char *text, size_t len, char *err, size_t n)
     if (pos < len) {
         line_col(text, pos, &line, &col);
         cJSON_Delete(root);
-        bad(err, n, "unexpected data after the plan (line %d, column %d)", line, col);
+        plan_errorf(err, n, "unexpected data after the plan (line %d, column %d)", line, col);
         return NULL;
     }
     return root;
@@ -1210,7 +1209,7 @@ Plan *plan_parse(const char *name, const char *text, size_t len, char *err, size
     Plan *p = NULL;
     cJSON *root = text ? parse_json(text, len, msg, sizeof msg) : NULL;
     if (root && !(p = calloc(1, sizeof *p)))
-        bad(msg, sizeof msg, "calloc: out of memory");
+        plan_errorf(msg, sizeof msg, "calloc: out of memory");
     if (p && (rd_plan(root, p, hash, msg, sizeof msg) || plan_check(p, msg, sizeof msg))) {
         plan_free(p);
         p = NULL;
@@ -1221,13 +1220,13 @@ Plan *plan_parse(const char *name, const char *text, size_t len, char *err, size
         if (strcmp(got, hash)) {
             plan_free(p);
             p = NULL;
-            bad(msg, sizeof msg, "hash mismatch: the plan was modified or corrupted");
+            plan_errorf(msg, sizeof msg, "hash mismatch: the plan was modified or corrupted");
         } else {
             memcpy(p->hash, hash, sizeof hash);
         }
     }
     if (!p) {
-        bad(err, errlen, "%s: %s", name, msg);
+        plan_errorf(err, errlen, "%s: %s", name, msg);
         for (char *c = err; err && errlen && *c; c++) /* one line, whatever the name holds */
             if ((unsigned char)*c < 0x20)
                 *c = '?';
@@ -1241,7 +1240,7 @@ Plan *plan_load(const char *path, char *err, size_t errlen)
     size_t len = 0;
     char *text = read_all(path, &len, msg, sizeof msg);
     if (!text) {
-        bad(err, errlen, "%s: %s", path, msg);
+        plan_errorf(err, errlen, "%s: %s", path, msg);
         for (char *c = err; err && errlen && *c; c++)
             if ((unsigned char)*c < 0x20)
                 *c = '?';

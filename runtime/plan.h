@@ -101,6 +101,10 @@ typedef struct Plan {
     char hash[17];       /* 16 hex digits over everything above */
 } Plan;
 
+/* The error convention of the plan and runtime modules: the message into
+ * err[n] (when err is not NULL), and -1 returned. */
+int plan_errorf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 size_t plan_dtype_size(PlanDType t);
 const char *plan_dtype_name(PlanDType t);
 const char *plan_role_name(PlanRole r);
