@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 typedef struct Options {
@@ -81,9 +82,18 @@ static int parse_args(Loop *L, int argc, char **argv)
 {
     Options *o = &L->o;
     *o = (Options){.steps = 100, .log_every = 1, .eval_batches = 4, .seed = 1337, .lr = -1};
+    static const char *const known[] = {"--data", "--val", "--ckpt", "--lr", "--steps",
+                                         "--seed", "--ckpt-every", "--log-every",
+                                         "--eval-every", "--eval-batches", "--resume", "--exact",
+                                         "--help", "-h", NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t x = 0;
+        int w = 0;
+        while (known[w] && strcmp(a, known[w]))
+            w++;
+        if (!known[w])
+            return die(L->prog, "unknown option '%s' (see --help)", a);
         int takes = strcmp(a, "--resume") && strcmp(a, "--exact") && strcmp(a, "--help") &&
                     strcmp(a, "-h");
         if (takes && !v)
@@ -210,6 +220,8 @@ static int evaluate(Loop *L, int64_t step, double *loss)
     }
     if (rt_data_seek(L->val, pos, err, sizeof err)) /* the same batches every time */
         return die(L->prog, "%s", err);
+    if (!L->train) /* training goes on with its fixed random batch */
+        rt_random_inputs(L->rt, L->o.seed + 1);
     *loss = sum / (double)L->o.eval_batches;
     printf("step %5" PRId64 "  val loss %.6f\n", step, *loss);
     return 0;
@@ -273,11 +285,24 @@ static void log_step(Loop *L, int64_t step, double ms, double t0, int64_t first)
     fflush(stdout);
 }
 
+/* The checkpoint folder must be usable before the first step, not after the last. */
+static int check_ckpt_dir(Loop *L)
+{
+    struct stat st;
+    if (!L->o.ckpt)
+        return 0;
+    if (stat(L->o.ckpt, &st) == 0)
+        return S_ISDIR(st.st_mode) ? 0 : die(L->prog, "--ckpt %s: not a directory", L->o.ckpt);
+    if (errno != ENOENT || mkdir(L->o.ckpt, 0777) != 0)
+        return die(L->prog, "--ckpt %s: %s", L->o.ckpt, strerror(errno));
+    return 0;
+}
+
 static int train(Loop *L)
 {
     char err[512];
     int64_t first;
-    if (start(L, &first))
+    if (check_ckpt_dir(L) || start(L, &first))
         return 1;
     if (!L->train)
         rt_random_inputs(L->rt, L->o.seed + 1);
@@ -293,7 +318,7 @@ static int train(Loop *L)
         loss = rt_scalar(L->rt, L->p->loss);
         if (step == first)
             loss0 = loss;
-        if ((step - first) % L->o.log_every == 0 || step == L->o.steps)
+        if (step % L->o.log_every == 0 || step == first || step == L->o.steps)
             log_step(L, step, ms, t0, first);
         if (L->val && L->o.eval_every && step % L->o.eval_every == 0 && evaluate(L, step, &vloss))
             return 1;
@@ -309,9 +334,9 @@ static int train(Loop *L)
         return 1;
     if (L->o.ckpt && (!L->o.ckpt_every || L->o.steps % L->o.ckpt_every) && save(L, L->o.steps))
         return 1;
-    printf("trained %" PRId64 " steps of %s in %.2f s: %.1f ms/step, %.2f GFLOP/s, loss %.4f -> "
+    printf("trained %" PRId64 " step%s of %s in %.2f s: %.1f ms/step, %.2f GFLOP/s, loss %.4f -> "
            "%.4f\n",
-           ran, L->p->model, now_s() - t0, sum_ms / (double)ran,
+           ran, ran == 1 ? "" : "s", L->p->model, now_s() - t0, sum_ms / (double)ran,
            L->p->flops * (double)ran / (sum_ms * 1e-3) / 1e9, loss0, loss);
     return 0;
 }
