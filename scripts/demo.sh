@@ -26,7 +26,7 @@ rm -rf "$out/ckpt"
     --log-every 20 --eval-every 100 --ckpt "$out/ckpt" | tee "$out/train.log"
 
 echo "== loss curve (train loss every 20 steps; ln 256 = 5.55 is a uniform guess)"
-awk '/ loss / && /\// {
+awk '$1 == "step" && $2 ~ /\// {
         split($2, s, "/"); loss = $4
         bar = ""; for (i = 0; i < loss * 10; i++) bar = bar "#"
         printf "  step %5d  %.3f  %s\n", s[1], loss, bar
