@@ -159,3 +159,10 @@ clean:
 .SECONDARY: $(FUZZ_OBJS) $(SUPPORT_OBJS)
 
 include runtime/runtime.mk
+
+# ---- benchmarks ----
+# CPU training throughput against the sgemm peak, two OpenBLAS settings (bench/README.md).
+bench:
+	@bash bench/cpu_train.sh
+
+.PHONY: bench

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct Options {
     const char *data, *val, *ckpt;
@@ -341,10 +342,23 @@ static int train(Loop *L)
     return 0;
 }
 
+/* The OpenMP runtime reads its wait policy when it starts, before main: to
+ * keep its idle threads from spinning against OpenBLAS's on the same cores
+ * (measured: bench/README.md), the program starts itself again once with
+ * OMP_WAIT_POLICY=passive, unless the user chose a policy. */
+static void passive_openmp(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY") || setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+    /* exec failed: go on with the policy the OpenMP runtime already has */
+}
+
 int rt_train_main(int argc, char **argv, const char *plan_json, size_t len,
                   RtKernel const *kernels)
 {
     char err[1024];
+    passive_openmp(argv);
     Loop L = {.prog = argc > 0 ? argv[0] : "train"};
     if (parse_args(&L, argc, argv))
         return 1;
