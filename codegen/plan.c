@@ -211,6 +211,9 @@ static void set_limits(Gen *gen)
 
 /* Fusion: an elementwise result with one use, by an elementwise op of the same
  * shape (or a scalar constant), is computed inside that op's kernel. */
+static int gemm_folds(const Op *op);
+static const Value *transposed_from(const Value *v);
+
 static void find_fusions(Gen *gen, int flags)
 {
     const Graph *g = gen->g;
@@ -219,11 +222,15 @@ static void find_fusions(Gen *gen, int flags)
     gen->fused = arena_alloc(gen->a, (size_t)g->values.len + 1);
     if (flags & CG_KEEP_VALUES)
         return;
-    for (int i = 0; i < g->ops.len; i++)
-        for (int j = 0; j < g->ops.data[i]->nargs; j++) {
-            uses[g->ops.data[i]->args[j]->id]++;
-            user[g->ops.data[i]->args[j]->id] = g->ops.data[i];
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *op = g->ops.data[i];
+        int folds = op->kind == OP_MATMUL ? gemm_folds(op) : 0;
+        for (int j = 0; j < op->nargs; j++) {
+            const Value *v = folds & (1 << j) ? transposed_from(op->args[j]) : op->args[j];
+            uses[v->id]++;
+            user[v->id] = op;
         }
+    }
     for (int i = 0; i < g->outputs.len; i++)
         uses[g->outputs.data[i]->id] += 2;
     int *leaves = arena_alloc(gen->a, sizeof(int) * (size_t)(g->values.len + 1));
@@ -291,16 +298,42 @@ static void place_values(Gen *gen)
 
 /* ---- instructions ---- */
 
+/* The matrix v is the transpose of (last two dims swapped), or NULL. */
+static const Value *transposed_from(const Value *v)
+{
+    const Op *t = v->def;
+    if (!t || t->kind != OP_TRANSPOSE || t->args[0]->rank != v->rank || v->rank < 2)
+        return NULL;
+    const Attr *perm = ir_op_attr(t, "perm");
+    for (int i = 0; perm && i < v->rank; i++) {
+        int want = i == v->rank - 2 ? v->rank - 1 : i == v->rank - 1 ? v->rank - 2 : i;
+        if (perm->items[i]->i != want)
+            return NULL;
+    }
+    return t->args[0];
+}
+
+/* Which operands of a matmul read a transpose's input through a GEMM flag:
+ * bit 0 for a, bit 1 for b. A shared [K,N] matrix folds its batch into rows,
+ * so a is folded only when it is a plain matrix there. */
+static int gemm_folds(const Op *op)
+{
+    const Value *a = op->args[0], *b = op->args[1];
+    int fa = transposed_from(a) && (b->rank > 2 || a->rank == 2);
+    return fa | (transposed_from(b) ? 2 : 0);
+}
+
 static void gemm(Gen *gen, const Op *op)
 {
     const Value *a = op->args[0], *b = op->args[1], *c = op->res[0];
-    PlanGemm g = {.a = gen_tensor(gen, a), .b = gen_tensor(gen, b), .c = gen_tensor(gen, c),
-                  .alpha = 1, .beta = 0, .batch = 1};
+    int folds = gemm_folds(op);
+    const Value *ta = folds & 1 ? transposed_from(a) : a, *tb = folds & 2 ? transposed_from(b) : b;
+    PlanGemm g = {.a = gen_tensor(gen, ta), .b = gen_tensor(gen, tb), .c = gen_tensor(gen, c),
+                  .alpha = 1, .beta = 0, .batch = 1, .trans_a = folds & 1, .trans_b = folds >> 1};
     int64_t K = a->shape[a->rank - 1], N = b->shape[b->rank - 1];
     g.k = K;
     g.n = N;
-    g.lda = K;
-    g.ldb = N;
+    g.ldb = g.trans_b ? K : N; /* the row length of what is stored */
     g.ldc = N;
     if (b->rank == 2) {
         g.m = 1;
@@ -314,6 +347,7 @@ static void gemm(Gen *gen, const Op *op)
         g.stride_b = K * N;
         g.stride_c = g.m * N;
     }
+    g.lda = g.trans_a ? g.m : K;
     PlanInstr in = {.kind = PI_GEMM, .gemm = g, .phase = op->phase, .layer = op->layer};
     VEC_PUSH(gen->a, gen->instrs, in);
     gen->flops += 2.0 * (double)g.m * (double)g.n * (double)g.k * (double)g.batch;
