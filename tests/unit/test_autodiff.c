@@ -13,6 +13,7 @@
 #include "frontend/frontend.h"
 #include "passes/passes.h"
 #include "tests/support/interp.h"
+#include "tests/support/programs.h"
 
 static Graph *build(Ctx *c, const char *src, const char *define1, const char *define2)
 {
@@ -81,59 +82,21 @@ static void check_grads(const char *src, int64_t vocab, int per_param, const cha
 #define GRAD_TEST(name, src) \
     Test(autodiff, name) { check_grads(src, 5, 0, NULL, NULL); }
 
-GRAD_TEST(arithmetic_with_broadcasting,
-          "input r : f32[3, 5]\n"
-          "param a : f32[3, 5] = normal(1)\n"
-          "param b : f32[5] = normal(1)\n"
-          "param s : f32[] = normal(1)\n"
-          "y = (a + b) * (a - b) / (b * b + 2) - a * s + 0.5 / (a * a + 1)\n"
-          "loss = sum(sum(y * r))\n")
+GRAD_TEST(arithmetic_with_broadcasting, PROG_ARITHMETIC_WITH_BROADCASTING)
 
-GRAD_TEST(unary_functions,
-          "input r : f32[3, 7]\n"
-          "param a : f32[3, 7] = normal(1)\n"
-          "y = exp(a * 0.3) + log(a * a + 1) + sqrt(a * a + 1) + rsqrt(a * a + 1) + tanh(a)\n"
-          "z = sigmoid(a) + relu(a) + gelu(a) + silu(a) - a\n"
-          "loss = sum(sum((y + z) * r))\n")
+GRAD_TEST(unary_functions, PROG_UNARY_FUNCTIONS)
 
-GRAD_TEST(matmul_shared_and_batched,
-          "input r : f32[2, 3, 5]\n"
-          "param x : f32[2, 3, 4] = normal(1)\n"
-          "param w : f32[4, 5] = normal(1)\n"
-          "param b : f32[2, 4, 5] = normal(1)\n"
-          "loss = sum(sum(sum((x @ w + x @ b) * r)))\n")
+GRAD_TEST(matmul_shared_and_batched, PROG_MATMUL_SHARED_AND_BATCHED)
 
-GRAD_TEST(softmax_over_each_dim,
-          "input r : f32[3, 5]\n"
-          "param a : f32[3, 5] = normal(1)\n"
-          "loss = sum(sum((softmax(a) + softmax(a, dim = 0)) * r))\n")
+GRAD_TEST(softmax_over_each_dim, PROG_SOFTMAX_OVER_EACH_DIM)
 
-GRAD_TEST(layernorm_and_rmsnorm,
-          "input r : f32[3, 7]\n"
-          "param x : f32[3, 7] = normal(1)\n"
-          "param g : f32[7] = normal(1)\n"
-          "param b : f32[7] = normal(1)\n"
-          "param h : f32[7] = normal(1)\n"
-          "loss = sum(sum((layernorm(x, g, b) + rmsnorm(x * 0.7, h, eps = 1e-3)) * r))\n")
+GRAD_TEST(layernorm_and_rmsnorm, PROG_LAYERNORM_AND_RMSNORM)
 
-GRAD_TEST(reductions,
-          "input r : f32[3]\n"
-          "input q : f32[5]\n"
-          "input k : f32[3, 1]\n"
-          "param a : f32[3, 5] = normal(1)\n"
-          "y = sum(sum(a, dim = 1) * r) + sum(mean(a, dim = 0) * q) + sum(max(a) * r)\n"
-          "loss = y + sum(sum(max(a, dim = 1, keepdim = true) * k))\n")
+GRAD_TEST(reductions, PROG_REDUCTIONS)
 
-GRAD_TEST(embedding_gather,
-          "input ids : i32[2, 3]\n"
-          "input r : f32[2, 3, 4]\n"
-          "param t : f32[5, 4] = normal(1)\n"
-          "loss = sum(sum(sum(embed(t, ids) * r)))\n")
+GRAD_TEST(embedding_gather, PROG_EMBEDDING_GATHER)
 
-GRAD_TEST(rotary_embedding,
-          "input r : f32[2, 3, 8]\n"
-          "param x : f32[2, 3, 8] = normal(1)\n"
-          "loss = sum(sum(sum(rope(x, heads = 2, theta = 100) * r)))\n")
+GRAD_TEST(rotary_embedding, PROG_ROTARY_EMBEDDING)
 
 GRAD_TEST(causal_attention,
           "input r : f32[2, 5, 6]\n"
@@ -142,64 +105,24 @@ GRAD_TEST(causal_attention,
           "param v : f32[2, 5, 6] = normal(1)\n"
           "loss = sum(sum(sum(attention(q, k, v, heads = 2, causal) * r)))\n")
 
-GRAD_TEST(grouped_query_attention_non_causal,
-          "input r : f32[2, 5, 8]\n"
-          "param q : f32[2, 5, 8] = normal(1)\n"
-          "param k : f32[2, 5, 4] = normal(1)\n"
-          "param v : f32[2, 5, 4] = normal(1)\n"
-          "loss = sum(sum(sum(attention(q, k, v, heads = 4, kv_heads = 2) * r)))\n")
+GRAD_TEST(grouped_query_attention_non_causal, PROG_GROUPED_QUERY_ATTENTION_NON_CAUSAL)
 
 GRAD_TEST(fused_qkv_attention,
           "input r : f32[1, 4, 6]\n"
           "param x : f32[1, 4, 18] = normal(1)\n"
           "loss = sum(sum(sum(attention(x, heads = 3, causal) * r)))\n")
 
-GRAD_TEST(cross_entropy,
-          "input t : i32[3, 2]\n"
-          "param z : f32[3, 2, 5] = normal(1)\n"
-          "loss = cross_entropy(z * 2, t)\n")
+GRAD_TEST(cross_entropy, PROG_CROSS_ENTROPY)
 
-GRAD_TEST(data_movement,
-          "input r : f32[5, 6]\n"
-          "input q : f32[3, 2, 5]\n"
-          "param a : f32[6, 5] = normal(1)\n"
-          "param b : f32[2, 5] = normal(1)\n"
-          "y = transpose(a) + reshape(transpose(a, perm = [1, 0]), [5, 6]) * 0.5\n"
-          "z = concat(slice(a, 0, 3, dim = 0), b * 2, slice(a, 4, 6, dim = 0), dim = 0)\n"
-          "loss = sum(sum(y * r)) + sum(sum(sum(reshape(slice(z, 1, 7, dim = 0), [3, 2, 5]) * q)))\n")
+GRAD_TEST(data_movement, PROG_DATA_MOVEMENT)
 
 /* The same rules at other odd shapes: size-1 dimensions, one-token
  * sequences, a single head dimension, many heads sharing one kv head. */
-GRAD_TEST(matmul_other_shapes,
-          "input r : f32[1, 1]\n"
-          "input q : f32[3, 5, 9]\n"
-          "param a : f32[1, 7] = normal(1)\n"
-          "param w : f32[7, 1] = normal(1)\n"
-          "param x : f32[3, 5, 2] = normal(1)\n"
-          "param b : f32[3, 2, 9] = normal(1)\n"
-          "loss = sum(sum(a @ w * r)) + sum(sum(sum(x @ b * q)))\n")
+GRAD_TEST(matmul_other_shapes, PROG_MATMUL_OTHER_SHAPES)
 
-GRAD_TEST(rows_of_one_three_and_thirteen,
-          "input r : f32[4, 13]\n"
-          "input q : f32[2, 3]\n"
-          "param a : f32[4, 13] = normal(1)\n"
-          "param c : f32[2, 3] = normal(1)\n"
-          "param g : f32[3] = normal(1)\n"
-          "param one : f32[5, 1] = normal(1)\n"
-          "y = sum(sum(softmax(a) * r)) + sum(sum(layernorm(c, g, g) * q))\n"
-          "loss = y + sum(sum(softmax(one) * 3)) + sum(sum(rmsnorm(c, g) * q))\n")
+GRAD_TEST(rows_of_one_three_and_thirteen, PROG_ROWS_OF_ONE_THREE_AND_THIRTEEN)
 
-GRAD_TEST(attention_one_token_and_one_shared_kv_head,
-          "input r : f32[3, 1, 6]\n"
-          "input u : f32[1, 9, 6]\n"
-          "param q : f32[3, 1, 6] = normal(1)\n"
-          "param k : f32[3, 1, 6] = normal(1)\n"
-          "param v : f32[3, 1, 6] = normal(1)\n"
-          "param q2 : f32[1, 9, 6] = normal(1)\n"
-          "param k2 : f32[1, 9, 2] = normal(1)\n"
-          "param v2 : f32[1, 9, 2] = normal(1)\n"
-          "y = sum(sum(sum(attention(q, k, v, heads = 6, causal) * r)))\n"
-          "loss = y + sum(sum(sum(attention(q2, k2, v2, heads = 3, kv_heads = 1, causal) * u)))\n")
+GRAD_TEST(attention_one_token_and_one_shared_kv_head, PROG_ATTENTION_ONE_TOKEN_AND_ONE_SHARED_KV_HEAD)
 
 Test(autodiff, cross_entropy_two_classes)
 {
@@ -249,48 +172,28 @@ Test(autodiff, rejects_non_scalar_loss)
     free(buf);
 }
 
-static char *read_sample(const char *name)
+static const char *sample(const char *file, const char *model_line)
 {
-    char path[256];
-    snprintf(path, sizeof path, "samples/%s", name);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s (run the tests from the project root)", path);
-    static char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return buf;
+    const char *src = test_sample(file, model_line);
+    cr_assert_not_null(src, "cannot read samples/%s (run the tests from the project root)", file);
+    return src;
 }
 
 /* Whole models, shrunk: a sample of elements of every parameter. */
 Test(autodiff, mlp_sample_whole_model)
 {
-    check_grads(read_sample("mlp.tdl"), 3, 4, "I=5", "H=6");
+    check_grads(sample("mlp.tdl", NULL), 3, 4, "I=5", "H=6");
 }
 
 Test(autodiff, tiny_gpt2_whole_model)
 {
-    char src[65536];
-    snprintf(src, sizeof src, "%s", read_sample("gpt2.tdl"));
-    /* -D only sets two at a time here: shrink the rest in the source */
-    char *p = strstr(src, "model gpt2(");
-    cr_assert_not_null(p);
-    const char *small = "model gpt2(V = 11, S = 5, D = 12, H = 3, L = 2, B = 2)";
-    char *end = strchr(p, ')');
-    memmove(p + strlen(small), end + 1, strlen(end + 1) + 1);
-    memcpy(p, small, strlen(small));
-    check_grads(src, 11, 3, NULL, NULL);
+    check_grads(sample("gpt2.tdl", "model gpt2(V = 11, S = 5, D = 12, H = 3, L = 2, B = 2)"), 11, 3,
+                NULL, NULL);
 }
 
 Test(autodiff, tiny_llama_whole_model)
 {
-    char src[65536];
-    snprintf(src, sizeof src, "%s", read_sample("llama.tdl"));
-    char *p = strstr(src, "model llama(");
-    cr_assert_not_null(p);
-    const char *small = "model llama(V = 13, S = 5, D = 16, H = 4, KV = 2, F = 10, L = 2, B = 2)";
-    char *end = strchr(p, ')');
-    memmove(p + strlen(small), end + 1, strlen(end + 1) + 1);
-    memcpy(p, small, strlen(small));
-    check_grads(src, 13, 3, NULL, NULL);
+    check_grads(sample("llama.tdl",
+                       "model llama(V = 13, S = 5, D = 16, H = 4, KV = 2, F = 10, L = 2, B = 2)"),
+                13, 3, NULL, NULL);
 }

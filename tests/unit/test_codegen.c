@@ -19,6 +19,7 @@
 #include "passes/passes.h"
 #include "runtime/runtime.h"
 #include "tests/support/interp.h"
+#include "tests/support/programs.h"
 
 static char cache[64];
 
@@ -145,59 +146,21 @@ static void check_step(const char *src, int wide, int optimize, int64_t vocab)
     Test(codegen, name##_f64) { check_step(src, 1, 0, 5); }                                         \
     Test(codegen, name##_f32) { check_step(src, 0, 0, 5); }
 
-STEP_TEST(arithmetic_with_broadcasting,
-          "input r : f32[3, 5]\n"
-          "param a : f32[3, 5] = normal(1)\n"
-          "param b : f32[5] = normal(1)\n"
-          "param s : f32[] = normal(1)\n"
-          "y = (a + b) * (a - b) / (b * b + 2) - a * s + 0.5 / (a * a + 1)\n"
-          "loss = sum(sum(y * r))\n")
+STEP_TEST(arithmetic_with_broadcasting, PROG_ARITHMETIC_WITH_BROADCASTING)
 
-STEP_TEST(unary_functions,
-          "input r : f32[3, 7]\n"
-          "param a : f32[3, 7] = normal(1)\n"
-          "y = exp(a * 0.3) + log(a * a + 1) + sqrt(a * a + 1) + rsqrt(a * a + 1) + tanh(a)\n"
-          "z = sigmoid(a) + relu(a) + gelu(a) + silu(a) - a\n"
-          "loss = sum(sum((y + z) * r))\n")
+STEP_TEST(unary_functions, PROG_UNARY_FUNCTIONS)
 
-STEP_TEST(matmul_shared_and_batched,
-          "input r : f32[2, 3, 5]\n"
-          "param x : f32[2, 3, 4] = normal(1)\n"
-          "param w : f32[4, 5] = normal(1)\n"
-          "param b : f32[2, 4, 5] = normal(1)\n"
-          "loss = sum(sum(sum((x @ w + x @ b) * r)))\n")
+STEP_TEST(matmul_shared_and_batched, PROG_MATMUL_SHARED_AND_BATCHED)
 
-STEP_TEST(softmax_over_each_dim,
-          "input r : f32[3, 5]\n"
-          "param a : f32[3, 5] = normal(1)\n"
-          "loss = sum(sum((softmax(a) + softmax(a, dim = 0)) * r))\n")
+STEP_TEST(softmax_over_each_dim, PROG_SOFTMAX_OVER_EACH_DIM)
 
-STEP_TEST(layernorm_and_rmsnorm,
-          "input r : f32[3, 7]\n"
-          "param x : f32[3, 7] = normal(1)\n"
-          "param g : f32[7] = normal(1)\n"
-          "param b : f32[7] = normal(1)\n"
-          "param h : f32[7] = normal(1)\n"
-          "loss = sum(sum((layernorm(x, g, b) + rmsnorm(x * 0.7, h, eps = 1e-3)) * r))\n")
+STEP_TEST(layernorm_and_rmsnorm, PROG_LAYERNORM_AND_RMSNORM)
 
-STEP_TEST(reductions,
-          "input r : f32[3]\n"
-          "input q : f32[5]\n"
-          "input k : f32[3, 1]\n"
-          "param a : f32[3, 5] = normal(1)\n"
-          "y = sum(sum(a, dim = 1) * r) + sum(mean(a, dim = 0) * q) + sum(max(a) * r)\n"
-          "loss = y + sum(sum(max(a, dim = 1, keepdim = true) * k))\n")
+STEP_TEST(reductions, PROG_REDUCTIONS)
 
-STEP_TEST(embedding_gather_and_scatter,
-          "input ids : i32[2, 3]\n"
-          "input r : f32[2, 3, 4]\n"
-          "param t : f32[5, 4] = normal(1)\n"
-          "loss = sum(sum(sum(embed(t, ids) * r)))\n")
+STEP_TEST(embedding_gather_and_scatter, PROG_EMBEDDING_GATHER)
 
-STEP_TEST(rotary_embedding,
-          "input r : f32[2, 3, 8]\n"
-          "param x : f32[2, 3, 8] = normal(1)\n"
-          "loss = sum(sum(sum(rope(x, heads = 2, theta = 100) * r)))\n")
+STEP_TEST(rotary_embedding, PROG_ROTARY_EMBEDDING)
 
 /* S = 70 spans two key tiles of 64, the second one partial */
 STEP_TEST(causal_attention_over_two_tiles,
@@ -207,57 +170,17 @@ STEP_TEST(causal_attention_over_two_tiles,
           "param v : f32[2, 70, 6] = normal(1)\n"
           "loss = sum(sum(sum(attention(q, k, v, heads = 2, causal) * r)))\n")
 
-STEP_TEST(grouped_query_attention_non_causal,
-          "input r : f32[2, 5, 8]\n"
-          "param q : f32[2, 5, 8] = normal(1)\n"
-          "param k : f32[2, 5, 4] = normal(1)\n"
-          "param v : f32[2, 5, 4] = normal(1)\n"
-          "loss = sum(sum(sum(attention(q, k, v, heads = 4, kv_heads = 2) * r)))\n")
+STEP_TEST(grouped_query_attention_non_causal, PROG_GROUPED_QUERY_ATTENTION_NON_CAUSAL)
 
-STEP_TEST(cross_entropy,
-          "input t : i32[3, 2]\n"
-          "param z : f32[3, 2, 5] = normal(1)\n"
-          "loss = cross_entropy(z * 2, t)\n")
+STEP_TEST(cross_entropy, PROG_CROSS_ENTROPY)
 
-STEP_TEST(data_movement,
-          "input r : f32[5, 6]\n"
-          "input q : f32[3, 2, 5]\n"
-          "param a : f32[6, 5] = normal(1)\n"
-          "param b : f32[2, 5] = normal(1)\n"
-          "y = transpose(a) + reshape(transpose(a, perm = [1, 0]), [5, 6]) * 0.5\n"
-          "z = concat(slice(a, 0, 3, dim = 0), b * 2, slice(a, 4, 6, dim = 0), dim = 0)\n"
-          "loss = sum(sum(y * r)) + sum(sum(sum(reshape(slice(z, 1, 7, dim = 0), [3, 2, 5]) * q)))\n")
+STEP_TEST(data_movement, PROG_DATA_MOVEMENT)
 
-STEP_TEST(matmul_other_shapes,
-          "input r : f32[1, 1]\n"
-          "input q : f32[3, 5, 9]\n"
-          "param a : f32[1, 7] = normal(1)\n"
-          "param w : f32[7, 1] = normal(1)\n"
-          "param x : f32[3, 5, 2] = normal(1)\n"
-          "param b : f32[3, 2, 9] = normal(1)\n"
-          "loss = sum(sum(a @ w * r)) + sum(sum(sum(x @ b * q)))\n")
+STEP_TEST(matmul_other_shapes, PROG_MATMUL_OTHER_SHAPES)
 
-STEP_TEST(rows_of_one_three_and_thirteen,
-          "input r : f32[4, 13]\n"
-          "input q : f32[2, 3]\n"
-          "param a : f32[4, 13] = normal(1)\n"
-          "param c : f32[2, 3] = normal(1)\n"
-          "param g : f32[3] = normal(1)\n"
-          "param one : f32[5, 1] = normal(1)\n"
-          "y = sum(sum(softmax(a) * r)) + sum(sum(layernorm(c, g, g) * q))\n"
-          "loss = y + sum(sum(softmax(one) * 3)) + sum(sum(rmsnorm(c, g) * q))\n")
+STEP_TEST(rows_of_one_three_and_thirteen, PROG_ROWS_OF_ONE_THREE_AND_THIRTEEN)
 
-STEP_TEST(attention_one_token_and_one_shared_kv_head,
-          "input r : f32[3, 1, 6]\n"
-          "input u : f32[1, 9, 6]\n"
-          "param q : f32[3, 1, 6] = normal(1)\n"
-          "param k : f32[3, 1, 6] = normal(1)\n"
-          "param v : f32[3, 1, 6] = normal(1)\n"
-          "param q2 : f32[1, 9, 6] = normal(1)\n"
-          "param k2 : f32[1, 9, 2] = normal(1)\n"
-          "param v2 : f32[1, 9, 2] = normal(1)\n"
-          "y = sum(sum(sum(attention(q, k, v, heads = 6, causal) * r)))\n"
-          "loss = y + sum(sum(sum(attention(q2, k2, v2, heads = 3, kv_heads = 1, causal) * u)))\n")
+STEP_TEST(attention_one_token_and_one_shared_kv_head, PROG_ATTENTION_ONE_TOKEN_AND_ONE_SHARED_KV_HEAD)
 
 static const char *OPT_MODEL = "input x : f32[4, 3]\n"
                                "input t : i32[4]\n"
@@ -292,21 +215,11 @@ Test(codegen, plain_sgd)
 
 /* ---- whole models ---- */
 
-static char *sample(const char *file, const char *model_line)
+static const char *sample(const char *file, const char *model_line)
 {
-    char path[256];
-    snprintf(path, sizeof path, "samples/%s", file);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s (run from the project root)", path);
-    static char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *p = strstr(buf, "model "), *end = p ? strchr(p, ')') : NULL;
-    cr_assert_not_null(end);
-    memmove(p + strlen(model_line), end + 1, strlen(end + 1) + 1);
-    memcpy(p, model_line, strlen(model_line));
-    return buf;
+    const char *src = test_sample(file, model_line);
+    cr_assert_not_null(src, "cannot read samples/%s (run from the project root)", file);
+    return src;
 }
 
 static const char *TINY_GPT = "model gpt2(V = 11, S = 9, D = 12, H = 3, L = 2, B = 2)";

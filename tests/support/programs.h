@@ -1,0 +1,118 @@
+/* programs.h: small TDL programs that exercise every op, shared by the
+ * gradient checks (test_autodiff.c) and the kernel checks (test_codegen.c).
+ * Each loss weighs an op's result with a random input, so every element of
+ * every gradient matters; sizes are odd on purpose. Ids lie in [0, 5). */
+#ifndef TCC_PROGRAMS_H
+#define TCC_PROGRAMS_H
+
+#define PROG_ARITHMETIC_WITH_BROADCASTING \
+    "input r : f32[3, 5]\n" \
+    "param a : f32[3, 5] = normal(1)\n" \
+    "param b : f32[5] = normal(1)\n" \
+    "param s : f32[] = normal(1)\n" \
+    "y = (a + b) * (a - b) / (b * b + 2) - a * s + 0.5 / (a * a + 1)\n" \
+    "loss = sum(sum(y * r))\n"
+
+#define PROG_UNARY_FUNCTIONS \
+    "input r : f32[3, 7]\n" \
+    "param a : f32[3, 7] = normal(1)\n" \
+    "y = exp(a * 0.3) + log(a * a + 1) + sqrt(a * a + 1) + rsqrt(a * a + 1) + tanh(a)\n" \
+    "z = sigmoid(a) + relu(a) + gelu(a) + silu(a) - a\n" \
+    "loss = sum(sum((y + z) * r))\n"
+
+#define PROG_MATMUL_SHARED_AND_BATCHED \
+    "input r : f32[2, 3, 5]\n" \
+    "param x : f32[2, 3, 4] = normal(1)\n" \
+    "param w : f32[4, 5] = normal(1)\n" \
+    "param b : f32[2, 4, 5] = normal(1)\n" \
+    "loss = sum(sum(sum((x @ w + x @ b) * r)))\n"
+
+#define PROG_SOFTMAX_OVER_EACH_DIM \
+    "input r : f32[3, 5]\n" \
+    "param a : f32[3, 5] = normal(1)\n" \
+    "loss = sum(sum((softmax(a) + softmax(a, dim = 0)) * r))\n"
+
+#define PROG_LAYERNORM_AND_RMSNORM \
+    "input r : f32[3, 7]\n" \
+    "param x : f32[3, 7] = normal(1)\n" \
+    "param g : f32[7] = normal(1)\n" \
+    "param b : f32[7] = normal(1)\n" \
+    "param h : f32[7] = normal(1)\n" \
+    "loss = sum(sum((layernorm(x, g, b) + rmsnorm(x * 0.7, h, eps = 1e-3)) * r))\n"
+
+#define PROG_REDUCTIONS \
+    "input r : f32[3]\n" \
+    "input q : f32[5]\n" \
+    "input k : f32[3, 1]\n" \
+    "param a : f32[3, 5] = normal(1)\n" \
+    "y = sum(sum(a, dim = 1) * r) + sum(mean(a, dim = 0) * q) + sum(max(a) * r)\n" \
+    "loss = y + sum(sum(max(a, dim = 1, keepdim = true) * k))\n"
+
+#define PROG_EMBEDDING_GATHER \
+    "input ids : i32[2, 3]\n" \
+    "input r : f32[2, 3, 4]\n" \
+    "param t : f32[5, 4] = normal(1)\n" \
+    "loss = sum(sum(sum(embed(t, ids) * r)))\n"
+
+#define PROG_ROTARY_EMBEDDING \
+    "input r : f32[2, 3, 8]\n" \
+    "param x : f32[2, 3, 8] = normal(1)\n" \
+    "loss = sum(sum(sum(rope(x, heads = 2, theta = 100) * r)))\n"
+
+#define PROG_GROUPED_QUERY_ATTENTION_NON_CAUSAL \
+    "input r : f32[2, 5, 8]\n" \
+    "param q : f32[2, 5, 8] = normal(1)\n" \
+    "param k : f32[2, 5, 4] = normal(1)\n" \
+    "param v : f32[2, 5, 4] = normal(1)\n" \
+    "loss = sum(sum(sum(attention(q, k, v, heads = 4, kv_heads = 2) * r)))\n"
+
+#define PROG_CROSS_ENTROPY \
+    "input t : i32[3, 2]\n" \
+    "param z : f32[3, 2, 5] = normal(1)\n" \
+    "loss = cross_entropy(z * 2, t)\n"
+
+#define PROG_DATA_MOVEMENT \
+    "input r : f32[5, 6]\n" \
+    "input q : f32[3, 2, 5]\n" \
+    "param a : f32[6, 5] = normal(1)\n" \
+    "param b : f32[2, 5] = normal(1)\n" \
+    "y = transpose(a) + reshape(transpose(a, perm = [1, 0]), [5, 6]) * 0.5\n" \
+    "z = concat(slice(a, 0, 3, dim = 0), b * 2, slice(a, 4, 6, dim = 0), dim = 0)\n" \
+    "loss = sum(sum(y * r)) + sum(sum(sum(reshape(slice(z, 1, 7, dim = 0), [3, 2, 5]) * q)))\n"
+
+#define PROG_MATMUL_OTHER_SHAPES \
+    "input r : f32[1, 1]\n" \
+    "input q : f32[3, 5, 9]\n" \
+    "param a : f32[1, 7] = normal(1)\n" \
+    "param w : f32[7, 1] = normal(1)\n" \
+    "param x : f32[3, 5, 2] = normal(1)\n" \
+    "param b : f32[3, 2, 9] = normal(1)\n" \
+    "loss = sum(sum(a @ w * r)) + sum(sum(sum(x @ b * q)))\n"
+
+#define PROG_ROWS_OF_ONE_THREE_AND_THIRTEEN \
+    "input r : f32[4, 13]\n" \
+    "input q : f32[2, 3]\n" \
+    "param a : f32[4, 13] = normal(1)\n" \
+    "param c : f32[2, 3] = normal(1)\n" \
+    "param g : f32[3] = normal(1)\n" \
+    "param one : f32[5, 1] = normal(1)\n" \
+    "y = sum(sum(softmax(a) * r)) + sum(sum(layernorm(c, g, g) * q))\n" \
+    "loss = y + sum(sum(softmax(one) * 3)) + sum(sum(rmsnorm(c, g) * q))\n"
+
+#define PROG_ATTENTION_ONE_TOKEN_AND_ONE_SHARED_KV_HEAD \
+    "input r : f32[3, 1, 6]\n" \
+    "input u : f32[1, 9, 6]\n" \
+    "param q : f32[3, 1, 6] = normal(1)\n" \
+    "param k : f32[3, 1, 6] = normal(1)\n" \
+    "param v : f32[3, 1, 6] = normal(1)\n" \
+    "param q2 : f32[1, 9, 6] = normal(1)\n" \
+    "param k2 : f32[1, 9, 2] = normal(1)\n" \
+    "param v2 : f32[1, 9, 2] = normal(1)\n" \
+    "y = sum(sum(sum(attention(q, k, v, heads = 6, causal) * r)))\n" \
+    "loss = y + sum(sum(sum(attention(q2, k2, v2, heads = 3, kv_heads = 1, causal) * u)))\n"
+
+/* samples/FILE with its `model NAME(...)` line replaced by model_line (kept
+ * when NULL), in a static buffer; NULL when the file cannot be read. */
+const char *test_sample(const char *file, const char *model_line);
+
+#endif
