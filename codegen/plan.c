@@ -475,17 +475,26 @@ static void plan_memory(Gen *gen)
     for (int t = 0; t < n; t++) /* untouched temporaries: keep them valid, apart */
         if (gen->tensors.data[t].role == PT_TEMP && first[t] < 0)
             gen->tensors.data[t].offset = take(gen, free_, &nfree, aligned(gen->tensors.data[t].bytes), &top);
-    for (int i = 0; i <= gen->instrs.len; i++) {
-        for (int t = 0; t < n; t++) {
-            PlanTensor *pt = &gen->tensors.data[t];
-            if (pt->role == PT_TEMP && first[t] == i)
-                pt->offset = take(gen, free_, &nfree, aligned(pt->bytes), &top);
-        }
-        for (int t = 0; t < n; t++) {
-            PlanTensor *pt = &gen->tensors.data[t];
-            if (pt->role == PT_TEMP && last[t] == i)
-                give(free_, &nfree, pt->offset, aligned(pt->bytes));
-        }
+    /* per instruction, the temporaries born and dying there, in tensor order */
+    int m = gen->instrs.len + 1;
+    int *born = arena_alloc(gen->a, sizeof(int) * (size_t)m), *dies = arena_alloc(gen->a, sizeof(int) * (size_t)m);
+    int *next_born = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1));
+    int *next_dies = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1));
+    for (int i = 0; i < m; i++)
+        born[i] = dies[i] = -1;
+    for (int t = n - 1; t >= 0; t--) {
+        if (gen->tensors.data[t].role != PT_TEMP || first[t] < 0)
+            continue;
+        next_born[t] = born[first[t]];
+        born[first[t]] = t;
+        next_dies[t] = dies[last[t]];
+        dies[last[t]] = t;
+    }
+    for (int i = 0; i < m; i++) {
+        for (int t = born[i]; t >= 0; t = next_born[t])
+            gen->tensors.data[t].offset = take(gen, free_, &nfree, aligned(gen->tensors.data[t].bytes), &top);
+        for (int t = dies[i]; t >= 0; t = next_dies[t])
+            give(free_, &nfree, gen->tensors.data[t].offset, aligned(gen->tensors.data[t].bytes));
     }
     gen->slab = top;
 }
