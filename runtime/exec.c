@@ -20,6 +20,7 @@ struct Runtime {
     CpuDevice dev;
     char **argv;  /* the argument pointers of every instruction, back to back */
     char ***args; /* by instruction: its first pointer in argv */
+    float **steps; /* the step tensors, NULL-terminated: written before each step */
 };
 
 static int bind_args(Runtime *rt, char *err, size_t n)
@@ -32,6 +33,14 @@ static int bind_args(Runtime *rt, char *err, size_t n)
     rt->args = calloc((size_t)p->ninstrs + 1, sizeof *rt->args);
     if (!rt->argv || !rt->args)
         return plan_errorf(err, n, "calloc: out of memory");
+    int nsteps = 0;
+    for (int t = 0; t < p->ntensors; t++)
+        nsteps += p->tensors[t].role == PT_STEP;
+    if (!(rt->steps = calloc((size_t)nsteps + 1, sizeof *rt->steps)))
+        return plan_errorf(err, n, "calloc: out of memory");
+    for (int t = 0, j = 0; t < p->ntensors; t++)
+        if (p->tensors[t].role == PT_STEP)
+            rt->steps[j++] = (float *)(rt->dev.slab + p->tensors[t].offset);
     for (int i = 0; i < p->ninstrs; i++) {
         rt->args[i] = rt->argv + k;
         for (int j = 0; j < p->instrs[i].nargs; j++)
@@ -72,6 +81,7 @@ void rt_close(Runtime *rt)
         return;
     rt_cpu_close(&rt->dev);
     free(rt->argv);
+    free(rt->steps);
     free(rt->args);
     free(rt);
 }
@@ -187,10 +197,8 @@ static int run(Runtime *rt, int64_t step, int fwd_only, char *err, size_t n)
 
 int rt_step(Runtime *rt, int64_t step, char *err, size_t n)
 {
-    const Plan *p = rt->p;
-    for (int t = 0; t < p->ntensors; t++)
-        if (p->tensors[t].role == PT_STEP)
-            *(float *)rt_tensor_data(rt, t) = (float)step;
+    for (float **t = rt->steps; *t; t++)
+        **t = (float)step;
     return run(rt, step, 0, err, n);
 }
 
