@@ -71,18 +71,22 @@ DEPS := $(B)/.deps-ok
 all: tcc
 
 # tcc links the executables it builds against the runtime library here.
-$(B)/obj/codegen/binary.o $(B)/san/codegen/binary.o: BASEFLAGS += -DTCC_LIBDIR=\"$(abspath $(B))\"
+$(B)/obj/codegen/binary.o $(B)/san/codegen/binary.o: BASEFLAGS += -DTCC_LIBDIR=\"$(abspath $(B))\" \
+    -DTCC_MPI_LIBS="\"$(MPI_LIBS)\""
 
 $(DEPS): scripts/deps.sh
 	@mkdir -p $(B)
 	@bash scripts/deps.sh
 	@touch $@
 
-tcc: $(LIB_OBJS) $(B)/obj/tcc.o
-	$(CC) $(CFLAGS) -o $@ $^ $(LIB_LIBS)
+# tcc links the runtime for --verify (it runs the plans it builds); runtime.mk builds it.
+RT_LIB := $(B)/libtccrt.a
+RT_SAN_LIB := $(B)/libtccrt-san.a
+tcc: $(LIB_OBJS) $(B)/obj/tcc.o $(RT_LIB)
+	$(CC) $(CFLAGS) -o $@ $^ $(LIB_LIBS) $(RT_LIBS)
 
-$(B)/tcc-san: $(SAN_OBJS) $(B)/san/tcc.o
-	$(CC) $(CFLAGS) $(SANFLAGS) -o $@ $^ $(LIB_LIBS)
+$(B)/tcc-san: $(SAN_OBJS) $(B)/san/tcc.o $(RT_SAN_LIB)
+	$(CC) $(CFLAGS) $(SANFLAGS) -o $@ $^ $(LIB_LIBS) $(RT_LIBS)
 
 $(B)/gen/parser.c $(B)/gen/parser.h &: frontend/parser.y | $(DEPS)
 	@mkdir -p $(B)/gen

@@ -5,6 +5,7 @@
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
+#include "runtime/runtime.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -20,6 +21,12 @@ typedef struct Options {
     const char *dump_after; /* a pass name, "all" or NULL */
     const char *stop_after; /* a pass name or NULL */
     int print_commands;
+    int zero;               /* --zero=N, -1 when absent */
+    int sequence_parallel;  /* --sequence-parallel */
+    const char *roles[8];   /* --role AXIS=ROLE */
+    int nroles;
+    int verify;             /* --verify[=STEPS]: steps to compare, 0 when absent */
+    double verify_tol;      /* --verify-tol=X, 0: by dtype */
 } Options;
 
 /* The pipeline: lowering and the verifier first, then the graph passes. */
@@ -43,6 +50,13 @@ static void usage(FILE *f)
             "  --mesh 8x4x2          bind mesh axis sizes in declaration order\n"
             "  --mesh dp=8,tp=4      bind mesh axis sizes by name\n"
             "  -D NAME=VALUE         override an integer model parameter\n"
+            "  --zero=N              ZeRO level 0-3 over the data axes (train setting zero)\n"
+            "  --sequence-parallel   split norms and elementwise ops on the sequence over\n"
+            "                        the tensor axis (train setting sequence_parallel)\n"
+            "  --role AXIS=ROLE      give a mesh axis another role (data, fsdp, tensor, ...)\n"
+            "  --verify[=N]          run N steps (3) on the mesh (threads) and on one device,\n"
+            "                        print per parameter the largest relative difference,\n"
+            "                        fail above --verify-tol (1e-9 for f64, 1e-3 for f32)\n"
             "  --emit=ir             print the final graph IR (to -o FILE or stdout)\n"
             "  --emit=plan -o DIR    write the plan of one training step to DIR/plan.json\n"
             "  --emit=c              print the C source of the plan's kernels\n"
@@ -122,6 +136,26 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
             c->verbose = 1;
         } else if ((v = opt_value(argc, argv, &i, "--mesh"))) {
             c->mesh_spec = v;
+        } else if ((v = opt_value(argc, argv, &i, "--zero"))) {
+            if (strlen(v) != 1 || v[0] < '0' || v[0] > '3')
+                return fail("--zero=%s: expected 0, 1, 2 or 3", v);
+            o->zero = v[0] - '0';
+        } else if (!strcmp(a, "--verify")) {
+            o->verify = 3;
+        } else if (!strncmp(a, "--verify=", 9)) {
+            o->verify = atoi(a + 9);
+            if (o->verify < 1 || o->verify > 1000)
+                return fail("--verify=%s: expected a step count in [1, 1000]", a + 9);
+        } else if ((v = opt_value(argc, argv, &i, "--verify-tol"))) {
+            o->verify_tol = strtod(v, NULL);
+            if (!(o->verify_tol > 0))
+                return fail("--verify-tol=%s: expected a positive number", v);
+        } else if (!strcmp(a, "--sequence-parallel")) {
+            o->sequence_parallel = 1;
+        } else if ((v = opt_value(argc, argv, &i, "--role"))) {
+            if (o->nroles >= 8)
+                return fail("%s", "at most 8 --role options");
+            o->roles[o->nroles++] = v;
         } else if ((v = opt_value(argc, argv, &i, "--emit"))) {
             if (strcmp(v, "ir") && strcmp(v, "plan") && strcmp(v, "c"))
                 return fail("--emit=%s: expected ir, plan or c", v);
@@ -158,6 +192,8 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
     if (o->from_ir && (c->mesh_spec || c->defines.len))
         return fail("%s", "--mesh and -D apply to TDL input; an IR file carries its own mesh");
 
+    if (o->verify && o->from_ir)
+        return fail("%s", "--verify compiles the TDL input twice (mesh and one device): give a TDL file");
     if (o->emit && !strcmp(o->emit, "plan") && !o->out)
         return fail("%s", "--emit=plan needs -o DIR");
     return 0;
@@ -209,6 +245,42 @@ static Graph *load(Ctx *c, const Options *o)
     if (g)
         after(c, o, g, o->from_ir ? "parse-ir" : "lower", t0);
     return g;
+}
+
+/* The train-block settings and axis roles given on the command line. */
+static void set_train(Graph *g, Attr *a)
+{
+    for (int i = 0; i < g->train.len; i++)
+        if (g->train.data[i]->key && !strcmp(g->train.data[i]->key, a->key)) {
+            g->train.data[i] = a;
+            return;
+        }
+    VEC_PUSH(g->arena, g->train, a);
+}
+
+static int apply_settings(Ctx *c, const Options *o, Graph *g)
+{
+    (void)c;
+    if (o->zero >= 0)
+        set_train(g, ir_attr_int(g->arena, intern(g->strings, "zero"), o->zero));
+    if (o->sequence_parallel)
+        set_train(g, ir_attr_bool(g->arena, intern(g->strings, "sequence_parallel"), 1));
+    for (int i = 0; i < o->nroles; i++) {
+        const char *eq = strchr(o->roles[i], '=');
+        int role = eq ? ir_role_lookup(eq + 1) : -1;
+        int ax = -1;
+        for (int k = 0; eq && k < g->mesh.naxes; k++)
+            if (strlen(g->mesh.axes[k].name) == (size_t)(eq - o->roles[i]) &&
+                !strncmp(g->mesh.axes[k].name, o->roles[i], (size_t)(eq - o->roles[i])))
+                ax = k;
+        if (role < 0 || ax < 0) {
+            fprintf(stderr, "tcc: error: --role %s: expected AXIS=ROLE with a mesh axis and one "
+                            "of data, fsdp, tensor, sequence, pipeline\n", o->roles[i]);
+            return -1;
+        }
+        g->mesh.axes[ax].role = (AxisRole)role;
+    }
+    return 0;
 }
 
 static int verify(Ctx *c, const Options *o, Graph *g, const char *after_pass)
@@ -280,6 +352,47 @@ static int write_plan(Ctx *c, const Options *o, const Graph *g)
     return 0;
 }
 
+static int run_passes(Ctx *c, const Options *o, Graph *g)
+{
+    for (const Pass *p = pass_table; p->name; p++) {
+        double t0 = now_ms();
+        if (p->run(c, g) != 0)
+            return -1;
+        after(c, o, g, p->name, t0);
+        if (verify(c, o, g, p->name) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* --verify: the plan for the mesh against the same model compiled for one
+ * device (every mesh axis of size 1), run side by side on random inputs. */
+static int verify_mesh(Ctx *c, Options *o, Graph *g)
+{
+    Plan mesh, one;
+    if (cg_build_plan(c, g, 0, &mesh) != 0)
+        return -1;
+    char ones[64] = "";
+    for (int i = 0; i < g->mesh.naxes && i < 16; i++)
+        strcat(ones, i ? "x1" : "1");
+    c->mesh_spec = g->mesh.naxes ? intern(c->strings, ones) : NULL;
+    Options quiet = *o;
+    quiet.dump_after = NULL;
+    Graph *g1 = load(c, &quiet);
+    if (!g1 || apply_settings(c, o, g1) != 0 || verify(c, &quiet, g1, "lower") != 0 ||
+        run_passes(c, &quiet, g1) != 0 || cg_build_plan(c, g1, 0, &one) != 0)
+        return -1;
+    int f64 = one.loss >= 0 && one.tensors[one.loss].dtype == PD_F64;
+    double tol = o->verify_tol > 0 ? o->verify_tol : f64 ? 1e-9 : 1e-3;
+    char err[512];
+    printf("verify: %s on %lld devices against one device, %d steps\n", g->name,
+           (long long)plan_mesh_size(&mesh), o->verify);
+    int rc = rt_verify(&mesh, &one, o->verify, 1, tol, NULL, stdout, err, sizeof err);
+    if (rc < 0)
+        fprintf(stderr, "tcc: error: --verify: %s\n", err);
+    return rc ? -1 : 0;
+}
+
 static int run(Ctx *c, Options *o)
 {
     const char *names[2] = {o->dump_after, o->stop_after};
@@ -290,7 +403,7 @@ static int run(Ctx *c, Options *o)
             return -1;
         }
     Graph *g = load(c, o);
-    if (!g || verify(c, o, g, o->from_ir ? "parse-ir" : "lower") != 0)
+    if (!g || apply_settings(c, o, g) != 0 || verify(c, o, g, o->from_ir ? "parse-ir" : "lower") != 0)
         return -1;
     int stop = o->stop_after && (!strcmp(o->stop_after, "lower") ||
                                  !strcmp(o->stop_after, "parse-ir") ||
@@ -304,6 +417,8 @@ static int run(Ctx *c, Options *o)
             return -1;
         stop = o->stop_after && !strcmp(o->stop_after, p->name);
     }
+    if (o->verify)
+        return verify_mesh(c, o, g);
     if ((o->emit && strcmp(o->emit, "ir") != 0) || (!o->emit && o->out))
         return write_plan(c, o, g);
     return o->emit ? write_ir(o, g) : 0;
@@ -313,6 +428,7 @@ int main(int argc, char **argv)
 {
     Ctx *c = ctx_new(stderr);
     Options o = {0};
+    o.zero = -1;
     int rc = parse_args(c, &o, argc, argv) == 0 && run(c, &o) == 0 ? 0 : 1;
     if (c->diag.nerrors)
         fprintf(stderr, "%d error%s generated.\n", c->diag.nerrors, c->diag.nerrors > 1 ? "s" : "");

@@ -4,6 +4,10 @@
  * loop) and has the system compiler build and link it with the runtime
  * library, OpenBLAS and cJSON. Key idea: the program carries everything it
  * needs, so it runs where the compiler is not installed (mpirun, srun). */
+#ifndef TCC_MPI_LIBS /* OpenMPI's link flags (mpicc --showme:link), from the Makefile */
+#define TCC_MPI_LIBS "-lmpi"
+#endif
+
 #include "codegen.h"
 
 #include <errno.h>
@@ -105,7 +109,8 @@ int cg_write_program(Ctx *c, Plan *p, const char *out, int print_commands)
     }
     const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
     char *cmd = arena_printf(c->arena,
-                             "%s -O2 -fopenmp -o %s %s %s/libtccrt.a -lopenblas -lcjson -ldl -lm",
+                             "%s -O2 -fopenmp -o %s %s %s/libtccrt.a -lopenblas -lcjson -ldl -lm "
+                             TCC_MPI_LIBS " -pthread",
                              cc, quoted(c->arena, out), quoted(c->arena, src), libdir());
     if (print_commands)
         fprintf(stderr, "%s\n", cmd);

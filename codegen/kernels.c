@@ -387,15 +387,35 @@ static void segments(Gen *gen, const Op *op)
 }
 
 /* out[..., d] = table[ids[...], d] */
+/* A table split by rows holds rows [off, off + V) (operand `off`, i32[]): an id
+ * outside reads row 0 and counts 0 (*keep), so the partial sums over the
+ * devices add up to the whole table's row. */
+static int local_id(Kernel *k, Gen *gen, const Op *op, int id, int64_t V, int *keep)
+{
+    *keep = -1;
+    if (op->nargs < 3)
+        return id;
+    int off = kb_load(k, kb_arg(k, gen, T(gen, op->args[2])), kb_iconst(k, 0));
+    int lid = ki(k, KN_SUB, id, off);
+    int below = kb_node(k, KN_LT, KT_INT, lid, kb_iconst(k, V), 0);
+    int above = kb_node(k, KN_LT, KT_INT, kb_iconst(k, -1), lid, 0);
+    *keep = ki(k, KN_MUL, below, above);
+    return ki(k, KN_MUL, lid, *keep);
+}
+
 static void embed(Gen *gen, const Op *op)
 {
     const Value *tab = op->args[0], *out = op->res[0];
     int64_t D = tab->shape[1];
     Kernel *k = kb_new(gen, KP_POINTWISE, numel(out), ftype_of(op));
-    int i = kb_idx(k, 0), dc = kb_iconst(k, D);
+    int i = kb_idx(k, 0), dc = kb_iconst(k, D), keep;
     int id = kb_load(k, kb_arg(k, gen, T(gen, op->args[1])), ki(k, KN_IDIV, i, dc));
+    id = local_id(k, gen, op, id, tab->shape[0], &keep);
     int idx = ki(k, KN_ADD, ki(k, KN_MUL, id, dc), ki(k, KN_IMOD, i, dc));
-    kb_store(k, kb_arg(k, gen, T(gen, out)), i, kb_load(k, kb_arg(k, gen, T(gen, tab)), idx));
+    int v = kb_load(k, kb_arg(k, gen, T(gen, tab)), idx);
+    if (keep >= 0)
+        v = kf(k, KN_MUL, v, kb_node(k, KN_TOFLOAT, KT_FLOAT, keep, 0, 0));
+    kb_store(k, kb_arg(k, gen, T(gen, out)), i, v);
     kb_finish(gen, k);
 }
 
@@ -525,8 +545,8 @@ static void reduce(Gen *gen, const Op *op)
     KReduce r = op->kind == OP_MAX ? KR_MAX : KR_SUM;
     int c, l = row_open(&R, &c);
     int v = row_fold(&R, l, ld(&R, gen, x, at(&R, c)), r);
-    if (op->kind == OP_MEAN)
-        v = kf(k, KN_DIV, v, kb_const(k, (double)R.n));
+    if (op->kind == OP_MEAN) /* over a split dim: the global count (localize.c) */
+        v = kf(k, KN_DIV, v, kb_const(k, (double)ir_op_attr_int(op, "count", R.n)));
     kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), kb_idx(k, 0), v);
     kb_finish(gen, k);
 }
@@ -649,7 +669,8 @@ static void cross_entropy(Gen *gen, const Op *op)
     int l = kb_loop(k2, rows);
     kb_reduce(k2, l, kb_load(k2, kb_arg(k2, gen, tmp), kb_idx(k2, 1)), KR_SUM);
     int sum = kb_end(k2, l);
-    kb_store(k2, kb_arg(k2, gen, T(gen, op->res[0])), kb_iconst(k2, 0), kf(k2, KN_DIV, sum, kb_const(k2, (double)rows)));
+    double all = (double)ir_op_attr_int(op, "rows", rows); /* rows split: all of them */
+    kb_store(k2, kb_arg(k2, gen, T(gen, op->res[0])), kb_iconst(k2, 0), kf(k2, KN_DIV, sum, kb_const(k2, all)));
     kb_finish(gen, k2);
 }
 
@@ -661,7 +682,7 @@ static void cross_entropy_grad(Gen *gen, const Op *op)
     int m = row_max(&R, gen, x), s = row_sumexp(&R, gen, x, m);
     int t = kb_load(k, kb_arg(k, gen, T(gen, op->args[1])), kb_idx(k, 0));
     int dl = kb_load(k, kb_arg(k, gen, T(gen, op->args[2])), kb_iconst(k, 0));
-    int scale = kf(k, KN_DIV, dl, kb_const(k, (double)k->extent));
+    int scale = kf(k, KN_DIV, dl, kb_const(k, (double)ir_op_attr_int(op, "rows", k->extent)));
     int c, loop = row_open(&R, &c), idx = at(&R, c);
     int p = kf(k, KN_DIV, kb_node(k, KN_EXP, KT_FLOAT, kf(k, KN_SUB, ld(&R, gen, x, idx), m), 0, 0), s);
     int hot = kb_node(k, KN_TOFLOAT, KT_FLOAT, kb_node(k, KN_EQ, KT_INT, c, t, 0), 0, 0);
@@ -720,8 +741,11 @@ static void embed_grad(Gen *gen, const Op *op)
     kb_finish(gen, z);
     Kernel *k = kb_new(gen, KP_ROW, D, ftype_of(op));
     int d = kb_idx(k, 0), l = kb_loop(k, rows), r = kb_idx(k, 1);
-    int id = kb_load(k, kb_arg(k, gen, T(gen, ids)), r);
+    int id = kb_load(k, kb_arg(k, gen, T(gen, ids)), r), keep;
+    id = local_id(k, gen, op, id, out->shape[0], &keep);
     int g = kb_load(k, kb_arg(k, gen, T(gen, dy)), ki(k, KN_ADD, ki(k, KN_MUL, r, kb_iconst(k, D)), d));
+    if (keep >= 0)
+        g = kf(k, KN_MUL, g, kb_node(k, KN_TOFLOAT, KT_FLOAT, keep, 0, 0));
     kb_store_add(k, kb_arg(k, gen, T(gen, out)), ki(k, KN_ADD, ki(k, KN_MUL, id, kb_iconst(k, D)), d), g);
     kb_end(k, l);
     kb_finish(gen, k);

@@ -48,6 +48,9 @@ int ki(Kernel *k, KNodeKind kind, int a, int b);
 /* An elementwise op whose result can be computed inside its user's kernel. */
 int cg_fusable(const Op *op);
 
+/* The per-device graph of a partitioned graph (localize.c); g itself on one device. */
+const Graph *cg_localize(Arena *a, const Graph *g);
+
 /* One or more kernels computing op's results; -1 when no kernel exists. */
 int cg_op_kernels(Gen *gen, const Op *op);
 

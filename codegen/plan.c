@@ -170,6 +170,7 @@ static PlanRole role_of(const Op *op)
     case OP_STATE: return PT_STATE;
     case OP_INPUT: return PT_INPUT;
     case OP_STEP: return PT_STEP;
+    case OP_AXIS_OFFSET: return PT_COORD;
     default: return PT_TEMP;
     }
 }
@@ -186,6 +187,33 @@ static void set_init(Gen *gen, PlanTensor *t, const Op *op)
     t->init_arg = a->kind == ATTR_CALL && a->nitems ? a->items[0]->f : 0;
 }
 
+/* Mesh axis indices of an op's attr `axes` (names). */
+static int attr_axes(const Gen *gen, const Op *op, int8_t *out)
+{
+    const Attr *a = ir_op_attr(op, "axes");
+    int n = 0;
+    for (int i = 0; a && i < a->nitems && n < PLAN_MAX_AXES; i++) {
+        int ax = ir_mesh_axis(&gen->g->mesh, a->items[i]->s);
+        if (ax < 0)
+            BUG("axis '%s' is not in the mesh", a->items[i]->s);
+        out[n++] = (int8_t)ax;
+    }
+    return n;
+}
+
+/* How the tensor's global value is split (from v's sharding); coord axes. */
+static void set_split(Gen *gen, PlanTensor *t, const Value *v, const Op *op)
+{
+    for (int d = 0; d < v->rank; d++) {
+        t->nsplit[d] = v->shard.naxes[d];
+        memcpy(t->split[d], v->shard.axes[d], v->shard.naxes[d]);
+    }
+    if (op->kind == OP_AXIS_OFFSET) {
+        t->ncoord = attr_axes(gen, op, t->coord);
+        t->init_arg = (double)ir_op_attr_int(op, "scale", 1);
+    }
+}
+
 /* The largest id an i32 input may hold: the rows of the table it indexes. */
 static void set_limits(Gen *gen)
 {
@@ -193,12 +221,14 @@ static void set_limits(Gen *gen)
         const Op *op = gen->g->ops.data[i];
         const Value *ids = NULL;
         int64_t limit = 0;
-        if (op->kind == OP_EMBED) {
+        const Mesh *m = &gen->g->mesh;
+        if (op->kind == OP_EMBED) { /* the global vocabulary of a split table */
             ids = op->args[1];
-            limit = op->args[0]->shape[0];
+            limit = op->args[0]->shape[0] * ir_shard_factor(m, &op->args[0]->shard, 0);
         } else if (op->kind == OP_CROSS_ENTROPY) {
             ids = op->args[1];
-            limit = op->args[0]->shape[op->args[0]->rank - 1];
+            int last = op->args[0]->rank - 1;
+            limit = op->args[0]->shape[last] * ir_shard_factor(m, &op->args[0]->shard, last);
         }
         while (ids && (ids->def->kind == OP_SLICE || ids->def->kind == OP_RESHAPE))
             ids = ids->def->args[0]; /* a microbatch's rows of the input */
@@ -272,7 +302,8 @@ static void place_values(Gen *gen)
         for (int i = 0; i < gen->g->ops.len; i++) {
             const Op *op = gen->g->ops.data[i];
             PlanRole r = role_of(op);
-            int want = r == PT_PARAM || r == PT_STATE ? 0 : r == PT_INPUT || r == PT_STEP ? 1 : 2;
+            int want = r == PT_PARAM || r == PT_STATE ? 0
+                       : r == PT_INPUT || r == PT_STEP || r == PT_COORD ? 1 : 2;
             if (want != pass || (gen->dead && gen->dead[op->id]))
                 continue;
             gen->op = op;
@@ -286,6 +317,7 @@ static void place_values(Gen *gen)
                 }
                 int t = new_tensor(gen, v->name, v->dtype, v->rank, v->shape, r);
                 gen->tensors.data[t].value = v->id;
+                set_split(gen, &gen->tensors.data[t], v, op);
                 if (r == PT_PARAM) /* state always starts at zero */
                     set_init(gen, &gen->tensors.data[t], op);
                 gen->tensor_of[v->id] = t;
@@ -362,6 +394,33 @@ static void copy(Gen *gen, const Op *op)
     VEC_PUSH(gen->a, gen->instrs, in);
 }
 
+static void collective(Gen *gen, const Op *op)
+{
+    static const PlanCollKind kinds[] = {PC_ALL_REDUCE, PC_ALL_GATHER, PC_REDUCE_SCATTER,
+                                         PC_ALL_TO_ALL, PC_SLICE};
+    PlanInstr in = {.kind = PI_COLL, .nargs = 2, .phase = op->phase, .layer = op->layer};
+    in.coll.op = kinds[op->kind - OP_ALL_REDUCE];
+    in.coll.naxes = attr_axes(gen, op, in.coll.axes);
+    in.coll.dim = (int)ir_op_attr_int(op, "dim", -1);
+    in.coll.dim2 = (int)ir_op_attr_int(op, "split", -1);
+    in.coll.bytes = ir_op_attr_int(op, "bytes", 0);
+    in.args = arena_alloc(gen->a, sizeof(int) * 2);
+    in.args[0] = gen_tensor(gen, op->args[0]);
+    in.args[1] = gen_tensor(gen, op->res[0]);
+    const Value *x = op->args[0];
+    const PlanTensor *t = &gen->tensors.data[in.args[0]];
+    if (t->rank != x->rank || memcmp(t->shape, x->shape, sizeof(int64_t) * (size_t)x->rank)) {
+        /* a reshape's memory under another shape: collectives need the shape */
+        PlanInstr cp = {.kind = PI_COPY, .nargs = 2, .phase = op->phase, .layer = op->layer};
+        cp.args = arena_alloc(gen->a, sizeof(int) * 2);
+        cp.args[0] = gen_temp(gen, x->dtype, x->rank, x->shape);
+        cp.args[1] = in.args[0];
+        in.args[0] = cp.args[0];
+        VEC_PUSH(gen->a, gen->instrs, cp);
+    }
+    VEC_PUSH(gen->a, gen->instrs, in);
+}
+
 static int lower_op(Gen *gen, const Op *op)
 {
     gen->op = op;
@@ -376,7 +435,13 @@ static int lower_op(Gen *gen, const Op *op)
             return -1;
         }
     switch (op->kind) {
-    case OP_INPUT: case OP_PARAM: case OP_STATE: case OP_STEP: case OP_RESHAPE: return 0;
+    case OP_INPUT: case OP_PARAM: case OP_STATE: case OP_STEP: case OP_RESHAPE:
+    case OP_AXIS_OFFSET:
+        return 0;
+    case OP_ALL_REDUCE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_TO_ALL:
+    case OP_SHARD_SLICE:
+        collective(gen, op);
+        return 0;
     case OP_MATMUL: gemm(gen, op); return 0;
     case OP_UPDATE: copy(gen, op); return 0;
     default:
@@ -559,8 +624,9 @@ static void fill_plan(Gen *gen, Plan *p)
     p->flops = gen->flops;
 }
 
-int cg_build_plan(Ctx *c, const Graph *g, int flags, Plan *out)
+int cg_build_plan(Ctx *c, const Graph *global, int flags, Plan *out)
 {
+    const Graph *g = cg_localize(c->arena, global);
     Gen gen = {.c = c, .g = g, .a = c->arena};
     gen.tensor_of = arena_alloc(c->arena, sizeof(int) * (size_t)(g->values.len + 1));
     for (int i = 0; i < g->values.len; i++)

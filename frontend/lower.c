@@ -455,7 +455,27 @@ bad:;
     return NULL;
 }
 
-/* attention(qkv, ...) with one fused operand: slice q, k and v off its last dim. */
+/* attention(qkv, ...) with one fused operand, laid out group-major: for each of
+ * the KV key/value groups, its H/KV query heads, then its key head, then its
+ * value head, Dh wide each. Split q, k and v off it through a [..., KV, W]
+ * view, so that a split of the fused dimension over a tensor axis is a split
+ * of whole groups (heads) of q, k and v alike. */
+static Value *qkv_part(Lower *L, Value *view, int64_t start, int64_t end, int64_t width,
+                       const Value *x, Loc loc)
+{
+    Arena *a = L->c->arena;
+    Attr *sa[3] = {ir_attr_int(a, "dim", -1), ir_attr_int(a, "start", start),
+                   ir_attr_int(a, "end", end)};
+    Value *part = emit(L, OP_SLICE, &view, 1, sa, 3, loc);
+    if (!part)
+        return NULL;
+    int64_t shape[IR_MAX_RANK];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
+    shape[x->rank - 1] = width;
+    Attr *ra = ir_attr_ints(a, "shape", shape, x->rank);
+    return emit(L, OP_RESHAPE, &part, 1, &ra, 1, loc);
+}
+
 static int split_qkv(Lower *L, Value **t, Attr **attrs, int nattrs, Loc loc)
 {
     int64_t heads = 0, kv = 0;
@@ -468,22 +488,24 @@ static int split_qkv(Lower *L, Value **t, Attr **attrs, int nattrs, Loc loc)
     kv = kv ? kv : heads;
     Value *x = t[0];
     int64_t c = x->rank ? x->shape[x->rank - 1] : 0;
-    if (heads <= 0 || kv <= 0 || c % (heads + 2 * kv) != 0) {
+    if (heads <= 0 || kv <= 0 || heads % kv != 0 || c % (heads + 2 * kv) != 0) {
         err(L, loc, "in 'attention': the fused operand %s does not split into q, k, v for "
             "%lld heads and %lld kv heads", type_str(L, x), (long long)heads, (long long)kv);
         return -1;
     }
-    int64_t dh = c / (heads + 2 * kv);
-    int64_t cut[4] = {0, heads * dh, (heads + kv) * dh, c};
-    for (int i = 0; i < 3; i++) {
-        Attr *sa[3] = {ir_attr_int(L->c->arena, "dim", -1),
-                       ir_attr_int(L->c->arena, "start", cut[i]),
-                       ir_attr_int(L->c->arena, "end", cut[i + 1])};
-        t[i] = emit(L, OP_SLICE, &x, 1, sa, 3, loc);
-        if (!t[i])
-            return -1;
-    }
-    return 0;
+    int64_t dh = c / (heads + 2 * kv), g = heads / kv, w = (g + 2) * dh;
+    int64_t shape[IR_MAX_RANK + 1];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
+    shape[x->rank - 1] = kv;
+    shape[x->rank] = w;
+    Attr *ra = ir_attr_ints(L->c->arena, "shape", shape, x->rank + 1);
+    Value *view = x->rank < IR_MAX_RANK ? emit(L, OP_RESHAPE, &x, 1, &ra, 1, loc) : NULL;
+    if (!view)
+        return -1;
+    t[0] = qkv_part(L, view, 0, g * dh, heads * dh, x, loc);
+    t[1] = t[0] ? qkv_part(L, view, g * dh, (g + 1) * dh, kv * dh, x, loc) : NULL;
+    t[2] = t[1] ? qkv_part(L, view, (g + 1) * dh, w, kv * dh, x, loc) : NULL;
+    return t[2] ? 0 : -1;
 }
 
 /* Sort the call's arguments into tensor operands and attrs, then emit. */

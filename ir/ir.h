@@ -206,6 +206,7 @@ typedef struct TrainConfig {
     double min_lr;
     double grad_clip; /* 0: no clipping */
     int64_t microbatches, virtual_stages, zero, steps, seed;
+    int64_t sequence_parallel; /* 1: norms and elementwise ops split the sequence over the tensor axis */
     const char *recompute, *precision, *pipeline;
 } TrainConfig;
 

@@ -785,6 +785,14 @@ static int infer_rule(Infer *in)
         return infer_optimizer(in);
     case OP_UPDATE:
         return infer_update(in);
+    case OP_AXIS_OFFSET:
+        return set_result(in, DT_I32, 0, NULL);
+    case OP_ALL_REDUCE:
+    case OP_ALL_GATHER:
+    case OP_REDUCE_SCATTER:
+    case OP_ALL_TO_ALL:
+    case OP_SHARD_SLICE:
+        return same_as(in, arg(in, 0)); /* the global value is unchanged */
     case OP_ADD:
     case OP_SUB:
     case OP_MUL:

@@ -142,6 +142,12 @@ int ir_train_set(TrainConfig *tc, const Attr *a, char *err, size_t n)
         return get_int(a, k, 1, 1024, &tc->virtual_stages, err, n);
     if (!strcmp(k, "zero"))
         return get_int(a, k, 0, 3, &tc->zero, err, n);
+    if (!strcmp(k, "sequence_parallel")) {
+        if (!a || (a->kind != ATTR_BOOL && a->kind != ATTR_INT) || a->i < 0 || a->i > 1)
+            return fail(err, n, "'sequence_parallel' must be true or false");
+        tc->sequence_parallel = a->i;
+        return 0;
+    }
     if (!strcmp(k, "steps"))
         return get_int(a, k, 1, INT32_MAX, &tc->steps, err, n);
     if (!strcmp(k, "seed"))

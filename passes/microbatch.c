@@ -41,6 +41,8 @@ static Value *slice_input(MB *m, Value *in, int j)
     ir_op_set_attr(m->g, op, ir_attr_int(a, "dim", 0));
     ir_op_set_attr(m->g, op, ir_attr_int(a, "start", j * rows));
     ir_op_set_attr(m->g, op, ir_attr_int(a, "end", (j + 1) * rows));
+    /* the marker: rows of each data-parallel rank's own piece (passes/shard_rules.c) */
+    ir_op_set_attr(m->g, op, ir_attr_bool(a, "rows", 1));
     int64_t shape[IR_MAX_RANK];
     memcpy(shape, in->shape, sizeof(int64_t) * (size_t)in->rank);
     shape[0] = rows;
@@ -114,6 +116,23 @@ static void mark_deps(MB *m, int nops)
     }
 }
 
+/* How many pieces the data-parallel axes (annotated on dim 0, or of role data
+ * or fsdp) cut the batch of v into. */
+static int64_t data_pieces(const MB *m, const Value *v)
+{
+    const Mesh *mesh = &m->g->mesh;
+    int64_t f = 1;
+    for (int ax = 0; ax < mesh->naxes; ax++) {
+        int on0 = 0;
+        for (int i = 0; i < v->shard.naxes[0]; i++)
+            on0 |= v->shard.axes[0][i] == ax;
+        AxisRole r = mesh->axes[ax].role;
+        if (on0 || r == ROLE_DATA || r == ROLE_FSDP)
+            f *= mesh->axes[ax].size;
+    }
+    return f;
+}
+
 static int check_inputs(MB *m, int nops)
 {
     for (int i = 0; i < nops; i++) {
@@ -126,6 +145,12 @@ static int check_inputs(MB *m, int nops)
                        "microbatches: the batch dimension of input '%s' (%lld) is not divisible "
                        "by %d microbatches",
                        v->name ? v->name : "?", (long long)(v->rank ? v->shape[0] : 0), m->k);
+        int64_t f = data_pieces(m, v);
+        if (f > 1 && v->shape[0] % (f * m->k) != 0)
+            return err(m, op->loc,
+                       "microbatches: input '%s' has %lld rows over %lld data-parallel ranks, "
+                       "which do not split into %d microbatches per rank",
+                       v->name ? v->name : "?", (long long)v->shape[0], (long long)f, m->k);
     }
     return 0;
 }

@@ -76,13 +76,11 @@ static Value *global_norm(Opt *o, Value **grads, int n, DType dt)
 {
     Value *total = NULL;
     for (int i = 0; i < n; i++) {
-        Value *g = grads[i], *sq = bin(o, OP_MUL, g, g);
-        int64_t numel = 1;
+        /* one dim at a time, not a flattening reshape: a split dimension then
+         * gives a partial sum instead of a gather (passes/shard_rules.c) */
+        Value *g = grads[i], *s = bin(o, OP_MUL, g, g);
         for (int d = 0; d < g->rank; d++)
-            numel *= g->shape[d];
-        Attr *shape = ir_attr_ints(o->g->arena, "shape", &numel, 1);
-        Value *flat = emit(o, OP_RESHAPE, &sq, 1, &shape, 1);
-        Value *s = emit(o, OP_SUM, &flat, 1, NULL, 0);
+            s = emit(o, OP_SUM, &s, 1, NULL, 0);
         if (g->dtype != dt) {
             Attr *cast = ir_attr_str(o->g->arena, "dtype", ir_dtype_name(dt));
             s = emit(o, OP_CAST, &s, 1, &cast, 1);

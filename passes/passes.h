@@ -27,6 +27,16 @@ int pass_autodiff(Ctx *c, Graph *g);
  * Outputs become loss, learning rate, gradient norm. Needs autodiff's outputs. */
 int pass_optimizer(Ctx *c, Graph *g);
 
+/* Sharding propagation: every value gets a sharding and its reason, from the
+ * annotations, the mesh-axis roles (data, fsdp), the train block's zero level
+ * and sequence_parallel, and one rule per op kind (passes/shard_rules.c). */
+int pass_shard(Ctx *c, Graph *g);
+
+/* SPMD partitioning: the collectives (all_reduce, all_gather, reduce_scatter,
+ * all_to_all) and local slices each sharding mismatch needs, with the bytes
+ * each device sends; outputs end replicated. Nothing to do on one device. */
+int pass_partition(Ctx *c, Graph *g);
+
 /* The graph passes in pipeline order, terminated by a {NULL} entry. */
 extern const Pass pass_table[];
 

@@ -4,7 +4,7 @@
  * Key idea: everything a step needs is resolved at open time (the kernel
  * functions, the argument pointers of every instruction), so a step is one
  * walk over the instruction list with no allocation and no lookup. */
-#include "runtime/runtime.h"
+#include "runtime/exec.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -13,15 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cpu.h"
-
-struct Runtime {
-    const Plan *p;
-    CpuDevice dev;
-    char **argv;  /* the argument pointers of every instruction, back to back */
-    char ***args; /* by instruction: its first pointer in argv */
-    float **steps; /* the step tensors, NULL-terminated: written before each step */
-};
 
 static int bind_args(Runtime *rt, char *err, size_t n)
 {
@@ -79,6 +70,7 @@ void rt_close(Runtime *rt)
 {
     if (!rt)
         return;
+    rt_mesh_close(rt);
     rt_cpu_close(&rt->dev);
     free(rt->argv);
     free(rt->steps);
@@ -141,9 +133,20 @@ int rt_set_input(Runtime *rt, const char *name, const void *data, size_t bytes, 
     if (t == p->ntensors)
         return plan_errorf(err, n, "no input named \"%s\" in the plan", name);
     const PlanTensor *pt = &p->tensors[t];
-    if (bytes != pt->bytes)
-        return plan_errorf(err, n, "input \"%s\": %zu bytes given, its %s tensor takes %" PRIu64, name,
-                    bytes, plan_dtype_name(pt->dtype), pt->bytes);
+    int64_t gshape[PLAN_MAX_RANK];
+    rt_global_shape(p, pt, gshape);
+    uint64_t global = plan_dtype_size(pt->dtype), rows = global;
+    for (int d = 0; d < pt->rank; d++) {
+        global *= (uint64_t)gshape[d];
+        rows *= (uint64_t)(d ? gshape[d] : pt->shape[d]);
+    }
+    if (bytes != global && bytes != rows && rows == global)
+        return plan_errorf(err, n, "input \"%s\": %zu bytes given, its %s tensor takes %" PRIu64,
+                           name, bytes, plan_dtype_name(pt->dtype), global);
+    if (bytes != global && bytes != rows)
+        return plan_errorf(err, n, "input \"%s\": %zu bytes given, its %s tensor takes %" PRIu64
+                                   " (%" PRIu64 " for this device's rows)",
+                           name, bytes, plan_dtype_name(pt->dtype), global, rows);
     if (pt->dtype == PD_I32 && pt->limit > 0) {
         int32_t id;
         int64_t i = first_bad_id(data, bytes / sizeof id, pt->limit, &id);
@@ -151,7 +154,14 @@ int rt_set_input(Runtime *rt, const char *name, const void *data, size_t bytes, 
             return plan_errorf(err, n, "input \"%s\": element %" PRId64 " is %d, outside [0, %" PRId64 ")",
                         name, i, (int)id, pt->limit);
     }
-    memcpy(rt_tensor_data(rt, t), data, bytes);
+    if (bytes == pt->bytes) {
+        memcpy(rt_tensor_data(rt, t), data, bytes);
+        return 0;
+    }
+    PlanTensor view = *pt; /* rows-local data: the rest of the dims are global */
+    if (bytes == rows && bytes != global)
+        view.nsplit[0] = 0, view.shape[0] = pt->shape[0];
+    rt_block_copy(rt, &view, (void *)data, rt_tensor_data(rt, t), 0);
     return 0;
 }
 
@@ -187,6 +197,10 @@ static int run(Runtime *rt, int64_t step, int fwd_only, char *err, size_t n)
             break;
         case PI_COPY: /* tensors may alias: memmove */
             memmove(rt->args[i][0], rt->args[i][1], p->tensors[in->args[0]].bytes);
+            break;
+        case PI_COLL:
+            if (rt_mesh_coll(rt, i, msg, sizeof msg))
+                return plan_errorf(err, n, "step %" PRId64 ", instrs[%d]: %s", step, i, msg);
             break;
         default:
             return plan_errorf(err, n, "instrs[%d]: unknown kind %d", i, (int)in->kind);

@@ -10,7 +10,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "runtime/runtime.h"
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "runtime/exec.h"
 
 #define GOLDEN 0x9e3779b97f4a7c15ULL
 #define TWO_PI 6.283185307179586476925286766559
@@ -131,6 +134,46 @@ static int64_t numel(const PlanTensor *t)
     return (int64_t)(t->bytes / plan_dtype_size(t->dtype));
 }
 
+static int is_split(const PlanTensor *t)
+{
+    for (int d = 0; d < t->rank; d++)
+        if (t->nsplit[d])
+            return 1;
+    return 0;
+}
+
+/* t as a whole tensor: its global shape, no split. */
+static PlanTensor whole(const Plan *p, const PlanTensor *t)
+{
+    PlanTensor g = *t;
+    rt_global_shape(p, t, g.shape);
+    g.bytes = plan_dtype_size(t->dtype);
+    for (int d = 0; d < t->rank; d++)
+        g.bytes *= (uint64_t)g.shape[d], g.nsplit[d] = 0;
+    return g;
+}
+
+/* fill(global value of t) then this device's block of it: a split tensor gets
+ * the same values as the whole one on one device. */
+static void fill_block(Runtime *rt, int i, uint64_t seed,
+                       void (*fill)(void *, const PlanTensor *, uint64_t))
+{
+    const PlanTensor *t = &rt_plan(rt)->tensors[i];
+    if (!is_split(t)) {
+        fill(rt_tensor_data(rt, i), t, seed);
+        return;
+    }
+    PlanTensor g = whole(rt_plan(rt), t);
+    void *buf = malloc(g.bytes + 1);
+    if (!buf) {
+        fprintf(stderr, "tcc: out of memory initialising '%s'\n", t->name);
+        exit(1);
+    }
+    fill(buf, &g, seed);
+    rt_block_copy(rt, t, buf, rt_tensor_data(rt, i), 0);
+    free(buf);
+}
+
 /* Box-Muller: each pair of uniforms gives two normals, for elements 2i and 2i+1. */
 static void fill_normal(void *base, const PlanTensor *t, Rng *r, double mean, double std)
 {
@@ -170,7 +213,7 @@ void rt_init_params(Runtime *rt, uint64_t seed)
     for (int i = 0; i < p->ntensors; i++) {
         const PlanTensor *t = &p->tensors[i];
         if (t->role == PT_PARAM)
-            init_param(rt_tensor_data(rt, i), t, seed);
+            fill_block(rt, i, seed, init_param);
         else if (t->role == PT_STATE)
             memset(rt_tensor_data(rt, i), 0, t->bytes);
         else if (t->role == PT_HYPER && t->dtype == PD_F64)
@@ -180,20 +223,21 @@ void rt_init_params(Runtime *rt, uint64_t seed)
     }
 }
 
+static void random_input(void *base, const PlanTensor *t, uint64_t seed)
+{
+    Rng r = rng_for(seed, t->name);
+    uint64_t limit = t->limit > 0 ? (uint64_t)t->limit : 2;
+    if (t->dtype == PD_I32)
+        for (int64_t j = 0; j < numel(t); j++)
+            ((int32_t *)base)[j] = (int32_t)(rng_next(&r) % limit);
+    else
+        fill_normal(base, t, &r, 0, 1);
+}
+
 void rt_random_inputs(Runtime *rt, uint64_t seed)
 {
     const Plan *p = rt_plan(rt);
-    for (int i = 0; i < p->ntensors; i++) {
-        const PlanTensor *t = &p->tensors[i];
-        if (t->role != PT_INPUT)
-            continue;
-        Rng r = rng_for(seed, t->name);
-        void *base = rt_tensor_data(rt, i);
-        uint64_t limit = t->limit > 0 ? (uint64_t)t->limit : 2;
-        if (t->dtype == PD_I32)
-            for (int64_t j = 0; j < numel(t); j++)
-                ((int32_t *)base)[j] = (int32_t)(rng_next(&r) % limit);
-        else
-            fill_normal(base, t, &r, 0, 1);
-    }
+    for (int i = 0; i < p->ntensors; i++)
+        if (p->tensors[i].role == PT_INPUT)
+            fill_block(rt, i, seed, random_input);
 }

@@ -29,8 +29,11 @@
 
 static const char *const dtype_names[PD_COUNT] = {"f32", "f64", "bf16", "f16", "i32"};
 static const size_t dtype_sizes[PD_COUNT] = {4, 8, 2, 2, 4};
-static const char *const role_names[PT_COUNT] = {"param", "state", "input", "step", "hyper", "temp"};
-static const char *const kind_names[PI_COUNT] = {"kernel", "gemm", "copy"};
+static const char *const role_names[PT_COUNT] = {"param", "state", "input", "step",
+                                                 "hyper", "temp",  "coord"};
+static const char *const kind_names[PI_COUNT] = {"kernel", "gemm", "copy", "collective"};
+static const char *const coll_names[PC_COUNT] = {"all_reduce", "all_gather", "reduce_scatter",
+                                                 "all_to_all", "slice"};
 static const char *const init_names[] = {"zeros", "ones", "normal", "uniform", "constant", NULL};
 
 size_t plan_dtype_size(PlanDType t)
@@ -41,6 +44,19 @@ size_t plan_dtype_size(PlanDType t)
 const char *plan_dtype_name(PlanDType t)
 {
     return (unsigned)t < PD_COUNT ? dtype_names[t] : "?";
+}
+
+const char *plan_coll_name(PlanCollKind k)
+{
+    return (unsigned)k < PC_COUNT ? coll_names[k] : "?";
+}
+
+int64_t plan_mesh_size(const Plan *p)
+{
+    int64_t n = 1;
+    for (int i = 0; p->axes && i < p->naxes; i++)
+        n *= p->axes[i].size;
+    return n;
 }
 
 const char *plan_role_name(PlanRole r)
@@ -140,6 +156,16 @@ static void hash_tensor(Fnv *f, const PlanTensor *t)
     fnv_i64(f, t->layer);
     fnv_i64(f, t->limit);
     fnv_i64(f, t->value);
+    for (int d = 0; d < rank; d++) {
+        int k = t->nsplit[d] > PLAN_MAX_AXES ? PLAN_MAX_AXES : t->nsplit[d];
+        fnv_i64(f, k);
+        for (int j = 0; j < k; j++)
+            fnv_i64(f, t->split[d][j]);
+    }
+    int nc = t->ncoord < 0 ? 0 : t->ncoord > PLAN_MAX_AXES ? PLAN_MAX_AXES : t->ncoord;
+    fnv_i64(f, nc);
+    for (int j = 0; j < nc; j++)
+        fnv_i64(f, t->coord[j]);
 }
 
 static void hash_gemm(Fnv *f, const PlanGemm *g)
@@ -166,6 +192,17 @@ static void hash_instr(Fnv *f, const PlanInstr *in)
         fnv_i64(f, in->kernel);
     if (in->kind == PI_GEMM)
         hash_gemm(f, &in->gemm);
+    if (in->kind == PI_COLL) {
+        const PlanColl *c = &in->coll;
+        int na = c->naxes < 0 ? 0 : c->naxes > PLAN_MAX_AXES ? PLAN_MAX_AXES : c->naxes;
+        fnv_i64(f, c->op);
+        fnv_i64(f, na);
+        for (int j = 0; j < na; j++)
+            fnv_i64(f, c->axes[j]);
+        fnv_i64(f, c->dim);
+        fnv_i64(f, c->dim2);
+        fnv_i64(f, c->bytes);
+    }
 }
 
 void plan_hash(const Plan *p, char out[17])
@@ -411,6 +448,8 @@ static int check_gemm(const Plan *p, int i, char *err, size_t n)
     return check_operand(p, i, 'C', g->c, g->m, g->n, g->ldc, g->stride_c, g->batch, err, n);
 }
 
+static int check_coll(const Plan *p, int i, char *err, size_t n);
+
 static int check_instr(const Plan *p, int i, char *err, size_t n)
 {
     const PlanInstr *in = &p->instrs[i];
@@ -425,6 +464,8 @@ static int check_instr(const Plan *p, int i, char *err, size_t n)
             return -1;
     if (in->kind == PI_GEMM)
         return check_gemm(p, i, err, n);
+    if (in->kind == PI_COLL)
+        return check_coll(p, i, err, n);
     if (in->kind == PI_COPY) {
         if (in->nargs != 2)
             return plan_errorf(err, n, "instrs[%d].args: a copy takes 2 tensors, not %d", i, in->nargs);
@@ -475,12 +516,94 @@ static int check_counts(const Plan *p, char *err, size_t n)
     return 0;
 }
 
+/* Axes in range and each used once (used: a mask carried across calls). */
+static int check_axes(const Plan *p, const int8_t *axes, int na, uint32_t *used, const char *at,
+                      int i, char *err, size_t n)
+{
+    if (na < 0 || na > PLAN_MAX_AXES)
+        return plan_errorf(err, n, "%s[%d]: %d axes", at, i, na);
+    for (int j = 0; j < na; j++) {
+        if (axes[j] < 0 || axes[j] >= p->naxes)
+            return plan_errorf(err, n, "%s[%d]: axis %d out of range (%d axes)", at, i, axes[j],
+                               p->naxes);
+        if (*used >> axes[j] & 1)
+            return plan_errorf(err, n, "%s[%d]: axis %d used twice", at, i, axes[j]);
+        *used |= 1u << axes[j];
+    }
+    return 0;
+}
+
+static int64_t axes_size(const Plan *p, const int8_t *axes, int na)
+{
+    int64_t s = 1;
+    for (int j = 0; j < na; j++)
+        s *= p->axes[axes[j]].size;
+    return s;
+}
+
+static int check_tensor_split(const Plan *p, int i, char *err, size_t n)
+{
+    const PlanTensor *t = &p->tensors[i];
+    uint32_t used = 0;
+    for (int d = 0; d < t->rank; d++)
+        if (check_axes(p, t->split[d], t->nsplit[d], &used, "tensors", i, err, n))
+            return -1;
+    used = 0;
+    if (check_axes(p, t->coord, t->ncoord, &used, "tensors", i, err, n))
+        return -1;
+    if (t->role == PT_COORD && (t->dtype != PD_I32 || t->rank != 0))
+        return plan_errorf(err, n, "tensors[%d]: a coord tensor must be i32[]", i);
+    return 0;
+}
+
+/* A collective's two tensors agree with its kind, dims and group size. */
+static int check_coll(const Plan *p, int i, char *err, size_t n)
+{
+    const PlanInstr *in = &p->instrs[i];
+    const PlanColl *c = &in->coll;
+    uint32_t used = 0;
+    if ((unsigned)c->op >= PC_COUNT)
+        return plan_errorf(err, n, "instrs[%d].op: %d is not a collective", i, (int)c->op);
+    if (in->nargs != 2)
+        return plan_errorf(err, n, "instrs[%d].args: a collective takes 2 tensors", i);
+    if (check_axes(p, c->axes, c->naxes, &used, "instrs", i, err, n))
+        return -1;
+    const PlanTensor *a = &p->tensors[in->args[0]], *b = &p->tensors[in->args[1]];
+    int64_t k = axes_size(p, c->axes, c->naxes);
+    if (a->dtype != b->dtype || a->rank != b->rank)
+        return plan_errorf(err, n, "instrs[%d]: %s between tensors of another dtype or rank", i,
+                           coll_names[c->op]);
+    int d1 = c->op == PC_ALL_REDUCE ? -1 : c->dim, d2 = c->op == PC_ALL_TO_ALL ? c->dim2 : -1;
+    if ((c->op != PC_ALL_REDUCE && (d1 < 0 || d1 >= a->rank)) ||
+        (c->op == PC_ALL_TO_ALL && (d2 < 0 || d2 >= a->rank || d2 == d1)))
+        return plan_errorf(err, n, "instrs[%d].dim: out of range", i);
+    for (int d = 0; d < a->rank; d++) {
+        int64_t x = a->shape[d], y = b->shape[d];
+        int ok = x == y;
+        if (d == d1)
+            ok = c->op == PC_ALL_GATHER || c->op == PC_ALL_TO_ALL ? y == x * k : x == y * k;
+        if (d == d2)
+            ok = x == y * k;
+        if (!ok)
+            return plan_errorf(err, n, "instrs[%d]: %s over %lld devices cannot take %s[%d] of "
+                                       "size %lld to size %lld",
+                               i, coll_names[c->op], (long long)k, "dim", d, (long long)x,
+                               (long long)y);
+    }
+    if ((c->op == PC_ALL_REDUCE || c->op == PC_REDUCE_SCATTER) && a->dtype != PD_F32 &&
+        a->dtype != PD_F64 && a->dtype != PD_I32)
+        return plan_errorf(err, n, "instrs[%d]: %s of %s", i, coll_names[c->op],
+                           dtype_names[a->dtype]);
+    return 0;
+}
+
 int plan_check(const Plan *p, char *err, size_t n)
 {
     if (check_counts(p, err, n))
         return -1;
     for (int i = 0; i < p->ntensors; i++)
-        if (check_tensor_shape(p, i, err, n) || check_tensor_role(p, i, err, n))
+        if (check_tensor_shape(p, i, err, n) || check_tensor_role(p, i, err, n) ||
+            check_tensor_split(p, i, err, n))
             return -1;
     if (check_kernels(p, err, n) || check_names(p, err, n))
         return -1;
@@ -599,6 +722,15 @@ static void wr_tensor(Wr *w, cJSON *arr, int i, const PlanTensor *t)
     wr_int(w, o, at, "layer", t->layer);
     wr_int(w, o, at, "limit", t->limit);
     wr_int(w, o, at, "value", t->value);
+    cJSON *split = wr_add(w, o, "split", cJSON_CreateArray());
+    for (int d = 0; d < t->rank && d < PLAN_MAX_RANK && split; d++) {
+        cJSON *axes = wr_add(w, split, NULL, cJSON_CreateArray());
+        for (int j = 0; j < t->nsplit[d] && j < PLAN_MAX_AXES && axes; j++)
+            wr_int(w, axes, at, "split", t->split[d][j]);
+    }
+    cJSON *coord = wr_add(w, o, "coord", cJSON_CreateArray());
+    for (int j = 0; j < t->ncoord && j < PLAN_MAX_AXES && coord; j++)
+        wr_int(w, coord, at, "coord", t->coord[j]);
 }
 
 static void wr_gemm(Wr *w, cJSON *parent, const char *at, const PlanGemm *g)
@@ -629,6 +761,16 @@ static void wr_instr(Wr *w, cJSON *arr, int i, const PlanInstr *in)
         wr_int(w, args, at, "args", in->args[j]);
     if (in->kind == PI_GEMM)
         wr_gemm(w, o, at, &in->gemm);
+    if (in->kind == PI_COLL) {
+        const PlanColl *c = &in->coll;
+        wr_str(w, o, "op", wr_name(w, at, "op", coll_names, PC_COUNT, c->op));
+        cJSON *axes = wr_add(w, o, "axes", cJSON_CreateArray());
+        for (int j = 0; j < c->naxes && j < PLAN_MAX_AXES && axes; j++)
+            wr_int(w, axes, at, "axes", c->axes[j]);
+        wr_int(w, o, at, "dim", c->dim);
+        wr_int(w, o, at, "dim2", c->dim2);
+        wr_int(w, o, at, "bytes", c->bytes);
+    }
     wr_int(w, o, at, "phase", in->phase);
     wr_int(w, o, at, "layer", in->layer);
 }
@@ -903,10 +1045,56 @@ static int rd_array(const cJSON *o, const char *key, const cJSON **arr, char *er
     return cJSON_GetArraySize(*arr);
 }
 
+/* Axis indices (at most PLAN_MAX_AXES, each in [0, 127]) into axes, count into *na. */
+static int rd_axes(const cJSON *o, const char *at, const char *key, int8_t *axes, int *na,
+                   char *err, size_t n)
+{
+    int64_t *v = NULL;
+    if (rd_ints(o, at, key, PLAN_MAX_AXES, 0, 127, &v, na, err, n))
+        return -1;
+    for (int j = 0; j < *na; j++)
+        axes[j] = (int8_t)v[j];
+    free(v);
+    return 0;
+}
+
+/* An array of axis indices, the value v itself. */
+static int rd_axes_value(const cJSON *v, const char *at, int8_t *axes, uint8_t *na, char *err,
+                         size_t n)
+{
+    int len = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1, i = 0;
+    int64_t x;
+    if (len < 0 || len > PLAN_MAX_AXES)
+        return plan_errorf(err, n, "%s: expected an array of at most %d axes", at, PLAN_MAX_AXES);
+    for (const cJSON *c = v->child; c; c = c->next, i++) {
+        if (!json_int(c, &x) || x < 0 || x > 127)
+            return plan_errorf(err, n, "%s: expected axis indices", at);
+        axes[i] = (int8_t)x;
+    }
+    *na = (uint8_t)len;
+    return 0;
+}
+
+static int rd_split(const cJSON *o, const char *at, PlanTensor *t, char *err, size_t n)
+{
+    char f[64];
+    const cJSON *arr = rd_member(o, at, "split", err, n);
+    if (!arr)
+        return -1;
+    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != t->rank)
+        return plan_errorf(err, n, "%s.split: expected one array per dimension", at);
+    for (int d = 0; d < t->rank; d++)
+        if (rd_axes_value(cJSON_GetArrayItem(arr, d), field(f, sizeof f, at, "split"),
+                          t->split[d], &t->nsplit[d], err, n))
+            return -1;
+    return rd_axes(o, at, "coord", t->coord, &t->ncoord, err, n);
+}
+
 static int rd_tensor(const cJSON *o, const char *at, PlanTensor *t, char *err, size_t n)
 {
-    static const char *const keys[] = {"name", "dtype",    "shape", "offset", "bytes", "role",
-                                       "init", "init_arg", "layer", "limit",  "value", NULL};
+    static const char *const keys[] = {"name",  "dtype", "shape", "offset", "bytes",
+                                       "role",  "init",  "init_arg", "layer", "limit",
+                                       "value", "split", "coord", NULL};
     int64_t *shape = NULL;
     int dt, role;
     if (rd_keys(o, at, keys, err, n) || rd_str(o, at, "name", &t->name, err, n) ||
@@ -922,7 +1110,7 @@ static int rd_tensor(const cJSON *o, const char *at, PlanTensor *t, char *err, s
         rd_num(o, at, "init_arg", &t->init_arg, err, n) ||
         rd_i32(o, at, "layer", &t->layer, err, n) ||
         rd_int(o, at, "limit", -JSON_EXACT, JSON_EXACT, &t->limit, err, n) ||
-        rd_i32(o, at, "value", &t->value, err, n))
+        rd_i32(o, at, "value", &t->value, err, n) || rd_split(o, at, t, err, n))
         return -1;
     t->role = (PlanRole)role;
     return 0;
@@ -951,10 +1139,11 @@ static int rd_gemm(const cJSON *o, const char *at, PlanGemm *g, char *err, size_
 
 static int rd_instr(const cJSON *o, const char *at, PlanInstr *in, char *err, size_t n)
 {
-    static const char *const keys[PI_COUNT][6] = {
+    static const char *const keys[PI_COUNT][10] = {
         {"kind", "kernel", "args", "phase", "layer", NULL},
         {"kind", "args", "gemm", "phase", "layer", NULL},
         {"kind", "args", "phase", "layer", NULL},
+        {"kind", "op", "args", "axes", "dim", "dim2", "bytes", "phase", "layer", NULL},
     };
     int kind;
     int64_t *args = NULL;
@@ -977,6 +1166,16 @@ static int rd_instr(const cJSON *o, const char *at, PlanInstr *in, char *err, si
     const cJSON *g = kind == PI_GEMM ? rd_member(o, at, "gemm", err, n) : NULL;
     if (kind == PI_GEMM && (!g || rd_gemm(g, field(f, sizeof f, at, "gemm"), &in->gemm, err, n)))
         return -1;
+    if (kind == PI_COLL) {
+        int op;
+        PlanColl *c = &in->coll;
+        if (rd_enum(o, at, "op", coll_names, PC_COUNT, "collective", &op, err, n) ||
+            rd_axes(o, at, "axes", c->axes, &c->naxes, err, n) ||
+            rd_i32(o, at, "dim", &c->dim, err, n) || rd_i32(o, at, "dim2", &c->dim2, err, n) ||
+            rd_int(o, at, "bytes", 0, JSON_EXACT, &c->bytes, err, n))
+            return -1;
+        c->op = (PlanCollKind)op;
+    }
     if (rd_i32(o, at, "phase", &in->phase, err, n) || rd_i32(o, at, "layer", &in->layer, err, n))
         return -1;
     return 0;

@@ -12,7 +12,8 @@
 #include <stdint.h>
 
 #define PLAN_FORMAT "tcc-plan"
-#define PLAN_VERSION 1
+#define PLAN_VERSION 2
+#define PLAN_MAX_AXES 8
 #define PLAN_MAX_RANK 8
 #define PLAN_ALIGN 64 /* every tensor offset is a multiple of this */
 
@@ -27,6 +28,8 @@ typedef enum {
     PT_HYPER, /* f32[] or f64[]: a hyperparameter (the peak learning rate "lr"), init_arg its default;
                  set at start, changeable by the runtime (--lr) */
     PT_TEMP,  /* computed during the step */
+    PT_COORD, /* i32[]: the runtime writes this device's block index over the mesh axes
+                 `coord` (major to minor) times init_arg (a vocabulary shard's first row) */
     PT_COUNT
 } PlanRole;
 
@@ -42,14 +45,42 @@ typedef struct PlanTensor {
     int layer;                     /* -1 outside any repeat */
     int64_t limit;                 /* PT_INPUT i32: ids must lie in [0, limit); else 0 */
     int value;                     /* the graph-IR value it holds (%N), for debugging */
+    /* How the global tensor is split over the mesh: dim d over the axes
+     * split[d][0..nsplit[d]) (major to minor); shape is this device's block. */
+    uint8_t nsplit[PLAN_MAX_RANK];
+    int8_t split[PLAN_MAX_RANK][PLAN_MAX_AXES];
+    int ncoord;                    /* PT_COORD: the axes, else 0 */
+    int8_t coord[PLAN_MAX_AXES];
 } PlanTensor;
 
 typedef enum {
     PI_KERNEL, /* call kernels[kernel] with the tensors args[0..nargs) */
     PI_GEMM,   /* C = alpha op(A) op(B) + beta C, row-major, batch times with strides */
     PI_COPY,   /* bytes of tensor args[1] into tensor args[0] (same size) */
+    PI_COLL,   /* a collective (or a local shard slice) from args[0] into args[1] */
     PI_COUNT
 } PlanInstrKind;
+
+/* Collectives over the group of devices that differ only in the axes coll.axes
+ * (its members ordered by their block index over those axes, major to minor).
+ * Shapes are per device; dim is where blocks are laid out. */
+typedef enum {
+    PC_ALL_REDUCE,     /* out = sum over the group of in (same shape) */
+    PC_ALL_GATHER,     /* out[..., n * k, ...] = the members' in[..., k, ...] along dim */
+    PC_REDUCE_SCATTER, /* out = this member's block along dim of the sum of in */
+    PC_ALL_TO_ALL,     /* in split along dim2 into n blocks, block j to member j; out = the
+                          blocks received, concatenated along dim */
+    PC_SLICE,          /* out = this member's block of in along dim (no communication) */
+    PC_COUNT
+} PlanCollKind;
+
+typedef struct PlanColl {
+    PlanCollKind op;
+    int naxes;
+    int8_t axes[PLAN_MAX_AXES]; /* indices into Plan.axes */
+    int dim, dim2;               /* dim2: all_to_all only, else -1 */
+    int64_t bytes;               /* what one device sends (ring algorithms): for logs */
+} PlanColl;
 
 typedef struct PlanGemm {
     int a, b, c;                       /* tensor indices */
@@ -67,6 +98,7 @@ typedef struct PlanInstr {
     int nargs;
     int *args;     /* PI_KERNEL, PI_COPY: tensor indices */
     PlanGemm gemm; /* PI_GEMM */
+    PlanColl coll; /* PI_COLL */
     int phase;     /* 0 fwd, 1 bwd, 2 recompute, 3 opt: for profiles and logs */
     int layer;
 } PlanInstr;
@@ -106,6 +138,9 @@ typedef struct Plan {
 int plan_errorf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 size_t plan_dtype_size(PlanDType t);
+const char *plan_coll_name(PlanCollKind k); /* "all_reduce" */
+/* The devices of the mesh: the product of the axis sizes (1 without axes). */
+int64_t plan_mesh_size(const Plan *p);
 const char *plan_dtype_name(PlanDType t);
 const char *plan_role_name(PlanRole r);
 

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "plan.h"
 
@@ -26,6 +27,38 @@ typedef void (*RtKernel)(char *const *args);
 Runtime *rt_open_linked(const Plan *p, RtKernel const *kernels, const char *cache_dir, char *err,
                         size_t n);
 
+/* ---- the mesh (runtime/mesh.c) ----
+ * A plan for a mesh of N devices runs on N ranks, each with its own Runtime.
+ * A rank's coordinates are its row-major index over the plan's axes (the first
+ * axis major). Parameters and inputs are split as the plan says: every device
+ * initialises its block of the same global values as one device would. */
+typedef struct RtWorld RtWorld;
+
+/* Join rt to the world w (collective: every rank of w calls it, same plan):
+ * w's size must be the plan's device count; makes the groups the plan's
+ * collectives use. 0, or -1 with a message. */
+int rt_attach(Runtime *rt, RtWorld *w, char *err, size_t n);
+/* The whole value of tensor t (its global shape) into global, on every rank
+ * (collective when attached). 0, or -1 with a message. */
+int rt_tensor_global(Runtime *rt, int t, void *global, char *err, size_t n);
+/* How the rows (dim 0) of input `input` are dealt: this device reads rows of
+ * data-parallel rank *rank among *ranks (0 and 1 on one device). */
+int rt_data_split(const Runtime *rt, const char *input, int *rank, int *ranks);
+/* Run fn on nranks threads, each with its rank's world of the threads backend
+ * (the world is closed when fn returns). 0 when every fn returned 0; else -1
+ * with the first failing rank's message (fn writes it into err, n bytes). */
+int rt_run_threads(int nranks, int (*fn)(RtWorld *w, void *arg, char *err, size_t n), void *arg,
+                   char *err, size_t n);
+
+/* The contract check (runtime/verify.c): `steps` steps of plan `mesh` on its
+ * mesh (threads backend) and of plan `one` (the same model on one device), from
+ * the same parameters (seed) and random inputs; then the losses of each step
+ * and, per parameter and optimizer state, the largest difference relative to
+ * the tensor's largest magnitude, written to report (may be NULL). 0 when all
+ * are within tol, 1 when not, -1 with a message when a run fails. */
+int rt_verify(const Plan *mesh, const Plan *one, int steps, uint64_t seed, double tol,
+              const char *cache_dir, FILE *report, char *err, size_t n);
+
 /* Free the slab, unload the kernels. rt may be NULL. */
 void rt_close(Runtime *rt);
 
@@ -40,8 +73,9 @@ void rt_init_params(Runtime *rt, uint64_t seed);
  * the schedule). 0, or -1 when the plan has none of that name. */
 int rt_set_hyper(Runtime *rt, const char *name, double value, char *err, size_t n);
 
-/* Copy bytes of data into the input tensor called name. The size must be the
- * tensor's; i32 ids of an input with a limit must lie in [0, limit). 0, or -1
+/* Copy bytes of data into the input tensor called name. data is the input's
+ * whole (global) value, or on a mesh this device's rows of it (dim 0 already
+ * dealt, the other dims whole); this device keeps its block. i32 ids of an input with a limit must lie in [0, limit). 0, or -1
  * with a message naming the first bad element (nothing is copied then). */
 int rt_set_input(Runtime *rt, const char *name, const void *data, size_t bytes, char *err,
                  size_t n);

@@ -1,19 +1,29 @@
 # runtime.mk: the runtime, included by the Makefile.
 # Builds build/libtccrt.a (and build/libtccrt-san.a, sanitized) from runtime/*.c
-# except the commands, and the commands ./tccrun and ./tccdata. Unit tests link
+# except the commands and from runtime/comm/*.c (the collectives: threads and
+# OpenMPI backends), and the commands ./tccrun and ./tccdata. Unit tests link
 # $(RT_SAN_LIB) $(RT_LIBS). The objects come from the Makefile's pattern rules
 # ($(B)/obj/%.o, $(B)/san/%.o).
 
 # Files with a main(): not in the library.
 RT_CMD_SRCS := runtime/tccrun.c runtime/tccdata.c
-RT_SRCS := $(filter-out $(RT_CMD_SRCS),$(sort $(wildcard runtime/*.c)))
+RT_SRCS := $(filter-out $(RT_CMD_SRCS),$(sort $(wildcard runtime/*.c runtime/comm/*.c)))
 RT_OBJS := $(RT_SRCS:%.c=$(B)/obj/%.o)
 RT_SAN_OBJS := $(RT_SRCS:%.c=$(B)/san/%.o)
-RT_HDRS := $(wildcard runtime/*.h)
+RT_HDRS := $(wildcard runtime/*.h runtime/comm/*.h)
 RT_LIB := $(B)/libtccrt.a
 RT_SAN_LIB := $(B)/libtccrt-san.a
-# OpenBLAS for GEMMs, cJSON for plans, dlopen for kernels, OpenMP for the kernels.
-RT_LIBS := -lopenblas -lcjson -ldl -fopenmp -lm
+# OpenMPI's flags as its compiler wrapper gives them, asked once and only when a recipe
+# needs them (scripts/deps.sh installs OpenMPI before the first object is built).
+# Its headers are system headers: our warnings are not theirs to pass.
+MPI_INCLUDES = $(patsubst -I%,-isystem %,$(shell mpicc --showme:compile))
+MPI_CFLAGS = $(eval MPI_CFLAGS := $(MPI_INCLUDES))$(MPI_CFLAGS)
+MPI_LIBS = $(eval MPI_LIBS := $(shell mpicc --showme:link))$(MPI_LIBS)
+RT_BASEFLAGS := $(BASEFLAGS)
+$(B)/obj/runtime/comm/mpi.o $(B)/san/runtime/comm/mpi.o: BASEFLAGS = $(RT_BASEFLAGS) $(MPI_CFLAGS)
+# OpenBLAS for GEMMs, cJSON for plans, dlopen for kernels, OpenMP for the kernels,
+# OpenMPI and pthreads for the collectives.
+RT_LIBS = -lopenblas -lcjson -ldl -fopenmp -lm $(MPI_LIBS) -pthread
 
 $(RT_OBJS) $(RT_SAN_OBJS) $(RT_SRCS:%.c=$(B)/fuzz/obj/%.o) \
     $(RT_CMD_SRCS:%.c=$(B)/obj/%.o): $(RT_HDRS)
@@ -47,3 +57,10 @@ clean-runtime:
 $(B)/unit/test_runtime: | tccrun
 # tests/lit/tools/tccdata.test runs ./tccdata: built with the unit tests, it is there for lit.
 $(B)/unit/test_data: | tccdata
+
+# tests/lit/comm runs the mpi backend's check under mpirun: built with test_comm, for lit.
+# Sanitized, like the unit tests. It checks verdicts with plain MPI, so it includes mpi.h.
+$(B)/comm/mpi_check: tests/comm/mpi_check.c $(RT_SAN_LIB) $(RT_HDRS)
+	@mkdir -p $(dir $@) && rm -f $@
+	$(CC) $(CFLAGS) $(SANFLAGS) $(BASEFLAGS) $(MPI_CFLAGS) -o $@ $< $(RT_SAN_LIB) $(RT_LIBS)
+$(B)/unit/test_comm: | $(B)/comm/mpi_check

@@ -24,6 +24,9 @@ REQUIRED=(
     "clang-format       clang-format"
     "libopenblas-dev    /usr/include/*/cblas.h"
     "libcjson-dev       /usr/include/cjson/cJSON.h"
+    "openmpi-bin        mpirun"
+    "openmpi-bin        mpicc"
+    "libopenmpi-dev     /usr/lib/*/openmpi/include/mpi.h"
 )
 
 # Is the package installed (when dpkg exists) and is its file or command there?

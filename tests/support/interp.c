@@ -607,6 +607,10 @@ static int run_op(Interp *in, const Op *op)
     case OP_STATE:
     case OP_UPDATE: return 0;
     case OP_STEP: OUT[0] = in->step; return 0;
+    case OP_ALL_REDUCE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_TO_ALL:
+    case OP_SHARD_SLICE: /* the global value is unchanged */
+        memcpy(OUT, ARG(0), sizeof(double) * (size_t)n);
+        return 0;
     case OP_LR: OUT[0] = lr_at(op, ARG(0)[0]); return 0;
     case OP_CLIP_SCALE:
         OUT[0] = fmin(1.0, ir_op_attr_float(op, "max_norm", 1) / (ARG(0)[0] + 1e-6));

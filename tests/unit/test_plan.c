@@ -285,7 +285,9 @@ Test(plan, the_json_has_format_version_and_hash_first)
     cr_assert_gt(fread(head, 1, sizeof head - 1, f), 0);
     fclose(f);
     cr_assert(strstr(head, "\"format\":\t\"tcc-plan\""), "%s", head);
-    cr_assert(strstr(head, "\"version\":\t1"), "%s", head);
+    char version[32];
+    snprintf(version, sizeof version, "\"version\":\t%d", PLAN_VERSION);
+    cr_assert(strstr(head, version), "%s", head);
     char want[40];
     snprintf(want, sizeof want, "\"hash\":\t\"%s\"", p->hash);
     cr_assert(strstr(head, want), "%s", head);
@@ -595,8 +597,8 @@ Test(plan, another_version_is_refused)
     Plan *p = sample();
     write_ok(p);
     plan_free(p);
-    edit("\"version\":\t1", "\"version\":\t2");
-    expect_error("plan version 2 is not supported (this runtime reads version 1)");
+    edit("\"version\":\t2", "\"version\":\t3");
+    expect_error("plan version 3 is not supported (this runtime reads version 2)");
 }
 
 Test(plan, data_after_the_plan_and_a_missing_file_are_refused)

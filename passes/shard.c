@@ -1,0 +1,284 @@
+/* shard.c: sharding propagation. Reads the training-step graph with the TDL
+ * annotations, the mesh-axis roles and the train block's zero and
+ * sequence_parallel settings; writes a sharding, with its reason, on every
+ * value. Key idea: sources are seeded (annotations; the data and fsdp axes
+ * split the batch of inputs; fsdp and zero = 3 split parameters, zero >= 1
+ * optimizer state, zero >= 2 gradients, each on its first dimension that
+ * divides), then one sweep in definition order gives every other value the
+ * result of its op's rule (shard_rules.c) over its operands. A seeded value
+ * keeps its seed: the partition pass reshards into it. ZeRO-3 parameters get
+ * one gathered copy per phase (forward, backward), made just before its first
+ * use there, so the gathered memory lives only while that phase needs it. */
+#include "shard.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct SP {
+    Ctx *c;
+    Graph *g;
+    ShardOpts o;
+    int zero;
+    char *pinned; /* by Value.id */
+} SP;
+
+static const char *fmt(SP *s, const char *f, const char *a, const char *b)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, f, a, b ? b : "");
+    return intern(s->g->strings, buf);
+}
+
+static int is_pin(WhyKind k) { return k == WHY_ANNOTATION || k == WHY_ROLE || k == WHY_USER; }
+
+/* Drop the axes of size 1 (they split nothing) and the pipeline axes (their
+ * ranks replicate the whole step until pipeline parallelism lands). */
+static void normalize(SP *s, Value *v)
+{
+    const Mesh *m = &s->g->mesh;
+    Sharding *sh = &v->shard;
+    for (int d = 0; d < v->rank; d++) {
+        int k = 0;
+        for (int i = 0; i < sh->naxes[d]; i++) {
+            const MeshAxis *ax = &m->axes[sh->axes[d][i]];
+            if (ax->size > 1 && ax->role != ROLE_PIPELINE)
+                sh->axes[d][k++] = sh->axes[d][i];
+        }
+        sh->naxes[d] = (uint8_t)k;
+    }
+    for (int ax = 0; ax < m->naxes; ax++)
+        if (m->axes[ax].size == 1 || m->axes[ax].role == ROLE_PIPELINE)
+            sh->partial &= ~(1u << ax);
+    if (ir_shard_is_replicated(sh, v->rank) && sh->why.kind != WHY_ANNOTATION)
+        sh->why = (Why){WHY_NONE, LOC_NONE, NULL};
+}
+
+static int used_axis(const Sharding *sh, int rank, int ax)
+{
+    for (int d = 0; d < rank; d++)
+        for (int i = 0; i < sh->naxes[d]; i++)
+            if (sh->axes[d][i] == ax)
+                return 1;
+    return 0;
+}
+
+/* Append the axes of role r1 or r2 (size > 1, not yet used) to dim 0 of v;
+ * the names into names. 0 when none fit. */
+static int add_role_axes(SP *s, Sharding *sh, const Value *v, int dim, uint32_t roles,
+                         char *names, size_t n)
+{
+    const Mesh *m = &s->g->mesh;
+    int added = 0;
+    for (int ax = 0; ax < m->naxes; ax++) {
+        if (!(roles >> m->axes[ax].role & 1) || m->axes[ax].size == 1 || used_axis(sh, v->rank, ax))
+            continue;
+        int64_t f = ir_shard_factor(m, sh, dim) * m->axes[ax].size;
+        if (v->shape[dim] % f != 0)
+            continue;
+        ir_shard_add(sh, dim, ax);
+        size_t k = strlen(names);
+        snprintf(names + k, n - k, "%s%s", added ? ", " : "", m->axes[ax].name);
+        added++;
+    }
+    return added;
+}
+
+/* The first dim whose piece the axes of roles divide. */
+static int storage_dim(SP *s, const Value *v, uint32_t roles)
+{
+    const Mesh *m = &s->g->mesh;
+    int64_t n = 1;
+    for (int ax = 0; ax < m->naxes; ax++)
+        if ((roles >> m->axes[ax].role & 1) && m->axes[ax].size > 1 &&
+            !used_axis(&v->shard, v->rank, ax))
+            n *= m->axes[ax].size;
+    for (int d = 0; d < v->rank; d++)
+        if ((v->shape[d] / ir_shard_factor(m, &v->shard, d)) % n == 0)
+            return d;
+    return -1;
+}
+
+/* Inputs: the data and fsdp axes split the batch (dim 0). */
+static void seed_input(SP *s, Value *v)
+{
+    char names[128] = "";
+    if (v->rank < 1)
+        return;
+    Sharding sh = v->shard;
+    if (!add_role_axes(s, &sh, v, 0, 1u << ROLE_DATA | 1u << ROLE_FSDP, names, sizeof names))
+        return;
+    sh.why = (Why){WHY_ROLE, LOC_NONE, fmt(s, "data axes %s split the batch%s", names, NULL)};
+    v->shard = sh;
+}
+
+/* The sharding a parameter's storage (and its optimizer state) gets over the
+ * roles in `roles`; the compute sharding stays in v. */
+static Sharding storage(SP *s, const Value *v, uint32_t roles, const char *why)
+{
+    Sharding sh = v->shard;
+    char names[128] = "";
+    int d = storage_dim(s, v, roles);
+    if (d >= 0 && add_role_axes(s, &sh, v, d, roles, names, sizeof names))
+        sh.why = (Why){WHY_ROLE, LOC_NONE, fmt(s, why, names, NULL)};
+    return sh;
+}
+
+/* A gathered copy of param p for the ops of one phase: an identity reshape
+ * placed before the first such op, pinned to p's compute sharding. */
+static void gather_for_phase(SP *s, Value *p, Sharding compute, Phase ph)
+{
+    Graph *g = s->g;
+    Value *copy = NULL;
+    for (int i = 0; i < g->ops.len; i++) {
+        Op *op = g->ops.data[i];
+        if (op->phase != ph)
+            continue;
+        for (int a = 0; a < op->nargs; a++) {
+            if (op->args[a] != p)
+                continue;
+            if (!copy) {
+                Op *r = ir_op_new(g, OP_RESHAPE, &p, 1, p->loc);
+                g->ops.len--; /* placed below, not at the end */
+                r->phase = ph;
+                r->layer = op->layer;
+                ir_op_set_attr(g, r, ir_attr_ints(g->arena, "shape", p->shape, p->rank));
+                copy = ir_op_result(g, r, p->dtype, p->rank, p->shape);
+                copy->shard = compute;
+                copy->shard.why = (Why){WHY_ROLE, LOC_NONE,
+                                        fmt(s, "'%s' gathered for the %s pass", p->name,
+                                            ph == PH_FWD ? "forward" : "backward")};
+                s->pinned[copy->id] = 1;
+                VEC_PUSH(g->arena, g->ops, NULL);
+                memmove(g->ops.data + i + 1, g->ops.data + i,
+                        sizeof(Op *) * (size_t)(g->ops.len - 1 - i));
+                g->ops.data[i] = r;
+                i++;
+            }
+            op->args[a] = copy;
+        }
+    }
+}
+
+/* ZeRO and fsdp over the parameters, their gradients and optimizer state. */
+static void seed_optimizer(SP *s, Op *op)
+{
+    Value *p = op->args[0], *g = op->args[1];
+    int nstate = op->kind == OP_ADAMW ? 2 : 1;
+    uint32_t data = 1u << ROLE_DATA, fsdp = 1u << ROLE_FSDP;
+    uint32_t pr = fsdp | (s->zero >= 3 ? data : 0);
+    Sharding compute = p->shard;
+    Sharding store = storage(s, p, pr, s->zero >= 3 ? "zero-3 shards the parameter over %s"
+                                                     : "fsdp axes %s shard the parameter");
+    Sharding state = storage(s, p, pr | (s->zero >= 1 ? data : 0),
+                             s->zero >= 1 ? "zero-1 shards optimizer state over %s"
+                                          : "fsdp axes %s shard optimizer state");
+    for (int i = 0; i < nstate; i++) {
+        Value *st = op->args[2 + i];
+        if (st->def && st->def->kind == OP_STATE && !is_pin(st->shard.why.kind))
+            st->shard = state, s->pinned[st->id] = 1;
+    }
+    if (!s->pinned[g->id] && g->def && g->def->phase != PH_OPT) {
+        if (s->zero >= 2 || !shard_same(&store, &compute, p->rank)) {
+            g->shard = s->zero >= 2 ? state : store;
+            g->shard.why.detail = fmt(s, "%s: gradients reduce-scattered to the optimizer state's "
+                                         "shards", s->zero >= 2 ? "zero-2" : "fsdp", NULL);
+        } else if (s->zero == 1) {
+            g->shard = compute;
+            g->shard.why = (Why){WHY_ROLE, LOC_NONE, "zero-1: gradients all-reduced whole"};
+        }
+        s->pinned[g->id] = g->shard.why.kind == WHY_ROLE;
+    }
+    if (!shard_same(&store, &compute, p->rank)) {
+        p->shard = store;
+        s->pinned[p->id] = 1;
+        gather_for_phase(s, p, compute, PH_FWD);
+        gather_for_phase(s, p, compute, PH_BWD);
+    }
+}
+
+static void seed(SP *s)
+{
+    for (int i = 0; i < s->g->values.len; i++) {
+        Value *v = s->g->values.data[i];
+        normalize(s, v);
+        s->pinned[v->id] = is_pin(v->shard.why.kind);
+        if (v->def && v->def->kind == OP_INPUT)
+            seed_input(s, v), s->pinned[v->id] = 1;
+    }
+    int n = s->g->ops.len;
+    for (int i = 0; i < n; i++) {
+        Op *op = s->g->ops.data[i];
+        if (op->kind == OP_SGD || op->kind == OP_ADAMW)
+            seed_optimizer(s, op);
+    }
+}
+
+static void sweep(SP *s)
+{
+    for (int i = 0; i < s->g->ops.len; i++) {
+        Op *op = s->g->ops.data[i];
+        if (!op->nres || op->nargs == 0)
+            continue; /* sources keep their seeds */
+        Strategy st;
+        shard_strategy(s->g, op, &s->o, &st);
+        for (int r = 0; r < op->nres && r < SH_MAXRES; r++) {
+            Value *v = op->res[r];
+            if (s->pinned[v->id])
+                continue;
+            v->shard = st.out[r];
+            if (ir_shard_is_replicated(&v->shard, v->rank)) {
+                v->shard.why = (Why){WHY_NONE, LOC_NONE, NULL};
+                continue;
+            }
+            const char *name = ir_ops[op->kind].name;
+            if (st.choice) {
+                char buf[128];
+                snprintf(buf, sizeof buf, "%s: moves %.0f bytes, the next best way %.0f", name,
+                         st.comm, st.alt_comm);
+                v->shard.why = (Why){WHY_COST, LOC_NONE, intern(s->g->strings, buf)};
+            } else {
+                v->shard.why = (Why){WHY_RULE, LOC_NONE, name};
+            }
+        }
+    }
+}
+
+/* Propagation ran already (an IR file read back): nothing to do. */
+static int sharded(const Graph *g)
+{
+    for (int i = 0; i < g->values.len; i++) {
+        WhyKind k = g->values.data[i]->shard.why.kind;
+        if (k == WHY_RULE || k == WHY_COST)
+            return 1;
+    }
+    return 0;
+}
+
+int pass_shard(Ctx *c, Graph *g)
+{
+    SP s = {c, g, {-1, NULL, 0}, 0, NULL};
+    TrainConfig tc;
+    char err[256];
+    if (ir_train_config(g, &tc, err, sizeof err) != 0) {
+        diag_error(&c->diag, LOC_NONE, "%s", err);
+        return -1;
+    }
+    s.zero = (int)tc.zero;
+    if (sharded(g))
+        return 0;
+    for (int ax = 0; ax < g->mesh.naxes; ax++)
+        if (g->mesh.axes[ax].role == ROLE_PIPELINE && g->mesh.axes[ax].size > 1)
+            diag_report(&c->diag, SEV_WARNING, g->mesh.axes[ax].loc, 0,
+                        "pipeline axis '%s' (size %d) is not used yet: its ranks repeat the "
+                        "same step",
+                        g->mesh.axes[ax].name, g->mesh.axes[ax].size);
+    /* seeding adds at most two values (gathered copies) per parameter */
+    s.pinned = arena_alloc(g->arena, (size_t)g->values.len * 3 + 64);
+    memset(s.pinned, 0, (size_t)g->values.len * 3 + 64);
+    seed(&s);
+    shard_opts(g, &s.o); /* after seeding: the use counts the partition pass will see */
+    for (int i = 0; i < g->ops.len; i++)
+        g->ops.data[i]->id = i;
+    sweep(&s);
+    return 0;
+}

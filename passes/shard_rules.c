@@ -1,0 +1,684 @@
+/* shard_rules.c: the sharding rule of every op kind, and reshardings.
+ * Reads an op and its operands' shardings; writes a Strategy (what each operand
+ * must be, what each result comes out as) or the steps of a resharding. Key
+ * idea: an op is a loop nest over factors (shard.h); a strategy assigns mesh
+ * axes to factors, and among the assignments the operands propose (keep
+ * operand 0 as it is, keep operand 1, ...), the one whose reshardings move the
+ * fewest bytes wins. Partial sums flow through ops that are linear in them. */
+#include "shard.h"
+
+#include <string.h>
+
+typedef struct Factors {
+    int nf;
+    int64_t align[SH_MAXF];          /* the split count must divide this (0: no limit) */
+    uint8_t full[SH_MAXF];           /* never split (softmax's row, attention's sequence) */
+    int8_t in[SH_MAXARGS][IR_MAX_RANK]; /* operand dim -> factor, -1: whole */
+    int8_t out[SH_MAXRES][IR_MAX_RANK];
+    uint32_t lin;                    /* operands that partial sums may pass through */
+    int lin_all;                     /* 1: all of lin carry the same partial (add), 0: one */
+} Factors;
+
+static int nres_of(const Op *op) { return op->nres < SH_MAXRES ? op->nres : SH_MAXRES; }
+
+static int new_factor(Factors *f)
+{
+    if (f->nf >= SH_MAXF)
+        BUG("too many sharding factors");
+    f->align[f->nf] = 0;
+    f->full[f->nf] = 0;
+    return f->nf++;
+}
+
+static int norm_dim(const Op *op, int rank)
+{
+    int64_t d = ir_op_attr_int(op, "dim", -1);
+    return (int)(d < 0 ? d + rank : d);
+}
+
+/* Result dims are factors; operand dims aligned from the right map to them
+ * unless broadcast (size 1 against a larger size). */
+static void fac_elementwise(const Op *op, Factors *f)
+{
+    const Value *r = op->res[0];
+    for (int d = 0; d < r->rank; d++)
+        new_factor(f);
+    for (int i = 0; i < nres_of(op); i++)
+        for (int d = 0; d < op->res[i]->rank; d++)
+            f->out[i][d] = (int8_t)(d + r->rank - op->res[i]->rank);
+    for (int a = 0; a < op->nargs && a < SH_MAXARGS; a++) {
+        const Value *x = op->args[a];
+        for (int d = 0; d < x->rank; d++) {
+            int rd = d + r->rank - x->rank;
+            f->in[a][d] = (int8_t)(rd >= 0 && x->shape[d] == r->shape[rd] ? rd : -1);
+        }
+    }
+}
+
+/* a[...,M,K] x b[K,N] or b[...,K,N] */
+static void fac_matmul(const Op *op, Factors *f)
+{
+    const Value *a = op->args[0], *b = op->args[1], *r = op->res[0];
+    for (int d = 0; d < r->rank; d++)
+        f->out[0][d] = (int8_t)new_factor(f);
+    int k = new_factor(f);
+    for (int d = 0; d < a->rank - 1; d++)
+        f->in[0][d] = (int8_t)d;
+    f->in[0][a->rank - 1] = (int8_t)k;
+    int off = r->rank - b->rank;
+    for (int d = 0; d < b->rank - 2; d++)
+        f->in[1][d] = (int8_t)(b->shape[d] == r->shape[d + off] ? d + off : -1);
+    f->in[1][b->rank - 2] = (int8_t)k;
+    f->in[1][b->rank - 1] = (int8_t)(r->rank - 1);
+    f->lin = 3;
+}
+
+/* One factor per dim of operand 0; `gone` dims (reduced) are absent from the
+ * result, `whole` ones may not be split. */
+static void fac_rows(const Op *op, Factors *f, int whole, int gone, int keep)
+{
+    const Value *x = op->args[0];
+    for (int d = 0; d < x->rank; d++) {
+        f->in[0][d] = (int8_t)new_factor(f);
+        if (d == whole)
+            f->full[d] = 1;
+    }
+    for (int i = 0; i < nres_of(op); i++) {
+        int r = 0;
+        for (int d = 0; d < x->rank && r < op->res[i]->rank; d++) {
+            if (d == gone && !keep)
+                continue;
+            f->out[i][r++] = (int8_t)(d == gone ? -1 : d);
+        }
+    }
+}
+
+static void fac_reduce(const Op *op, Factors *f)
+{
+    int dim = norm_dim(op, op->args[0]->rank);
+    int keep = ir_op_attr_int(op, "keepdim", 0) != 0;
+    fac_rows(op, f, op->kind == OP_MAX ? dim : -1, dim, keep);
+    if (op->kind != OP_MAX)
+        f->lin = 1, f->lin_all = 1;
+}
+
+/* Same shape in and out, row dim whole (softmax; the grads: both operands). */
+static void fac_rowwise(const Op *op, Factors *f, int dim)
+{
+    fac_rows(op, f, dim, -1, 0);
+    for (int a = 1; a < op->nargs && a < SH_MAXARGS; a++)
+        for (int d = 0; d < op->args[a]->rank; d++)
+            f->in[a][d] = (int8_t)(op->args[a]->rank == op->args[0]->rank ? d : -1);
+}
+
+/* layernorm(x, g, b), rmsnorm(x, g), and their grads (x, g, dy): the last dim
+ * whole; the weight grads sum the rows (partial over the row axes). */
+static void fac_norm(const Op *op, Factors *f)
+{
+    const Value *x = op->args[0];
+    int c = x->rank - 1;
+    fac_rows(op, f, c, -1, 0);
+    for (int a = 1; a < op->nargs && a < SH_MAXARGS; a++) {
+        const Value *y = op->args[a];
+        for (int d = 0; d < y->rank; d++)
+            f->in[a][d] = (int8_t)(y->rank == x->rank ? d : -1);
+    }
+    for (int i = 1; i < nres_of(op); i++)
+        f->out[i][0] = -1;
+    if (op->kind == OP_LAYERNORM_GRAD || op->kind == OP_RMSNORM_GRAD)
+        f->lin = 1u << 2;
+}
+
+/* x[B,S,H*Dh] (attention, attention_grad, rope): the batch free, the
+ * sequence whole, the heads split whole (the split count divides H and KV). */
+static void fac_heads(const Op *op, Factors *f)
+{
+    int b = new_factor(f), s = new_factor(f), h = new_factor(f);
+    f->full[s] = 1;
+    int64_t heads = ir_op_attr_int(op, "heads", 1);
+    int64_t kv = ir_op_attr_int(op, "kv_heads", heads);
+    f->align[h] = kv < heads ? kv : heads;
+    for (int a = 0; a < op->nargs && a < SH_MAXARGS; a++) {
+        int r = op->args[a]->rank;
+        f->in[a][0] = (int8_t)(r == 3 ? b : -1);
+        f->in[a][r - 2] = (int8_t)s;
+        f->in[a][r - 1] = (int8_t)h;
+        for (int d = 1; d < r - 2; d++)
+            f->in[a][d] = -1;
+        if (r == 2)
+            f->in[a][0] = (int8_t)s;
+    }
+    for (int i = 0; i < nres_of(op); i++)
+        memcpy(f->out[i], f->in[i < op->nargs ? i : 0], sizeof f->out[i]);
+    if (op->kind == OP_ATTENTION_GRAD)
+        f->lin = 1u << 3;
+}
+
+/* embed(table[V,D], ids[...]) -> [...,D]: V is summed over (a split table
+ * gives partial rows, each rank adding the ids in its range). */
+static void fac_embed(const Op *op, Factors *f)
+{
+    const Value *ids = op->args[1];
+    int v = new_factor(f), dd = new_factor(f);
+    f->in[0][0] = (int8_t)v;
+    f->in[0][1] = (int8_t)dd;
+    for (int d = 0; d < ids->rank; d++)
+        f->in[1][d] = f->out[0][d] = (int8_t)new_factor(f);
+    f->out[0][ids->rank] = (int8_t)dd;
+}
+
+/* embed_grad(ids[...], dy[...,D]) -> [V,D]: the rows are summed over. */
+static void fac_embed_grad(const Op *op, Factors *f)
+{
+    const Value *ids = op->args[0];
+    for (int d = 0; d < ids->rank; d++)
+        f->in[0][d] = f->in[1][d] = (int8_t)new_factor(f);
+    int v = new_factor(f), dd = new_factor(f);
+    f->in[1][ids->rank] = (int8_t)dd;
+    f->out[0][0] = (int8_t)v;
+    f->out[0][1] = (int8_t)dd;
+    f->lin = 1u << 1;
+}
+
+/* cross_entropy(logits[...,V], targets) -> []: rows summed (partial), V whole;
+ * cross_entropy_grad(logits, targets, dloss) -> [...,V]. */
+static void fac_cross_entropy(const Op *op, Factors *f)
+{
+    const Value *l = op->args[0];
+    for (int d = 0; d < l->rank; d++)
+        f->in[0][d] = (int8_t)new_factor(f);
+    f->full[l->rank - 1] = 1;
+    for (int d = 0; d < l->rank - 1; d++)
+        f->in[1][d] = (int8_t)d;
+    if (op->kind == OP_CROSS_ENTROPY_GRAD) {
+        for (int d = 0; d < l->rank; d++)
+            f->out[0][d] = (int8_t)d;
+        f->lin = 1u << 2;
+    }
+}
+
+static void fac_transpose(const Op *op, Factors *f)
+{
+    const Attr *p = ir_op_attr(op, "perm");
+    const Value *x = op->args[0];
+    for (int d = 0; d < x->rank; d++) {
+        int src = p && d < p->nitems ? (int)p->items[d]->i : x->rank - 1 - d;
+        f->out[0][d] = (int8_t)new_factor(f);
+        f->in[0][src] = f->out[0][d];
+    }
+    f->lin = 1, f->lin_all = 1;
+}
+
+/* Groups of dims with equal products; a group may be split on its first
+ * (outermost) dim on both sides, the split count dividing both. */
+static void fac_reshape(const Op *op, Factors *f)
+{
+    const Value *x = op->args[0], *r = op->res[0];
+    int i = 0, j = 0;
+    while (i < x->rank || j < r->rank) {
+        while (i < x->rank && x->shape[i] == 1)
+            i++;
+        while (j < r->rank && r->shape[j] == 1)
+            j++;
+        if (i >= x->rank || j >= r->rank)
+            break;
+        int fac = new_factor(f);
+        f->in[0][i] = f->out[0][j] = (int8_t)fac;
+        int64_t pa = x->shape[i++], pb = r->shape[j++];
+        while (pa != pb) {
+            if (pa < pb)
+                pa *= x->shape[i++];
+            else
+                pb *= r->shape[j++];
+        }
+    }
+    f->lin = 1, f->lin_all = 1;
+}
+
+/* sum_to(x) -> attr shape: dims that broadcasting stretched are summed. */
+static void fac_sum_to(const Op *op, Factors *f)
+{
+    const Value *x = op->args[0], *r = op->res[0];
+    int off = x->rank - r->rank;
+    for (int d = 0; d < x->rank; d++) {
+        f->in[0][d] = (int8_t)new_factor(f);
+        int rd = d - off;
+        if (rd >= 0)
+            f->out[0][rd] = (int8_t)(r->shape[rd] == x->shape[d] ? d : -1);
+    }
+    f->lin = 1, f->lin_all = 1;
+}
+
+/* Dims that must stay whole in slice, pad, concat; the rest free. A slice
+ * of the microbatch pass takes rows of each rank's own piece (rows are
+ * interchangeable in a loss that is a mean over them). */
+static void fac_along(const Op *op, Factors *f)
+{
+    fac_elementwise(op, f);
+    int dim = norm_dim(op, op->res[0]->rank);
+    if (!(op->kind == OP_SLICE && ir_op_attr_int(op, "rows", 0)))
+        f->full[dim] = 1;
+    for (int a = 0; a < op->nargs && a < SH_MAXARGS; a++)
+        f->in[a][dim] = (int8_t)dim;
+    f->lin = op->nargs >= 32 ? 0 : (uint32_t)((1ull << op->nargs) - 1), f->lin_all = 1;
+}
+
+static void op_factors(const Op *op, Factors *f)
+{
+    memset(f, 0, sizeof *f);
+    memset(f->in, -1, sizeof f->in);
+    memset(f->out, -1, sizeof f->out);
+    switch (op->kind) {
+    case OP_ADD: case OP_SUB: fac_elementwise(op, f); f->lin = 3, f->lin_all = 1; break;
+    case OP_MUL: fac_elementwise(op, f); f->lin = 3; break;
+    case OP_DIV: fac_elementwise(op, f); f->lin = 1; break;
+    case OP_NEG: fac_elementwise(op, f); f->lin = 1, f->lin_all = 1; break;
+    case OP_EXPAND: fac_elementwise(op, f); f->lin = 1, f->lin_all = 1; break;
+    case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD:
+        fac_elementwise(op, f); f->lin = 2; break;
+    case OP_MATMUL: fac_matmul(op, f); break;
+    case OP_SUM: case OP_MEAN: case OP_MAX: fac_reduce(op, f); break;
+    case OP_SOFTMAX: fac_rowwise(op, f, norm_dim(op, op->args[0]->rank)); break;
+    case OP_SOFTMAX_GRAD: case OP_MAX_GRAD:
+        fac_rowwise(op, f, norm_dim(op, op->args[0]->rank));
+        f->lin = 2;
+        if (op->kind == OP_MAX_GRAD) /* dy has the reduced shape: keep it whole */
+            memset(f->in[1], -1, sizeof f->in[1]);
+        break;
+    case OP_LAYERNORM: case OP_RMSNORM: case OP_LAYERNORM_GRAD: case OP_RMSNORM_GRAD:
+        fac_norm(op, f); break;
+    case OP_ROPE: case OP_ATTENTION: case OP_ATTENTION_GRAD: fac_heads(op, f); break;
+    case OP_EMBED: fac_embed(op, f); break;
+    case OP_EMBED_GRAD: fac_embed_grad(op, f); break;
+    case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: fac_cross_entropy(op, f); break;
+    case OP_TRANSPOSE: fac_transpose(op, f); break;
+    case OP_RESHAPE: fac_reshape(op, f); break;
+    case OP_SUM_TO: fac_sum_to(op, f); break;
+    case OP_SLICE: case OP_PAD: case OP_CONCAT: fac_along(op, f); break;
+    default: fac_elementwise(op, f); break; /* unary math, cast, optimizer ops */
+    }
+}
+
+/* ---- shardings ---- */
+
+int shard_same(const Sharding *a, const Sharding *b, int rank)
+{
+    if (a->partial != b->partial)
+        return 0;
+    for (int d = 0; d < rank; d++)
+        if (a->naxes[d] != b->naxes[d] ||
+            memcmp(a->axes[d], b->axes[d], (size_t)a->naxes[d]) != 0)
+            return 0;
+    return 1;
+}
+
+static int64_t axes_size(const Mesh *m, const int8_t *axes, int n)
+{
+    int64_t s = 1;
+    for (int i = 0; i < n; i++)
+        s *= m->axes[axes[i]].size;
+    return s;
+}
+
+double shard_local_bytes(const Mesh *m, const Value *v, const Sharding *s)
+{
+    double b = (double)ir_dtype_size(v->dtype);
+    for (int d = 0; d < v->rank; d++)
+        b *= (double)v->shape[d] / (double)ir_shard_factor(m, s, d);
+    return b;
+}
+
+/* ---- strategies ---- */
+
+typedef struct Cand {
+    int n;
+    int8_t axes[IR_MAX_AXES];
+} Cand;
+
+typedef struct Search {
+    const Graph *g;
+    const Op *op;
+    const ShardOpts *o;
+    Factors f;
+    Cand cand[SH_MAXF][SH_MAXARGS + 2];
+    int ncand[SH_MAXF];
+    int pick[SH_MAXF];
+    Strategy best, second;
+    int have_best, have_second, nargs;
+} Search;
+
+/* Every operand dim and result dim of factor fac divisible by n (and align). */
+static int factor_fits(const Search *s, int fac, int64_t n)
+{
+    if (n == 1)
+        return 1;
+    if (s->f.full[fac] || (s->f.align[fac] && s->f.align[fac] % n))
+        return 0;
+    for (int a = 0; a < s->nargs; a++)
+        for (int d = 0; d < s->op->args[a]->rank; d++)
+            if (s->f.in[a][d] == fac && s->op->args[a]->shape[d] % n)
+                return 0;
+    for (int i = 0; i < nres_of(s->op); i++)
+        for (int d = 0; d < s->op->res[i]->rank; d++)
+            if (s->f.out[i][d] == fac && s->op->res[i]->shape[d] % n)
+                return 0;
+    return 1;
+}
+
+static void add_cand(Search *s, int fac, const int8_t *axes, int n)
+{
+    for (int i = 0; i < s->ncand[fac]; i++)
+        if (s->cand[fac][i].n == n && (!n || !memcmp(s->cand[fac][i].axes, axes, (size_t)n)))
+            return;
+    if (!factor_fits(s, fac, axes_size(&s->g->mesh, axes, n)) ||
+        s->ncand[fac] >= SH_MAXARGS + 2)
+        return;
+    Cand *c = &s->cand[fac][s->ncand[fac]++];
+    c->n = n;
+    if (n)
+        memcpy(c->axes, axes, (size_t)n);
+}
+
+/* Candidates: what each operand has on the factor (operand order), the
+ * sequence-parallel split of an activation's dim 1, and unsplit. */
+static void gather_cands(Search *s)
+{
+    for (int a = 0; a < s->nargs; a++) {
+        const Value *x = s->op->args[a];
+        for (int d = 0; d < x->rank; d++)
+            if (s->f.in[a][d] >= 0)
+                add_cand(s, s->f.in[a][d], x->shard.axes[d], x->shard.naxes[d]);
+    }
+    const Value *r = s->op->res[0];
+    if (s->o->seq_axis >= 0 && r->rank >= 3 && s->f.out[0][1] >= 0 && s->op->nargs &&
+        s->op->kind != OP_MATMUL) {
+        int8_t ax = (int8_t)s->o->seq_axis;
+        add_cand(s, s->f.out[0][1], &ax, 1);
+    }
+    for (int fac = 0; fac < s->f.nf; fac++)
+        add_cand(s, fac, NULL, 0);
+}
+
+/* The operand and result shardings of the current pick, with partial kept
+ * on operand keep (-1: none; -2: all lin operands). */
+static void build(Search *s, int keep, uint32_t kept, Strategy *st)
+{
+    memset(st, 0, sizeof *st);
+    uint32_t used = 0;
+    for (int fac = 0; fac < s->f.nf; fac++)
+        for (int i = 0; i < s->cand[fac][s->pick[fac]].n; i++)
+            used |= 1u << s->cand[fac][s->pick[fac]].axes[i];
+    for (int a = 0; a < s->nargs; a++) {
+        const Value *x = s->op->args[a];
+        for (int d = 0; d < x->rank; d++) {
+            int fac = s->f.in[a][d];
+            if (fac < 0)
+                continue;
+            const Cand *c = &s->cand[fac][s->pick[fac]];
+            st->req[a].naxes[d] = (uint8_t)c->n;
+            memcpy(st->req[a].axes[d], c->axes, (size_t)c->n);
+        }
+        if (keep == a || (keep == -2 && (s->f.lin >> a & 1)))
+            st->req[a].partial = x->shard.partial;
+    }
+    for (int i = 0; i < nres_of(s->op); i++) {
+        const Value *r = s->op->res[i];
+        uint32_t present = 0;
+        for (int d = 0; d < r->rank; d++) {
+            int fac = s->f.out[i][d];
+            if (fac < 0)
+                continue;
+            const Cand *c = &s->cand[fac][s->pick[fac]];
+            st->out[i].naxes[d] = (uint8_t)c->n;
+            memcpy(st->out[i].axes[d], c->axes, (size_t)c->n);
+            for (int k = 0; k < c->n; k++)
+                present |= 1u << c->axes[k];
+        }
+        st->out[i].partial = (used & ~present) | kept;
+    }
+}
+
+static uint32_t picked_axes(const Search *s)
+{
+    uint32_t used = 0;
+    for (int fac = 0; fac < s->f.nf; fac++) {
+        const Cand *c = &s->cand[fac][s->pick[fac]];
+        for (int i = 0; i < c->n; i++) {
+            if (used >> c->axes[i] & 1)
+                return UINT32_MAX;
+            used |= 1u << c->axes[i];
+        }
+    }
+    return used;
+}
+
+static void consider(Search *s, int keep, uint32_t kept)
+{
+    Strategy st;
+    build(s, keep, kept, &st);
+    const Mesh *m = &s->g->mesh;
+    double cost = 0;
+    for (int a = 0; a < s->nargs; a++)
+        cost += shard_reshard_cost(m, s->op->args[a], &s->op->args[a]->shard, &st.req[a]);
+    st.comm = cost;
+    /* a tie goes to the strategy that leaves each device less to compute */
+    cost += 1e-3 * shard_local_bytes(m, s->op->res[0], &st.out[0]);
+    st.cost = cost;
+    if (!s->have_best || cost < s->best.cost) {
+        if (s->have_best)
+            s->second = s->best, s->have_second = 1;
+        s->best = st;
+        s->have_best = 1;
+    } else if (!s->have_second || cost < s->second.cost) {
+        s->second = st;
+        s->have_second = 1;
+    }
+}
+
+/* Partial sums: through the lin operands when the op is linear in them, and
+ * its results have one reader each (one that many read would be reduced once
+ * per reader's view of it). */
+static void consider_partials(Search *s, uint32_t used)
+{
+    consider(s, -1, 0);
+    for (int i = 0; s->o->uses && i < s->op->nres; i++) {
+        int id = s->op->res[i]->id;
+        if (id < s->o->nuses && s->o->uses[id] > 1)
+            return;
+    }
+    if (s->f.lin_all) {
+        uint32_t p = 0;
+        int first = 1, ok = 1;
+        for (int a = 0; a < s->nargs; a++) {
+            if (!(s->f.lin >> a & 1))
+                continue;
+            uint32_t q = s->op->args[a]->shard.partial;
+            if (!first && q != p)
+                ok = 0;
+            p = q, first = 0;
+        }
+        if (ok && p && !(p & used))
+            consider(s, -2, p);
+        return;
+    }
+    for (int a = 0; a < s->nargs; a++) {
+        uint32_t p = s->op->args[a]->shard.partial;
+        if ((s->f.lin >> a & 1) && p && !(p & used))
+            consider(s, a, p);
+    }
+}
+
+static void search(Search *s, int fac)
+{
+    if (fac == s->f.nf) {
+        uint32_t used = picked_axes(s);
+        if (used != UINT32_MAX)
+            consider_partials(s, used);
+        return;
+    }
+    for (int i = 0; i < s->ncand[fac]; i++) {
+        s->pick[fac] = i;
+        search(s, fac + 1);
+    }
+}
+
+void shard_strategy(const Graph *g, const Op *op, const ShardOpts *o, Strategy *st)
+{
+    Search *s = arena_alloc(g->arena, sizeof *s); /* big; the arena frees it with the graph */
+    memset(s, 0, sizeof *s);
+    s->g = g, s->op = op, s->o = o;
+    s->nargs = op->nargs < SH_MAXARGS ? op->nargs : SH_MAXARGS;
+    op_factors(op, &s->f);
+    if (op->nargs > SH_MAXARGS) /* many-operand concat: everything whole */
+        for (int fac = 0; fac < s->f.nf; fac++)
+            s->f.full[fac] = 1;
+    gather_cands(s);
+    double combos = 1;
+    for (int fac = 0; fac < s->f.nf; fac++)
+        combos *= s->ncand[fac];
+    if (combos > 20000) /* keep only "unsplit" past the first factors */
+        for (int fac = 4; fac < s->f.nf; fac++)
+            s->cand[fac][0] = s->cand[fac][s->ncand[fac] - 1], s->ncand[fac] = 1;
+    search(s, 0);
+    *st = s->best;
+    /* a choice worth a reason: the operands had to move, and another way existed */
+    st->choice = s->have_second && s->best.comm >= 1;
+    st->alt_comm = s->have_second ? s->second.comm : 0;
+}
+
+/* ---- reshardings ---- */
+
+static double ring(const Mesh *m, const int8_t *axes, int n, double bytes)
+{
+    double k = (double)axes_size(m, axes, n);
+    return bytes * (k - 1) / k;
+}
+
+static void push(ReStep *steps, int *n, OpKind kind, int dim, int dim2, const int8_t *axes,
+                 int naxes, const Sharding *after, double bytes)
+{
+    if (*n >= SH_MAXSTEPS)
+        BUG("resharding needs too many steps");
+    ReStep *st = &steps[(*n)++];
+    memset(st, 0, sizeof *st);
+    st->kind = kind, st->dim = dim, st->dim2 = dim2, st->naxes = naxes;
+    memcpy(st->axes, axes, (size_t)naxes);
+    st->after = *after;
+    st->bytes = bytes;
+}
+
+static int common_prefix(const Sharding *a, const Sharding *b, int d)
+{
+    int k = 0;
+    while (k < a->naxes[d] && k < b->naxes[d] && a->axes[d][k] == b->axes[d][k])
+        k++;
+    return k;
+}
+
+/* 1. gather what `to` does not keep in place; 2. reduce partial sums (onto a
+ * dim `to` splits by the axis: reduce-scatter, else all-reduce); 3. slice what
+ * `to` splits further. A gather on one dim and a slice on another over the
+ * same axes become one all-to-all. */
+int shard_reshard_plan(const Mesh *m, const Value *v, const Sharding *from, const Sharding *to,
+                       ReStep *steps)
+{
+    int n = 0;
+    Sharding cur = *from;
+    cur.why = to->why;
+    for (int d = 0; d < v->rank; d++) {
+        int k = common_prefix(&cur, to, d);
+        if (k == cur.naxes[d])
+            continue;
+        int8_t axes[IR_MAX_AXES];
+        int na = cur.naxes[d] - k;
+        memcpy(axes, cur.axes[d] + k, (size_t)na);
+        double in = shard_local_bytes(m, v, &cur);
+        cur.naxes[d] = (uint8_t)k;
+        int moved = -1;
+        for (int e = 0; e < v->rank && moved < 0; e++)
+            if (e != d && to->naxes[e] == cur.naxes[e] + na &&
+                common_prefix(&cur, to, e) == cur.naxes[e] &&
+                !memcmp(to->axes[e] + cur.naxes[e], axes, (size_t)na) && !cur.partial)
+                moved = e;
+        if (moved >= 0) {
+            memcpy(cur.axes[moved] + cur.naxes[moved], axes, (size_t)na);
+            cur.naxes[moved] = (uint8_t)(cur.naxes[moved] + na);
+            push(steps, &n, OP_ALL_TO_ALL, d, moved, axes, na, &cur, ring(m, axes, na, in));
+        } else {
+            push(steps, &n, OP_ALL_GATHER, d, -1, axes, na, &cur,
+                 ring(m, axes, na, shard_local_bytes(m, v, &cur)));
+        }
+    }
+    uint32_t red = cur.partial & ~to->partial;
+    int8_t all[IR_MAX_AXES];
+    int nall = 0;
+    for (int ax = 0; ax < m->naxes; ax++) {
+        if (!(red >> ax & 1))
+            continue;
+        int dim = -1;
+        for (int d = 0; d < v->rank && dim < 0; d++)
+            if (to->naxes[d] > cur.naxes[d] && common_prefix(&cur, to, d) == cur.naxes[d] &&
+                to->axes[d][cur.naxes[d]] == ax)
+                dim = d;
+        if (dim < 0) {
+            all[nall++] = (int8_t)ax;
+            continue;
+        }
+        double in = shard_local_bytes(m, v, &cur);
+        int8_t a1 = (int8_t)ax;
+        cur.partial &= ~(1u << ax);
+        cur.axes[dim][cur.naxes[dim]++] = a1;
+        push(steps, &n, OP_REDUCE_SCATTER, dim, -1, &a1, 1, &cur, ring(m, &a1, 1, in));
+    }
+    if (nall) {
+        for (int i = 0; i < nall; i++)
+            cur.partial &= ~(1u << all[i]);
+        double b = shard_local_bytes(m, v, &cur);
+        push(steps, &n, OP_ALL_REDUCE, -1, -1, all, nall, &cur, 2 * ring(m, all, nall, b));
+    }
+    for (int d = 0; d < v->rank; d++) {
+        if (to->naxes[d] == cur.naxes[d])
+            continue;
+        int k = cur.naxes[d], na = to->naxes[d] - k;
+        memcpy(cur.axes[d] + k, to->axes[d] + k, (size_t)na);
+        cur.naxes[d] = to->naxes[d];
+        push(steps, &n, OP_SHARD_SLICE, d, -1, to->axes[d] + k, na, &cur, 0);
+    }
+    if (!shard_same(&cur, to, v->rank))
+        BUG("resharding %%%d did not reach its target", v->id);
+    return n;
+}
+
+double shard_reshard_cost(const Mesh *m, const Value *v, const Sharding *from, const Sharding *to)
+{
+    if (shard_same(from, to, v->rank))
+        return 0;
+    if (to->partial & ~from->partial) /* a partial sum cannot be made from a whole value */
+        return 1e30;
+    ReStep steps[SH_MAXSTEPS];
+    int n = shard_reshard_plan(m, v, from, to, steps);
+    double c = 0;
+    for (int i = 0; i < n; i++)
+        c += steps[i].bytes + 1; /* + 1: fewer steps win a tie */
+    return c;
+}
+
+void shard_opts(const Graph *g, ShardOpts *o)
+{
+    o->seq_axis = -1;
+    int *uses = arena_alloc(g->arena, sizeof(int) * (size_t)(g->values.len + 1));
+    memset(uses, 0, sizeof(int) * (size_t)(g->values.len + 1));
+    for (int i = 0; i < g->ops.len; i++)
+        for (int a = 0; a < g->ops.data[i]->nargs; a++)
+            uses[g->ops.data[i]->args[a]->id]++;
+    o->uses = uses;
+    o->nuses = g->values.len;
+    for (int i = 0; i < g->train.len; i++) {
+        const Attr *a = g->train.data[i];
+        if (!a->key || strcmp(a->key, "sequence_parallel") != 0 || !a->i)
+            continue;
+        for (int ax = 0; ax < g->mesh.naxes; ax++)
+            if (g->mesh.axes[ax].role == ROLE_TENSOR && g->mesh.axes[ax].size > 1)
+                o->seq_axis = ax;
+    }
+}

@@ -1,0 +1,229 @@
+/* comm.c: the calls of comm.h that every backend shares.
+ * Reads: the arguments of each call. Writes: nothing but the comm's scratch
+ * buffer; the work is done by the backend (threads.c, mpi.c) through the
+ * table of operations at the start of every World and Comm (comm_impl.h).
+ * Key idea: arguments are checked here, once, before any backend sees them, so
+ * the backends can trust that dtypes reduce, sizes do not overflow, and ranks
+ * and tags lie in range. A call refused here returns before it communicates;
+ * the members of a group refuse together when they pass the same arguments. */
+#include "runtime/comm/comm_impl.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Tags go up to MPI's smallest guaranteed MPI_TAG_UB, on every backend. */
+#define COMM_MAX_TAG 32767
+
+/* "rank R: what: message" into err; -1. */
+__attribute__((format(printf, 5, 6))) static int refuse(const RtComm *c, const char *what,
+                                                        char *err, size_t n, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return plan_errorf(err, n, "rank %d: %s: %s", c->world_rank, what, msg);
+}
+
+static int reducible(PlanDType dt)
+{
+    return dt == PD_F32 || dt == PD_F64 || dt == PD_I32;
+}
+
+static int check_dtype(const RtComm *c, const char *what, PlanDType dt, char *err, size_t n)
+{
+    if (reducible(dt))
+        return 0;
+    return refuse(c, what, err, n, "dtype %s does not reduce (f32, f64 or i32)",
+                  plan_dtype_name(dt));
+}
+
+/* a * b * c * d into *out; -1 on overflow. */
+static int product(size_t a, size_t b, size_t c, size_t d, size_t *out)
+{
+    size_t ab, abc;
+    if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc) ||
+        __builtin_mul_overflow(abc, d, out))
+        return -1;
+    return 0;
+}
+
+/* The bytes every member holds (bytes = total of the largest buffer) fit size_t, and the
+ * buffers are there when they hold anything. */
+static int check_buffers(const RtComm *c, const char *what, size_t pre, size_t mid, size_t post,
+                         size_t elem, const void *a, const void *b, char *err, size_t n)
+{
+    size_t bytes;
+    if (product(pre, mid, post, elem, &bytes) || product(bytes, (size_t)c->size, 1, 1, &bytes))
+        return refuse(c, what, err, n, "the buffer size overflows");
+    if (bytes && (!a || !b))
+        return refuse(c, what, err, n, "a buffer is NULL");
+    return 0;
+}
+
+static int check_member(const RtComm *c, const char *what, const char *role, int r, char *err,
+                        size_t n)
+{
+    if (r < 0 || r >= c->size)
+        return refuse(c, what, err, n, "%s %d is not a member (the group has %d)", role, r,
+                      c->size);
+    return 0;
+}
+
+static int check_peer(const RtComm *c, const char *what, int peer, int tag, char *err, size_t n)
+{
+    if (check_member(c, what, "peer", peer, err, n))
+        return -1;
+    if (peer == c->rank)
+        return refuse(c, what, err, n, "peer %d is this member itself", peer);
+    if (tag < 0 || tag > COMM_MAX_TAG)
+        return refuse(c, what, err, n, "tag %d is not in [0, %d]", tag, COMM_MAX_TAG);
+    return 0;
+}
+
+void *rt_comm_scratch(RtComm *c, size_t bytes, char *err, size_t n)
+{
+    if (bytes == 0)
+        bytes = 1;
+    if (bytes <= c->scratch_bytes)
+        return c->scratch;
+    void *p = realloc(c->scratch, bytes);
+    if (!p) {
+        refuse(c, "scratch", err, n, "out of memory for %zu bytes", bytes);
+        return NULL;
+    }
+    c->scratch = p;
+    c->scratch_bytes = bytes;
+    return p;
+}
+
+void rt_comm_release(RtComm *c)
+{
+    free(c->scratch);
+    c->scratch = NULL;
+    c->scratch_bytes = 0;
+}
+
+int rt_world_rank(const RtWorld *w)
+{
+    return w->rank;
+}
+
+int rt_world_size(const RtWorld *w)
+{
+    return w->size;
+}
+
+const char *rt_world_backend(const RtWorld *w)
+{
+    return w->ops->name;
+}
+
+void rt_world_close(RtWorld *w)
+{
+    if (w)
+        w->ops->world_close(w);
+}
+
+RtComm *rt_comm_split(RtWorld *w, int color, int key, char *err, size_t n)
+{
+    if (color < 0) { /* MPI_UNDEFINED is negative */
+        plan_errorf(err, n, "rank %d: comm_split: color %d is negative", w->rank, color);
+        return NULL;
+    }
+    return w->ops->split(w, color, key, err, n);
+}
+
+void rt_comm_free(RtComm *c)
+{
+    if (c)
+        c->ops->comm_free(c);
+}
+
+int rt_comm_rank(const RtComm *c)
+{
+    return c->rank;
+}
+
+int rt_comm_size(const RtComm *c)
+{
+    return c->size;
+}
+
+static int all_reduce(RtComm *c, const char *what, void *buf, size_t count, PlanDType dt, int max,
+                      char *err, size_t n)
+{
+    if (check_dtype(c, what, dt, err, n) ||
+        check_buffers(c, what, 1, count, 1, plan_dtype_size(dt), buf, buf, err, n))
+        return -1;
+    return c->ops->all_reduce(c, buf, count, dt, max, err, n);
+}
+
+int rt_comm_all_reduce(RtComm *c, void *buf, size_t count, PlanDType dt, char *err, size_t n)
+{
+    return all_reduce(c, "all_reduce", buf, count, dt, 0, err, n);
+}
+
+int rt_comm_all_reduce_max(RtComm *c, void *buf, size_t count, PlanDType dt, char *err, size_t n)
+{
+    return all_reduce(c, "all_reduce_max", buf, count, dt, 1, err, n);
+}
+
+int rt_comm_all_gather(RtComm *c, const void *in, void *out, size_t pre, size_t chunk, size_t post,
+                       size_t elem, char *err, size_t n)
+{
+    if (elem == 0)
+        return refuse(c, "all_gather", err, n, "elements of 0 bytes");
+    if (check_buffers(c, "all_gather", pre, chunk, post, elem, in, out, err, n))
+        return -1;
+    return c->ops->all_gather(c, in, out, pre, chunk, post, elem, err, n);
+}
+
+int rt_comm_reduce_scatter(RtComm *c, const void *in, void *out, size_t pre, size_t chunk,
+                           size_t post, PlanDType dt, char *err, size_t n)
+{
+    const char *what = "reduce_scatter";
+    if (check_dtype(c, what, dt, err, n) ||
+        check_buffers(c, what, pre, chunk, post, plan_dtype_size(dt), in, out, err, n))
+        return -1;
+    return c->ops->reduce_scatter(c, in, out, pre, chunk, post, dt, err, n);
+}
+
+int rt_comm_all_to_all(RtComm *c, const void *in, void *out, size_t block_bytes, char *err,
+                       size_t n)
+{
+    if (check_buffers(c, "all_to_all", 1, block_bytes, 1, 1, in, out, err, n))
+        return -1;
+    return c->ops->all_to_all(c, in, out, block_bytes, err, n);
+}
+
+int rt_comm_broadcast(RtComm *c, void *buf, size_t bytes, int root, char *err, size_t n)
+{
+    if (check_member(c, "broadcast", "root", root, err, n) ||
+        check_buffers(c, "broadcast", 1, bytes, 1, 1, buf, buf, err, n))
+        return -1;
+    return c->ops->broadcast(c, buf, bytes, root, err, n);
+}
+
+int rt_comm_barrier(RtComm *c, char *err, size_t n)
+{
+    return c->ops->barrier(c, err, n);
+}
+
+int rt_comm_send(RtComm *c, const void *buf, size_t bytes, int peer, int tag, char *err, size_t n)
+{
+    if (check_peer(c, "send", peer, tag, err, n) ||
+        check_buffers(c, "send", 1, bytes, 1, 1, buf, buf, err, n))
+        return -1;
+    return c->ops->send(c, buf, bytes, peer, tag, err, n);
+}
+
+int rt_comm_recv(RtComm *c, void *buf, size_t bytes, int peer, int tag, char *err, size_t n)
+{
+    if (check_peer(c, "recv", peer, tag, err, n) ||
+        check_buffers(c, "recv", 1, bytes, 1, 1, buf, buf, err, n))
+        return -1;
+    return c->ops->recv(c, buf, bytes, peer, tag, err, n);
+}

@@ -1,0 +1,78 @@
+/* comm.h: collectives between the ranks of a mesh, behind one interface.
+ * A World is this rank's handle on all ranks of the mesh; a Comm is one group
+ * of ranks (the ranks that differ only in the coordinates of some mesh axes),
+ * made by rt_comm_split like MPI_Comm_split. Backends: threads (every rank a
+ * thread of one process) and mpi (one process per rank under mpirun).
+ * Every call is collective over its group (each member makes the same calls in
+ * the same order), blocking, and returns 0 or -1 with a one-line message.
+ * Sums are deterministic: every member gets bitwise the same result, and the
+ * same inputs give the same result run to run. */
+#ifndef TCC_COMM_H
+#define TCC_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../plan.h"
+
+typedef struct RtWorld RtWorld;
+typedef struct RtComm RtComm;
+typedef struct RtThreadsHub RtThreadsHub;
+
+/* ---- the threads backend ----
+ * The hub is made once by the process for nranks ranks; each of the nranks
+ * threads then calls rt_world_threads(hub, rank) with its own rank. The hub is
+ * freed after every world made from it is closed. */
+RtThreadsHub *rt_threads_hub_new(int nranks);
+void rt_threads_hub_free(RtThreadsHub *hub);
+RtWorld *rt_world_threads(RtThreadsHub *hub, int rank);
+
+/* ---- the mpi backend ----
+ * 1 when this process was started by mpirun/srun (an MPI launcher's
+ * environment variables are set), else 0. */
+int rt_mpi_launched(void);
+/* MPI_Init (once per process) and the world of MPI_COMM_WORLD. NULL with a
+ * message when MPI is not available or fails. */
+RtWorld *rt_world_mpi(char *err, size_t n);
+
+int rt_world_rank(const RtWorld *w);
+int rt_world_size(const RtWorld *w);
+const char *rt_world_backend(const RtWorld *w); /* "threads" or "mpi" */
+/* Close the world (and MPI_Finalize for the last mpi world). w may be NULL. */
+void rt_world_close(RtWorld *w);
+
+/* Collective over the world: the ranks that pass the same color (>= 0) form one
+ * group, ordered by key (ties: by world rank). */
+RtComm *rt_comm_split(RtWorld *w, int color, int key, char *err, size_t n);
+void rt_comm_free(RtComm *c); /* c may be NULL */
+int rt_comm_rank(const RtComm *c);
+int rt_comm_size(const RtComm *c);
+
+/* Sum over the group of count elements of buf, in place. dt: PD_F32, PD_F64
+ * (PD_I32 too: exact). */
+int rt_comm_all_reduce(RtComm *c, void *buf, size_t count, PlanDType dt, char *err, size_t n);
+/* Max instead of sum (same dtypes). */
+int rt_comm_all_reduce_max(RtComm *c, void *buf, size_t count, PlanDType dt, char *err, size_t n);
+/* in: a [pre][chunk][post] array of elem-byte elements; out: [pre][size*chunk][post],
+ * member r's in at chunk index r. in and out do not overlap. */
+int rt_comm_all_gather(RtComm *c, const void *in, void *out, size_t pre, size_t chunk, size_t post,
+                       size_t elem, char *err, size_t n);
+/* in: [pre][size*chunk][post]; out: [pre][chunk][post], member r gets the sum
+ * over the group of block r. dt as rt_comm_all_reduce. in and out do not overlap. */
+int rt_comm_reduce_scatter(RtComm *c, const void *in, void *out, size_t pre, size_t chunk,
+                           size_t post, PlanDType dt, char *err, size_t n);
+/* in: size blocks of block_bytes; out: size blocks; block j of out on member i
+ * = block i of in on member j. in and out do not overlap. */
+int rt_comm_all_to_all(RtComm *c, const void *in, void *out, size_t block_bytes, char *err,
+                       size_t n);
+/* bytes of buf from member root to every member. */
+int rt_comm_broadcast(RtComm *c, void *buf, size_t bytes, int root, char *err, size_t n);
+int rt_comm_barrier(RtComm *c, char *err, size_t n);
+/* Point to point within the group (pipeline stages): blocking; a send is
+ * matched by the recv of the same tag on the peer. A send is buffered: it returns
+ * once buf may be reused, without waiting for the recv. peer is not the caller;
+ * tag lies in [0, 32767]. */
+int rt_comm_send(RtComm *c, const void *buf, size_t bytes, int peer, int tag, char *err, size_t n);
+int rt_comm_recv(RtComm *c, void *buf, size_t bytes, int peer, int tag, char *err, size_t n);
+
+#endif

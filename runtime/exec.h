@@ -1,0 +1,41 @@
+/* exec.h: private to the runtime: the Runtime object that exec.c, mesh.c and
+ * init.c share. Not part of the public API (runtime.h is). */
+#ifndef TCC_EXEC_H
+#define TCC_EXEC_H
+
+#include "runtime/comm/comm.h"
+#include "runtime/cpu.h"
+#include "runtime/runtime.h"
+
+#define RT_MAX_GROUPS 256 /* one communicator per subset of at most 8 mesh axes */
+
+struct Runtime {
+    const Plan *p;
+    CpuDevice dev;
+    char **argv;   /* the argument pointers of every instruction, back to back */
+    char ***args;  /* by instruction: its first pointer in argv */
+    float **steps; /* the step tensors, NULL-terminated: written before each step */
+    /* the mesh: this device's coordinates and its groups */
+    RtWorld *world;                /* NULL on one device */
+    int coord[PLAN_MAX_AXES];      /* by plan axis: this device's index along it */
+    RtComm *group[RT_MAX_GROUPS];  /* the groups along ordered lists of axes (mesh.c) */
+    int group_key[RT_MAX_GROUPS];
+    char *scratch;                 /* for all_to_all packing (allocated at attach) */
+    size_t scratch_bytes;
+};
+
+/* This device's block index over axes (major to minor). */
+int64_t rt_block_index(const Runtime *rt, const int8_t *axes, int naxes);
+/* Element offset of this device's block along each dim of tensor t. */
+void rt_block_origin(const Runtime *rt, const PlanTensor *t, int64_t *origin);
+/* Copy this device's block of a tensor out of its global value (global has
+ * the global shape; out the local shape), or back into it when put is set. */
+void rt_block_copy(const Runtime *rt, const PlanTensor *t, void *global, void *local, int put);
+/* The global shape of tensor t (its local shape times the split counts). */
+void rt_global_shape(const Plan *p, const PlanTensor *t, int64_t *shape);
+/* Free the groups and scratch (not the world: the caller's). */
+void rt_mesh_close(Runtime *rt);
+/* Instruction i, a PI_COLL: 0, or -1 with a message. */
+int rt_mesh_coll(Runtime *rt, int i, char *err, size_t n);
+
+#endif

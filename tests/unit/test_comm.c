@@ -1,0 +1,611 @@
+/* test_comm.c: the collectives of runtime/comm/comm.h on the threads backend, with
+ * 1 to 4 ranks (one thread and one RtWorld each) and the groups of 2x2 and 2x3
+ * meshes; the mpi backend's refusal outside mpirun (tests/lit/comm runs it under
+ * mpirun).
+ * Inputs are fresh random numbers (the seed is in every failure message), or
+ * codes that name the rank and index an element came from, so that a misplaced
+ * element fails. Checks run in each rank's thread and are gathered after the
+ * join; results are compared across ranks through a pthread barrier, not
+ * through the comm under test.
+ * Bounds: an f32 sum of n members is within n * 2^-24 * sum|x| of the float64
+ * sum (n - 1 roundings, each under 2^-24 of a partial sum no larger than
+ * sum|x|), f64 within n * 2^-53 * sum|x|; i32 sums and every max are exact. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/comm/comm.h"
+
+#define MAX_RANKS 6
+
+typedef struct Run {
+    pthread_barrier_t bar;
+    const void *ptr[MAX_RANKS]; /* check_same's view of every rank's result */
+    int rows, cols;             /* the mesh of the split tests */
+} Run;
+
+typedef struct Ctx {
+    Run *run;
+    RtThreadsHub *hub;
+    int rank, nranks;
+    void (*body)(struct Ctx *);
+    RtWorld *w;
+    char fail[512]; /* the first failed check; "" when all passed */
+} Ctx;
+
+static uint64_t seed;
+
+/* Record the first failed check and go on: every rank must make the same calls. */
+#define CHECK(c, cond, ...)                                                                        \
+    do {                                                                                           \
+        if (!(cond) && !(c)->fail[0])                                                              \
+            snprintf((c)->fail, sizeof(c)->fail, __VA_ARGS__);                                     \
+    } while (0)
+
+static void *rank_main(void *p)
+{
+    Ctx *c = p;
+    c->w = rt_world_threads(c->hub, c->rank);
+    CHECK(c, c->w, "rt_world_threads failed");
+    if (!c->w)
+        return NULL;
+    CHECK(c, rt_world_rank(c->w) == c->rank && rt_world_size(c->w) == c->nranks,
+          "world rank %d size %d", rt_world_rank(c->w), rt_world_size(c->w));
+    CHECK(c, !strcmp(rt_world_backend(c->w), "threads"), "backend %s", rt_world_backend(c->w));
+    c->body(c);
+    rt_world_close(c->w);
+    return NULL;
+}
+
+/* body on nranks threads, each with its own world of one hub. */
+static void run_ranks_mesh(int nranks, int rows, int cols, void (*body)(Ctx *))
+{
+    Run run = {.rows = rows, .cols = cols};
+    Ctx ctx[MAX_RANKS];
+    pthread_t th[MAX_RANKS];
+    cr_assert(nranks <= MAX_RANKS);
+    cr_assert_eq(pthread_barrier_init(&run.bar, NULL, (unsigned)nranks), 0);
+    RtThreadsHub *hub = rt_threads_hub_new(nranks);
+    cr_assert_not_null(hub);
+    for (int r = 0; r < nranks; r++) {
+        ctx[r] = (Ctx){&run, hub, r, nranks, body, NULL, ""};
+        cr_assert_eq(pthread_create(&th[r], NULL, rank_main, &ctx[r]), 0);
+    }
+    for (int r = 0; r < nranks; r++)
+        pthread_join(th[r], NULL);
+    rt_threads_hub_free(hub);
+    pthread_barrier_destroy(&run.bar);
+    for (int r = 0; r < nranks; r++)
+        cr_expect(!ctx[r].fail[0], "%d ranks, rank %d (seed %llu): %s", nranks, r,
+                  (unsigned long long)seed, ctx[r].fail);
+}
+
+static void run_ranks(int nranks, void (*body)(Ctx *))
+{
+    run_ranks_mesh(nranks, 1, nranks, body);
+}
+
+/* Every rank's bytes at p are bitwise rank 0's. */
+static void check_same(Ctx *c, const void *p, size_t bytes, const char *what)
+{
+    c->run->ptr[c->rank] = p;
+    pthread_barrier_wait(&c->run->bar);
+    CHECK(c, !bytes || !memcmp(p, c->run->ptr[0], bytes), "%s: not bitwise rank 0's result", what);
+    pthread_barrier_wait(&c->run->bar);
+}
+
+static RtComm *world_comm(Ctx *c)
+{
+    char err[256] = "";
+    RtComm *comm = rt_comm_split(c->w, 0, c->rank, err, sizeof err);
+    CHECK(c, comm, "split: %s", err);
+    if (comm)
+        CHECK(c, rt_comm_rank(comm) == c->rank && rt_comm_size(comm) == c->nranks,
+              "world comm: rank %d size %d", rt_comm_rank(comm), rt_comm_size(comm));
+    return comm;
+}
+
+/* ---- values ---- */
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* A random value of dt, exact in dt, from (rank, i, salt): f32 and f64 in [-1, 1),
+ * i32 in [-2^27, 2^27) (a sum of 6 does not overflow). */
+static double value(PlanDType dt, int rank, size_t i, int salt)
+{
+    uint64_t h = mix(seed ^ mix(((uint64_t)rank << 48) ^ ((uint64_t)salt << 40) ^ i));
+    if (dt == PD_F32)
+        return (double)(h >> 40) / (1 << 23) - 1.0;
+    if (dt == PD_F64)
+        return (double)(h >> 11) / (double)(1ull << 52) - 1.0;
+    return (double)((int64_t)(h >> 37) - (1 << 26) * 2);
+}
+
+static void put(PlanDType dt, void *buf, size_t i, double v)
+{
+    if (dt == PD_F32)
+        ((float *)buf)[i] = (float)v;
+    else if (dt == PD_F64)
+        ((double *)buf)[i] = v;
+    else
+        ((int32_t *)buf)[i] = (int32_t)v;
+}
+
+static double get(PlanDType dt, const void *buf, size_t i)
+{
+    if (dt == PD_F32)
+        return ((const float *)buf)[i];
+    if (dt == PD_F64)
+        return ((const double *)buf)[i];
+    return ((const int32_t *)buf)[i];
+}
+
+/* A code that names where an element came from; fits 2 bytes for the sizes here. */
+static uint64_t code(int rank, size_t p, size_t k, size_t q)
+{
+    return ((((uint64_t)rank * 4 + p) * 32 + k) * 8) + q + 1;
+}
+
+static void put_code(void *buf, size_t i, size_t elem, uint64_t v)
+{
+    memcpy((char *)buf + i * elem, &v, elem); /* little-endian: the low bytes */
+}
+
+static uint64_t get_code(const void *buf, size_t i, size_t elem)
+{
+    uint64_t v = 0;
+    memcpy(&v, (const char *)buf + i * elem, elem);
+    return v;
+}
+
+/* ---- all_reduce ---- */
+
+/* buf against the float64 sum (or max) of every rank's value; the first bad index. */
+static void check_reduced(Ctx *c, PlanDType dt, int max, const void *buf, size_t count, int salt)
+{
+    double eps = dt == PD_F32 ? ldexp(1, -24) : dt == PD_F64 ? ldexp(1, -53) : 0;
+    for (size_t i = 0; i < count; i++) {
+        double ref = value(dt, 0, i, salt), mag = fabs(ref);
+        for (int r = 1; r < c->nranks; r++) {
+            double v = value(dt, r, i, salt);
+            ref = max ? fmax(ref, v) : ref + v;
+            mag += fabs(v);
+        }
+        double got = get(dt, buf, i), tol = max ? 0 : c->nranks * eps * mag;
+        if (!(fabs(got - ref) <= tol)) {
+            CHECK(c, 0, "all_reduce%s %s count %zu: element %zu is %.17g, want %.17g",
+                  max ? "_max" : "", plan_dtype_name(dt), count, i, got, ref);
+            return;
+        }
+    }
+}
+
+static int reduce_once(Ctx *c, RtComm *comm, PlanDType dt, int max, void *buf, size_t count,
+                       int salt)
+{
+    char err[256] = "";
+    for (size_t i = 0; i < count; i++)
+        put(dt, buf, i, value(dt, c->rank, i, salt));
+    int rc = max ? rt_comm_all_reduce_max(comm, buf, count, dt, err, sizeof err)
+                 : rt_comm_all_reduce(comm, buf, count, dt, err, sizeof err);
+    CHECK(c, rc == 0, "all_reduce: %s", err);
+    return rc;
+}
+
+static void all_reduce_case(Ctx *c, RtComm *comm, PlanDType dt, int max, size_t count)
+{
+    size_t bytes = count * plan_dtype_size(dt);
+    char *buf = malloc(bytes + 1), *again = malloc(bytes + 1);
+    int salt = (int)count + 16 * dt + 4 * max;
+    reduce_once(c, comm, dt, max, buf, count, salt);
+    check_reduced(c, dt, max, buf, count, salt);
+    check_same(c, buf, bytes, "all_reduce");
+    reduce_once(c, comm, dt, max, again, count, salt);
+    CHECK(c, !count || !memcmp(buf, again, bytes),
+          "all_reduce %s count %zu: another result "
+          "from the same inputs",
+          plan_dtype_name(dt), count);
+    free(buf);
+    free(again);
+}
+
+static void body_all_reduce(Ctx *c)
+{
+    static const size_t counts[] = {0, 1, 3, 1031};
+    static const PlanDType dts[] = {PD_F32, PD_F64, PD_I32};
+    RtComm *comm = world_comm(c);
+    for (size_t k = 0; comm && k < sizeof counts / sizeof counts[0]; k++)
+        for (size_t d = 0; d < 3; d++)
+            for (int max = 0; max < 2; max++)
+                all_reduce_case(c, comm, dts[d], max, counts[k]);
+    rt_comm_free(comm);
+}
+
+Test(comm_threads, all_reduce_1_rank)
+{
+    run_ranks(1, body_all_reduce);
+}
+
+Test(comm_threads, all_reduce_2_ranks)
+{
+    run_ranks(2, body_all_reduce);
+}
+
+Test(comm_threads, all_reduce_3_ranks)
+{
+    run_ranks(3, body_all_reduce);
+}
+
+Test(comm_threads, all_reduce_4_ranks)
+{
+    run_ranks(4, body_all_reduce);
+}
+
+/* ---- all_gather, reduce_scatter, all_to_all, broadcast ---- */
+
+/* in: [pre][chunk][post] codes of this rank; out: [pre][size*chunk][post]. */
+static void gather_case(Ctx *c, RtComm *comm, size_t pre, size_t chunk, size_t post, size_t elem)
+{
+    size_t size = (size_t)rt_comm_size(comm), nin = pre * chunk * post, bad = (size_t)-1;
+    int me = rt_comm_rank(comm);
+    char *in = malloc(nin * elem + 1), *out = malloc(size * nin * elem + 1), err[256] = "";
+    for (size_t p = 0, i = 0; p < pre; p++)
+        for (size_t k = 0; k < chunk; k++)
+            for (size_t q = 0; q < post; q++)
+                put_code(in, i++, elem, code(me, p, k, q));
+    int rc = rt_comm_all_gather(comm, in, out, pre, chunk, post, elem, err, sizeof err);
+    CHECK(c, rc == 0, "all_gather: %s", err);
+    for (size_t p = 0, i = 0; p < pre; p++)
+        for (size_t k = 0; k < size * chunk; k++)
+            for (size_t q = 0; q < post; q++, i++)
+                if (bad == (size_t)-1 &&
+                    get_code(out, i, elem) != code((int)(k / chunk), p, k % chunk, q))
+                    bad = i;
+    CHECK(c, bad == (size_t)-1, "all_gather [%zu][%zu][%zu] x %zu bytes: element %zu is %llu", pre,
+          chunk, post, elem, bad, (unsigned long long)get_code(out, bad, elem));
+    free(in);
+    free(out);
+}
+
+/* in: [pre][size*chunk][post] of rank j holds code(0, p, k, q) + 1000 j. */
+static void scatter_case(Ctx *c, RtComm *comm, PlanDType dt, size_t pre, size_t chunk, size_t post)
+{
+    size_t size = (size_t)rt_comm_size(comm), es = plan_dtype_size(dt), bad = (size_t)-1;
+    int me = rt_comm_rank(comm);
+    char *in = malloc(pre * size * chunk * post * es + 1), *out = malloc(pre * chunk * post * es);
+    char err[256] = "";
+    double ranks = (double)(size * (size - 1) / 2);
+    for (size_t p = 0, i = 0; p < pre; p++)
+        for (size_t k = 0; k < size * chunk; k++)
+            for (size_t q = 0; q < post; q++)
+                put(dt, in, i++, (double)code(0, p, k, q) + 1000.0 * me);
+    int rc = rt_comm_reduce_scatter(comm, in, out, pre, chunk, post, dt, err, sizeof err);
+    CHECK(c, rc == 0, "reduce_scatter: %s", err);
+    for (size_t p = 0, i = 0; p < pre; p++)
+        for (size_t k = 0; k < chunk; k++)
+            for (size_t q = 0; q < post; q++, i++) {
+                double want = (double)size * code(0, p, me * chunk + k, q) + 1000.0 * ranks;
+                if (bad == (size_t)-1 && get(dt, out, i) != want)
+                    bad = i;
+            }
+    CHECK(c, bad == (size_t)-1, "reduce_scatter %s [%zu][%zu][%zu]: element %zu is %g",
+          plan_dtype_name(dt), pre, chunk, post, bad, get(dt, out, bad));
+    free(in);
+    free(out);
+}
+
+/* Block j of in on member i: 3 codes of (i, j); out block j on i: member j's block i. */
+static void all_to_all_case(Ctx *c, RtComm *comm)
+{
+    size_t size = (size_t)rt_comm_size(comm), bb = 3 * sizeof(uint32_t);
+    int me = rt_comm_rank(comm), ok = 1;
+    uint32_t *in = malloc(size * bb), *out = malloc(size * bb);
+    char err[256] = "";
+    for (size_t j = 0; j < size; j++)
+        for (size_t b = 0; b < 3; b++)
+            in[j * 3 + b] = (uint32_t)code(me, j, b, 0);
+    int rc = rt_comm_all_to_all(comm, in, out, bb, err, sizeof err);
+    CHECK(c, rc == 0, "all_to_all: %s", err);
+    for (size_t j = 0; j < size; j++)
+        for (size_t b = 0; b < 3; b++)
+            ok &= out[j * 3 + b] == (uint32_t)code((int)j, (size_t)me, b, 0);
+    CHECK(c, ok, "all_to_all: a block is not the one its member sent");
+    free(in);
+    free(out);
+}
+
+static void broadcast_case(Ctx *c, RtComm *comm, int root)
+{
+    uint64_t buf[5];
+    int me = rt_comm_rank(comm), ok = 1;
+    char err[256] = "";
+    for (size_t b = 0; b < 5; b++)
+        buf[b] = code(me, 0, b, 1);
+    int rc = rt_comm_broadcast(comm, buf, sizeof buf, root, err, sizeof err);
+    CHECK(c, rc == 0, "broadcast: %s", err);
+    for (size_t b = 0; b < 5; b++)
+        ok &= buf[b] == code(root, 0, b, 1);
+    CHECK(c, ok, "broadcast from %d: not the root's bytes", root);
+}
+
+static void body_collectives(Ctx *c)
+{
+    RtComm *comm = world_comm(c);
+    if (!comm)
+        return;
+    gather_case(c, comm, 3, 2, 5, 4);
+    gather_case(c, comm, 1, 3, 2, 8);
+    gather_case(c, comm, 2, 1, 1, 2);
+    for (PlanDType dt = PD_F32; dt <= PD_I32; dt += dt == PD_F64 ? 3 : 1) {
+        scatter_case(c, comm, dt, 3, 2, 5);
+        scatter_case(c, comm, dt, 1, 3, 2);
+    }
+    all_to_all_case(c, comm);
+    broadcast_case(c, comm, 0);
+    broadcast_case(c, comm, rt_comm_size(comm) - 1);
+    char err[256] = "";
+    CHECK(c, rt_comm_barrier(comm, err, sizeof err) == 0, "barrier: %s", err);
+    rt_comm_free(comm);
+}
+
+Test(comm_threads, collectives_1_rank)
+{
+    run_ranks(1, body_collectives);
+}
+
+Test(comm_threads, collectives_2_ranks)
+{
+    run_ranks(2, body_collectives);
+}
+
+Test(comm_threads, collectives_3_ranks)
+{
+    run_ranks(3, body_collectives);
+}
+
+Test(comm_threads, collectives_4_ranks)
+{
+    run_ranks(4, body_collectives);
+}
+
+/* ---- send / recv ---- */
+
+/* Each member sends tags 1 then 2 to the next and receives tags 2 then 1 from the
+ * previous: sends are buffered, so this neither deadlocks nor mixes the tags. */
+static void ring_case(Ctx *c, RtComm *comm)
+{
+    int n = rt_comm_size(comm), me = rt_comm_rank(comm), next = (me + 1) % n;
+    int prev = (me + n - 1) % n;
+    uint64_t msg[2][4], got[4];
+    char err[256] = "";
+    for (int t = 0; t < 2; t++) {
+        for (size_t b = 0; b < 4; b++)
+            msg[t][b] = code(me, (size_t)t, b, 2);
+        CHECK(c, !rt_comm_send(comm, msg[t], sizeof msg[t], next, t + 1, err, sizeof err),
+              "send: %s", err);
+    }
+    memset(msg, 0, sizeof msg); /* the sends are done with it */
+    for (int t = 1; t >= 0; t--) {
+        memset(got, 0, sizeof got);
+        CHECK(c, !rt_comm_recv(comm, got, sizeof got, prev, t + 1, err, sizeof err), "recv: %s",
+              err);
+        for (size_t b = 0; b < 4; b++)
+            CHECK(c, got[b] == code(prev, (size_t)t, b, 2), "recv tag %d: word %zu is %llu", t + 1,
+                  b, (unsigned long long)got[b]);
+    }
+}
+
+static void body_ring(Ctx *c)
+{
+    RtComm *comm = world_comm(c);
+    if (comm)
+        ring_case(c, comm);
+    rt_comm_free(comm);
+}
+
+Test(comm_threads, send_recv_ring_2_ranks)
+{
+    run_ranks(2, body_ring);
+}
+
+Test(comm_threads, send_recv_ring_4_ranks)
+{
+    run_ranks(4, body_ring);
+}
+
+/* ---- comm_split: the rows and columns of a mesh ---- */
+
+static void check_split(Ctx *c, RtComm *comm, int rank, int size, const char *what)
+{
+    CHECK(c, comm, "%s: split failed", what);
+    if (comm)
+        CHECK(c, rt_comm_rank(comm) == rank && rt_comm_size(comm) == size,
+              "%s: rank %d of %d, want %d of %d", what, rt_comm_rank(comm), rt_comm_size(comm),
+              rank, size);
+}
+
+/* Row r of the mesh sums x = 100 r + y + i over its columns y. */
+static void row_sum(Ctx *c, RtComm *row, int x)
+{
+    int32_t buf[3];
+    char err[256] = "";
+    int cols = c->run->cols;
+    for (int i = 0; i < 3; i++)
+        buf[i] = 100 * x + rt_comm_rank(row) + i;
+    CHECK(c, !rt_comm_all_reduce(row, buf, 3, PD_I32, err, sizeof err), "row: %s", err);
+    for (int i = 0; i < 3; i++)
+        CHECK(c, buf[i] == cols * (100 * x + i) + cols * (cols - 1) / 2, "row %d sum[%d] = %d", x,
+              i, buf[i]);
+}
+
+/* World rank = x * cols + y. Rows: color x, key y. Columns: color y, key -x (so a
+ * column's ranks run against x). Both then run collectives, rows and columns in turn. */
+static void body_mesh(Ctx *c)
+{
+    int cols = c->run->cols, rows = c->run->rows, x = c->rank / cols, y = c->rank % cols;
+    char err[256] = "";
+    RtComm *row = rt_comm_split(c->w, x, y, err, sizeof err);
+    RtComm *col = rt_comm_split(c->w, y, -x, err, sizeof err);
+    RtComm *all = rt_comm_split(c->w, 7, 0, err, sizeof err); /* ties: by world rank */
+    check_split(c, row, y, cols, "row");
+    check_split(c, col, rows - 1 - x, rows, "column");
+    check_split(c, all, c->rank, c->nranks, "all");
+    if (row && col && all) {
+        row_sum(c, row, x);
+        gather_case(c, col, 2, 2, 3, 4);
+        scatter_case(c, row, PD_F32, 2, 1, 3);
+        all_to_all_case(c, col);
+        broadcast_case(c, row, cols - 1);
+        ring_case(c, col);
+        all_reduce_case(c, all, PD_F64, 0, 17);
+    }
+    rt_comm_free(row);
+    rt_comm_free(col);
+    rt_comm_free(all);
+}
+
+Test(comm_threads, split_mesh_2x2)
+{
+    run_ranks_mesh(4, 2, 2, body_mesh);
+}
+
+Test(comm_threads, split_mesh_2x3)
+{
+    run_ranks_mesh(6, 2, 3, body_mesh);
+}
+
+/* ---- errors: refused arguments, members that disagree ---- */
+
+/* Refusals before any communication: every member refuses alike. */
+static void body_refusals(Ctx *c)
+{
+    RtComm *comm = world_comm(c);
+    char err[256] = "";
+    float f[4] = {0};
+    if (!comm)
+        return;
+    CHECK(c,
+          rt_comm_all_reduce(comm, f, 2, PD_BF16, err, sizeof err) == -1 &&
+              strstr(err, "dtype bf16 does not reduce"),
+          "bf16 all_reduce: %s", err);
+    CHECK(c,
+          rt_comm_broadcast(comm, f, 4, 2, err, sizeof err) == -1 &&
+              strstr(err, "root 2 is not a member"),
+          "broadcast root 2: %s", err);
+    CHECK(c,
+          rt_comm_send(comm, f, 4, c->rank, 0, err, sizeof err) == -1 &&
+              strstr(err, "this member itself"),
+          "send to itself: %s", err);
+    CHECK(c,
+          rt_comm_send(comm, f, 4, 1 - c->rank, 1 << 20, err, sizeof err) == -1 &&
+              strstr(err, "tag 1048576"),
+          "tag: %s", err);
+    CHECK(c, !rt_comm_split(c->w, -1, 0, err, sizeof err) && strstr(err, "color -1 is negative"),
+          "negative color: %s", err);
+    rt_comm_free(comm);
+}
+
+Test(comm_threads, refuses_bad_arguments)
+{
+    run_ranks(2, body_refusals);
+}
+
+/* Member 0 sums 4 elements, member 1 5; then one barriers while the other broadcasts.
+ * Both calls fail on both members, and the comm still works afterwards. */
+static void body_disagree(Ctx *c)
+{
+    RtComm *comm = world_comm(c);
+    char err[256] = "";
+    float f[5] = {0};
+    if (!comm)
+        return;
+    int rc = rt_comm_all_reduce(comm, f, 4 + (size_t)c->rank, PD_F32, err, sizeof err);
+    CHECK(c, rc == -1 && strstr(err, "the members disagree"), "count mismatch: %d %s", rc, err);
+    rc = c->rank ? rt_comm_broadcast(comm, f, 4, 0, err, sizeof err)
+                 : rt_comm_barrier(comm, err, sizeof err);
+    CHECK(c, rc == -1 && strstr(err, "calls broadcast"), "op mismatch: %d %s", rc, err);
+    f[0] = 1.5f;
+    rc = rt_comm_all_reduce(comm, f, 1, PD_F32, err, sizeof err);
+    CHECK(c, rc == 0 && f[0] == 3.0f, "all_reduce after the failures: %d %g %s", rc, f[0], err);
+    rt_comm_free(comm);
+}
+
+Test(comm_threads, members_disagree)
+{
+    run_ranks(2, body_disagree);
+}
+
+/* A recv of 4 bytes matched by a send of 8 fails on the receiver; sends to a member
+ * that never receives are freed with the comm. */
+static void body_recv_size(Ctx *c)
+{
+    RtComm *comm = world_comm(c);
+    char err[256] = "";
+    double d = 2.5;
+    if (!comm)
+        return;
+    if (c->rank == 0) {
+        CHECK(c, !rt_comm_send(comm, &d, 8, 1, 3, err, sizeof err), "send: %s", err);
+        CHECK(c, !rt_comm_send(comm, &d, 8, 1, 4, err, sizeof err), "send: %s", err);
+    } else {
+        float f;
+        int rc = rt_comm_recv(comm, &f, 4, 0, 3, err, sizeof err);
+        CHECK(c, rc == -1 && strstr(err, "member 0 sent 8 bytes with tag 3, not 4"), "recv: %s",
+              err);
+    }
+    rt_comm_free(comm);
+}
+
+Test(comm_threads, recv_of_another_size)
+{
+    run_ranks(2, body_recv_size);
+}
+
+Test(comm_threads, world_rank_taken_or_out_of_range)
+{
+    RtThreadsHub *hub = rt_threads_hub_new(2);
+    cr_assert_not_null(hub);
+    RtWorld *w = rt_world_threads(hub, 1);
+    cr_assert_not_null(w);
+    cr_expect_null(rt_world_threads(hub, 1));
+    cr_expect_null(rt_world_threads(hub, 2));
+    cr_expect_null(rt_world_threads(hub, -1));
+    cr_expect_null(rt_threads_hub_new(0));
+    rt_threads_hub_free(hub); /* before the world closes: the world keeps it alive */
+    rt_world_close(w);
+    rt_world_close(NULL);
+    rt_comm_free(NULL);
+}
+
+/* Outside mpirun the mpi backend refuses, rather than start MPI as a singleton. */
+Test(comm_mpi, refuses_outside_mpirun)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
+    char err[256] = "";
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        unsetenv(vars[i]);
+    cr_expect_eq(rt_mpi_launched(), 0);
+    cr_expect_null(rt_world_mpi(err, sizeof err));
+    cr_expect(strstr(err, "mpi: not started by mpirun"), "%s", err);
+    setenv("PMI_RANK", "0", 1);
+    cr_expect_eq(rt_mpi_launched(), 1);
+    unsetenv("PMI_RANK");
+}
+
+static void set_seed(void)
+{
+    seed = (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
+}
+
+TestSuite(comm_threads, .init = set_seed);
