@@ -58,6 +58,11 @@ int rt_run_threads(int nranks, int (*fn)(RtWorld *w, void *arg, char *err, size_
  * are within tol, 1 when not, -1 with a message when a run fails. */
 int rt_verify(const Plan *mesh, const Plan *one, int steps, uint64_t seed, double tol,
               const char *cache_dir, FILE *report, char *err, size_t n);
+/* The same with this process as one rank of w (mpi: every rank calls it);
+ * rank 0 also runs the one-device reference, compares and reports; the other
+ * ranks return 0 unless their own run fails. */
+int rt_verify_world(RtWorld *w, const Plan *mesh, const Plan *one, int steps, uint64_t seed,
+                    double tol, const char *cache_dir, FILE *report, char *err, size_t n);
 
 /* Free the slab, unload the kernels. rt may be NULL. */
 void rt_close(Runtime *rt);

@@ -155,8 +155,10 @@ static int compare(const Run *mesh, const Run *one, double tol, FILE *report)
     return !(worst <= tol);
 }
 
-int rt_verify(const Plan *mesh, const Plan *one, int steps, uint64_t seed, double tol,
-              const char *cache_dir, FILE *report, char *err, size_t n)
+/* The reference run on one device, then the mesh run on w's ranks (threads
+ * when w is NULL); rank 0 compares. */
+static int verify(RtWorld *w, const Plan *mesh, const Plan *one, int steps, uint64_t seed,
+                  double tol, const char *cache_dir, FILE *report, char *err, size_t n)
 {
     Run a = {0}, b = {0};
     int rc = -1;
@@ -169,19 +171,34 @@ int rt_verify(const Plan *mesh, const Plan *one, int steps, uint64_t seed, doubl
         plan_errorf(err, n, "out of memory");
         goto done;
     }
-    Runtime *rt = rt_open(one, cache_dir, err, n);
-    if (!rt)
-        goto done;
-    rt_init_params(rt, seed);
-    rc = run_steps(rt, &b, 1, err, n);
-    rt_close(rt);
-    if (rc)
-        goto done;
-    rc = rt_run_threads((int)plan_mesh_size(mesh), rank_fn, &a, err, n);
-    if (!rc)
+    int rank = w ? rt_world_rank(w) : 0;
+    if (rank == 0) {
+        Runtime *rt = rt_open(one, cache_dir, err, n);
+        if (!rt)
+            goto done;
+        rt_init_params(rt, seed);
+        rc = run_steps(rt, &b, 1, err, n);
+        rt_close(rt);
+        if (rc)
+            goto done;
+    }
+    rc = w ? rank_fn(w, &a, err, n) : rt_run_threads((int)plan_mesh_size(mesh), rank_fn, &a, err, n);
+    if (!rc && rank == 0)
         rc = compare(&a, &b, tol, report);
 done:
     free_run(&a);
     free_run(&b);
     return rc;
+}
+
+int rt_verify(const Plan *mesh, const Plan *one, int steps, uint64_t seed, double tol,
+              const char *cache_dir, FILE *report, char *err, size_t n)
+{
+    return verify(NULL, mesh, one, steps, seed, tol, cache_dir, report, err, n);
+}
+
+int rt_verify_world(RtWorld *w, const Plan *mesh, const Plan *one, int steps, uint64_t seed,
+                    double tol, const char *cache_dir, FILE *report, char *err, size_t n)
+{
+    return verify(w, mesh, one, steps, seed, tol, cache_dir, report, err, n);
 }
