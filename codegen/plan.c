@@ -230,8 +230,9 @@ static void set_limits(Gen *gen)
             int last = op->args[0]->rank - 1;
             limit = op->args[0]->shape[last] * ir_shard_factor(m, &op->args[0]->shard, last);
         }
-        while (ids && (ids->def->kind == OP_SLICE || ids->def->kind == OP_RESHAPE))
-            ids = ids->def->args[0]; /* a microbatch's rows of the input */
+        while (ids && (ids->def->kind == OP_SLICE || ids->def->kind == OP_RESHAPE ||
+                       (ids->def->kind >= OP_ALL_REDUCE && ids->def->kind <= OP_SHARD_SLICE)))
+            ids = ids->def->args[0]; /* a microbatch's rows of the input, resharded */
         if (ids && ids->def->kind == OP_INPUT) {
             PlanTensor *t = &gen->tensors.data[gen->tensor_of[ids->id]];
             t->limit = t->limit ? (t->limit < limit ? t->limit : limit) : limit;

@@ -163,6 +163,8 @@ static void gather_for_phase(SP *s, Value *p, Sharding compute, Phase ph)
 static void seed_optimizer(SP *s, Op *op)
 {
     Value *p = op->args[0], *g = op->args[1];
+    while (g->def && g->def->kind == OP_MUL && g->def->phase == PH_OPT) /* past clipping */
+        g = g->def->args[g->def->args[0]->rank == 0 ? 1 : 0];
     int nstate = op->kind == OP_ADAMW ? 2 : 1;
     uint32_t data = 1u << ROLE_DATA, fsdp = 1u << ROLE_FSDP;
     uint32_t pr = fsdp | (s->zero >= 3 ? data : 0);
@@ -177,16 +179,15 @@ static void seed_optimizer(SP *s, Op *op)
         if (st->def && st->def->kind == OP_STATE && !is_pin(st->shard.why.kind))
             st->shard = state, s->pinned[st->id] = 1;
     }
+    /* gradients are reduced straight into the layout the update reads:
+     * the parameter's storage, or with zero >= 2 the optimizer state's */
     if (!s->pinned[g->id] && g->def && g->def->phase != PH_OPT) {
-        if (s->zero >= 2 || !shard_same(&store, &compute, p->rank)) {
-            g->shard = s->zero >= 2 ? state : store;
-            g->shard.why.detail = fmt(s, "%s: gradients reduce-scattered to the optimizer state's "
-                                         "shards", s->zero >= 2 ? "zero-2" : "fsdp", NULL);
-        } else if (s->zero == 1) {
-            g->shard = compute;
-            g->shard.why = (Why){WHY_ROLE, LOC_NONE, "zero-1: gradients all-reduced whole"};
-        }
-        s->pinned[g->id] = g->shard.why.kind == WHY_ROLE;
+        g->shard = s->zero >= 2 ? state : store;
+        g->shard.why = (Why){WHY_ROLE, LOC_NONE,
+                             s->zero >= 2 ? "zero-2: gradients reduce-scattered to the optimizer "
+                                            "state's shards"
+                                          : "gradients reduced to the parameter's layout"};
+        s->pinned[g->id] = 1;
     }
     if (!shard_same(&store, &compute, p->rank)) {
         p->shard = store;
@@ -205,12 +206,12 @@ static void seed(SP *s)
         if (v->def && v->def->kind == OP_INPUT)
             seed_input(s, v), s->pinned[v->id] = 1;
     }
-    int n = s->g->ops.len;
-    for (int i = 0; i < n; i++) {
-        Op *op = s->g->ops.data[i];
-        if (op->kind == OP_SGD || op->kind == OP_ADAMW)
-            seed_optimizer(s, op);
-    }
+    int n = s->g->ops.len; /* seeding inserts ops: walk a copy */
+    Op **ops = arena_alloc(s->g->arena, sizeof(Op *) * (size_t)(n + 1));
+    memcpy(ops, s->g->ops.data, sizeof(Op *) * (size_t)n);
+    for (int i = 0; i < n; i++)
+        if (ops[i]->kind == OP_SGD || ops[i]->kind == OP_ADAMW)
+            seed_optimizer(s, ops[i]);
 }
 
 static void sweep(SP *s)

@@ -482,8 +482,10 @@ static void consider_partials(Search *s, uint32_t used)
 {
     consider(s, -1, 0);
     for (int i = 0; s->o->uses && i < s->op->nres; i++) {
-        int id = s->op->res[i]->id;
-        if (id < s->o->nuses && s->o->uses[id] > 1)
+        const Value *r = s->op->res[i];
+        WhyKind k = r->shard.why.kind; /* a pinned result is resharded once, after the op */
+        int pinned = k == WHY_ANNOTATION || k == WHY_ROLE || k == WHY_USER;
+        if (!pinned && r->id < s->o->nuses && s->o->uses[r->id] > 1)
             return;
     }
     if (s->f.lin_all) {
@@ -658,8 +660,8 @@ double shard_reshard_cost(const Mesh *m, const Value *v, const Sharding *from, c
     ReStep steps[SH_MAXSTEPS];
     int n = shard_reshard_plan(m, v, from, to, steps);
     double c = 0;
-    for (int i = 0; i < n; i++)
-        c += steps[i].bytes + 1; /* + 1: fewer steps win a tie */
+    for (int i = 0; i < n; i++) /* + 1: fewer collectives win a tie; slices are free */
+        c += steps[i].bytes + (steps[i].kind != OP_SHARD_SLICE);
     return c;
 }
 
