@@ -11,7 +11,9 @@ typedef struct Gen {
     Arena *a;
     VEC(PlanTensor) tensors;
     VEC(PlanInstr) instrs;
-    VEC(Kernel *) kernels;
+    VEC(Kernel *) kernels;        /* each distinct kernel once */
+    VEC(uint64_t) kernel_hash;    /* by kernel: hash of its code under a neutral name */
+    VEC(const char *) kernel_text;
     int *tensor_of; /* by Value.id: plan tensor, -1 when none */
     char *fused;    /* by Value.id: computed inside its only user's kernel, no memory */
     char *dead;     /* by op index: no result is read, nothing to run */

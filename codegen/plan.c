@@ -100,11 +100,44 @@ int kb_end(Kernel *k, int loop)
     return -1;
 }
 
+/* FNV-1a 64 of a string. */
+static uint64_t text_hash(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    return h;
+}
+
+/* The index of a kernel whose code is k's (the same loops over the same
+ * argument slots), or -1. Microbatches and layers repeat the same kernels on
+ * other tensors: the plan keeps one copy, so the compiler compiles it once. */
+static int same_kernel(Gen *gen, Kernel *k, const char **src, uint64_t *h)
+{
+    const char *name = k->name;
+    k->name = "kernel";
+    *src = cg_emit_c(gen->a, k);
+    k->name = name;
+    *h = text_hash(*src);
+    for (int i = 0; i < gen->kernels.len; i++)
+        if (gen->kernel_hash.data[i] == *h && !strcmp(gen->kernel_text.data[i], *src))
+            return i;
+    return -1;
+}
+
 void kb_finish(Gen *gen, Kernel *k)
 {
     k->name = arena_printf(gen->a, "k%d_%s", gen->kernels.len, ir_ops[gen->op->kind].name);
-    VEC_PUSH(gen->a, gen->kernels, k);
-    PlanInstr in = {.kind = PI_KERNEL, .kernel = gen->kernels.len - 1, .nargs = k->nargs,
+    const char *src;
+    uint64_t h;
+    int index = same_kernel(gen, k, &src, &h);
+    if (index < 0) {
+        VEC_PUSH(gen->a, gen->kernels, k);
+        VEC_PUSH(gen->a, gen->kernel_hash, h);
+        VEC_PUSH(gen->a, gen->kernel_text, src);
+        index = gen->kernels.len - 1;
+    }
+    PlanInstr in = {.kind = PI_KERNEL, .kernel = index, .nargs = k->nargs,
                     .phase = gen->op->phase, .layer = gen->op->layer};
     in.args = arena_alloc(gen->a, sizeof(int) * (size_t)(k->nargs + 1));
     memcpy(in.args, k->args, sizeof(int) * (size_t)k->nargs);
@@ -453,6 +486,117 @@ static int lower_op(Gen *gen, const Op *op)
     }
 }
 
+/* ---- gradient buckets ---- */
+
+/* Data parallelism reduces each gradient once, after the last microbatch: many
+ * small all-reduces. Those of the backward pass whose results nothing reads
+ * before the optimizer are merged, per group and dtype, into buckets of up to
+ * CG_BUCKET_BYTES (one collective each: fewer, larger messages), each run when
+ * it is full or, at the latest, just before the optimizer. */
+#define CG_BUCKET_BYTES (25u << 20)
+
+typedef struct Bucket {
+    PlanInstr in;  /* the merged all-reduce: args in0, out0, in1, out1, ... */
+    uint64_t bytes;
+    int cap;
+} Bucket;
+
+static int same_group(const PlanColl *a, const PlanColl *b)
+{
+    return a->naxes == b->naxes && !memcmp(a->axes, b->axes, (size_t)a->naxes);
+}
+
+/* Index of the first instruction after `from` that reads tensor t, or n. */
+static int first_reader(const Gen *gen, int from, int t)
+{
+    for (int i = from + 1; i < gen->instrs.len; i++) {
+        const PlanInstr *in = &gen->instrs.data[i];
+        for (int a = 0; a < in->nargs; a++)
+            if (in->args[a] == t && !(in->kind == PI_COLL && a % 2))
+                return i;
+        if (in->kind == PI_GEMM && (in->gemm.a == t || in->gemm.b == t || in->gemm.c == t))
+            return i;
+    }
+    return gen->instrs.len;
+}
+
+static void bucket_add(Gen *gen, Bucket *b, const PlanInstr *in)
+{
+    if (b->in.nargs + 2 > b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 16;
+        int *args = arena_alloc(gen->a, sizeof(int) * (size_t)b->cap);
+        if (b->in.nargs)
+            memcpy(args, b->in.args, sizeof(int) * (size_t)b->in.nargs);
+        b->in.args = args;
+    }
+    if (!b->in.nargs) {
+        int *args = b->in.args;
+        b->in = *in;
+        b->in.args = args;
+        b->in.nargs = 0;
+        b->in.coll.bytes = 0;
+        b->in.layer = -1;
+    }
+    b->in.args[b->in.nargs++] = in->args[0];
+    b->in.args[b->in.nargs++] = in->args[1];
+    b->in.coll.bytes += in->coll.bytes;
+    b->bytes += gen->tensors.data[in->args[0]].bytes;
+}
+
+static void bucket_flush(Gen *gen, Bucket *b, PlanInstr *out, int *n)
+{
+    if (b->in.nargs)
+        out[(*n)++] = b->in;
+    b->in.nargs = 0;
+    b->in.args = NULL; /* the flushed instruction keeps its array */
+    b->cap = 0;
+    b->bytes = 0;
+}
+
+static void bucket_gradients(Gen *gen)
+{
+    int n = gen->instrs.len, m = 0, opt = n;
+    for (int i = n - 1; i >= 0; i--)
+        if (gen->instrs.data[i].phase == PH_BWD) {
+            opt = i + 1;
+            break;
+        }
+    PlanInstr *out = arena_alloc(gen->a, sizeof(PlanInstr) * (size_t)(n + 1));
+    Bucket *bk = arena_alloc(gen->a, sizeof(Bucket) * (size_t)(n + 1));
+    int nb = 0;
+    memset(bk, 0, sizeof(Bucket) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) {
+        const PlanInstr *in = &gen->instrs.data[i];
+        if (i == opt)
+            for (int k = 0; k < nb; k++)
+                bucket_flush(gen, &bk[k], out, &m);
+        int member = in->kind == PI_COLL && in->coll.op == PC_ALL_REDUCE && in->phase == PH_BWD &&
+                     in->nargs == 2 && first_reader(gen, i, in->args[1]) >= opt;
+        if (!member) {
+            out[m++] = *in;
+            continue;
+        }
+        PlanDType dt = gen->tensors.data[in->args[0]].dtype;
+        int k = 0;
+        while (k < nb && !(same_group(&bk[k].in.coll, &in->coll) &&
+                           gen->tensors.data[bk[k].in.args[0]].dtype == dt && bk[k].in.nargs))
+            k++;
+        if (k == nb) { /* a new (or an emptied) bucket */
+            for (k = 0; k < nb && bk[k].in.nargs; k++)
+                ;
+            nb += k == nb;
+        }
+        bucket_add(gen, &bk[k], in);
+        if (bk[k].bytes >= CG_BUCKET_BYTES)
+            bucket_flush(gen, &bk[k], out, &m);
+    }
+    for (int k = 0; k < nb; k++)
+        bucket_flush(gen, &bk[k], out, &m);
+    gen->instrs.len = 0;
+    for (int i = 0; i < m; i++)
+        VEC_PUSH(gen->a, gen->instrs, out[i]);
+}
+
 /* ---- memory plan: temporaries share memory when their lifetimes do not meet ---- */
 
 typedef struct Block {
@@ -639,6 +783,7 @@ int cg_build_plan(Ctx *c, const Graph *global, int flags, Plan *out)
         bad |= lower_op(&gen, g->ops.data[i]) != 0;
     if (bad)
         return -1;
+    bucket_gradients(&gen);
     if (!(flags & CG_KEEP_VALUES))
         plan_memory(&gen);
     fill_plan(&gen, out);

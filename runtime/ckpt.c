@@ -4,14 +4,17 @@
  * newest DIR/step-<digits>.safetensors (rt_ckpt_load_latest). Writes:
  * DIR/step-NNNNNNNN.safetensors through DIR/.step-NNNNNNNN.safetensors.tmp, or
  * the tensors of the Runtime.
- * Key idea: a file gets its final name only once it is complete and on disk
+ * Key idea: a checkpoint holds every tensor's whole (global) value, so its
+ * content does not depend on the mesh: on a mesh every rank takes part in the
+ * gathers and rank 0 writes; on resume every rank reads the file and keeps its
+ * block. A file gets its final name only once it is complete and on disk
  * (write, fsync, rename, fsync of the folder), so the newest final name is
  * always a whole checkpoint and a corrupt one is an error, never a reason to
  * fall back. The loader trusts nothing in the file: it checks the header
  * against the plan and reads the data into a staging buffer before it
  * overwrites any tensor, so a refused checkpoint leaves the Runtime as it was.
  * Tensors are stored little-endian, as they lie in memory on the hosts we run. */
-#include "runtime/runtime.h"
+#include "runtime/exec.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -98,8 +101,8 @@ static int check_names(const Plan *p, char *err, size_t n)
         if (!saved(&p->tensors[i]))
             continue;
         if (!*name || !strcmp(name, META_KEY))
-            return plan_errorf(err, n, "checkpoint: tensor %d cannot be saved under the name '%s'", i,
-                        name);
+            return plan_errorf(err, n, "checkpoint: tensor %d cannot be saved under the name '%s'",
+                               i, name);
         if (!utf8_ok(name))
             return plan_errorf(err, n, "checkpoint: the name of tensor %d is not valid UTF-8", i);
     }
@@ -120,18 +123,31 @@ static int add_int(cJSON *array, uint64_t v)
     return 0;
 }
 
-/* NAME: {"dtype": "F32", "shape": [..], "data_offsets": [off, off + bytes]}. 1, or 0 (memory). */
-static int add_tensor(cJSON *root, const PlanTensor *t, uint64_t off)
+/* The whole (global) shape of t into shape, and its bytes. */
+static uint64_t global_of(const Plan *p, const PlanTensor *t, int64_t *shape)
 {
+    uint64_t bytes = plan_dtype_size(t->dtype);
+    rt_global_shape(p, t, shape);
+    for (int d = 0; d < t->rank; d++)
+        bytes *= (uint64_t)shape[d];
+    return bytes;
+}
+
+/* NAME: {"dtype": "F32", "shape": [..], "data_offsets": [off, off + bytes]}, the
+ * global shape. 1, or 0 (memory). */
+static int add_tensor(cJSON *root, const Plan *p, const PlanTensor *t, uint64_t off)
+{
+    int64_t shape[PLAN_MAX_RANK];
+    uint64_t bytes = global_of(p, t, shape);
     cJSON *o = cJSON_AddObjectToObject(root, t->name);
     if (!o || !cJSON_AddStringToObject(o, "dtype", st_dtypes[t->dtype]))
         return 0;
-    cJSON *shape = cJSON_AddArrayToObject(o, "shape");
-    cJSON *offsets = shape ? cJSON_AddArrayToObject(o, "data_offsets") : NULL;
+    cJSON *dims = cJSON_AddArrayToObject(o, "shape");
+    cJSON *offsets = dims ? cJSON_AddArrayToObject(o, "data_offsets") : NULL;
     int ok = offsets != NULL;
     for (int d = 0; ok && d < t->rank; d++)
-        ok = add_int(shape, (uint64_t)t->shape[d]);
-    return ok && add_int(offsets, off) && add_int(offsets, off + t->bytes);
+        ok = add_int(dims, (uint64_t)shape[d]);
+    return ok && add_int(offsets, off) && add_int(offsets, off + bytes);
 }
 
 static int add_meta(cJSON *root, const Plan *p, const CkptMeta *m)
@@ -157,10 +173,11 @@ static char *header_json(const Plan *p, const CkptMeta *m)
     cJSON *root = cJSON_CreateObject();
     int ok = root && add_meta(root, p, m);
     uint64_t off = 0;
+    int64_t shape[PLAN_MAX_RANK];
     for (int i = 0; ok && i < p->ntensors; i++)
         if (saved(&p->tensors[i])) {
-            ok = add_tensor(root, &p->tensors[i], off);
-            off += p->tensors[i].bytes;
+            ok = add_tensor(root, p, &p->tensors[i], off);
+            off += global_of(p, &p->tensors[i], shape);
         }
     char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
@@ -169,48 +186,88 @@ static char *header_json(const Plan *p, const CkptMeta *m)
 
 /* ---- writing ---- */
 
-/* The header length (8 bytes, little endian), the header padded with spaces
- * to a multiple of 8, then the bytes of every saved tensor. 0, or -1. */
-static int write_body(FILE *f, Runtime *rt, const char *header)
+/* The writer's temporary file and the first call on it that failed. */
+typedef struct Out {
+    FILE *f;
+    const char *tmp;
+    const char *call; /* NULL while all is well */
+    int e;            /* its errno */
+} Out;
+
+static void out_check(Out *o, int failed, const char *call)
 {
-    const Plan *p = rt_plan(rt);
+    if (failed && !o->call) {
+        o->call = call;
+        o->e = errno ? errno : EIO;
+    }
+}
+
+/* The header length (8 bytes, little endian), the header padded with spaces
+ * to a multiple of 8. */
+static void write_header(Out *o, const char *header)
+{
     size_t len = strlen(header), padded = (len + 7) / 8 * 8;
     unsigned char le[8];
     for (int i = 0; i < 8; i++)
         le[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    if (fwrite(le, 1, 8, f) != 8 || fwrite(header, 1, len, f) != len)
-        return -1;
-    for (size_t i = len; i < padded; i++)
-        if (fputc(' ', f) == EOF)
-            return -1;
+    errno = 0;
+    out_check(o, fwrite(le, 1, 8, o->f) != 8 || fwrite(header, 1, len, o->f) != len, "fwrite");
+    for (size_t i = len; i < padded && !o->call; i++)
+        out_check(o, fputc(' ', o->f) == EOF, "fwrite");
+}
+
+/* The largest whole value of a saved tensor, in bytes. */
+static uint64_t max_global(const Plan *p)
+{
+    uint64_t most = 0;
+    int64_t shape[PLAN_MAX_RANK];
+    for (int i = 0; i < p->ntensors; i++)
+        if (saved(&p->tensors[i]) && global_of(p, &p->tensors[i], shape) > most)
+            most = global_of(p, &p->tensors[i], shape);
+    return most;
+}
+
+/* Every saved tensor's whole value in plan order: on a mesh every rank gathers
+ * it into buf (collective), and the writer (o not NULL) appends it to its file.
+ * 0, or -1 when a gather fails (on every rank). */
+static int write_tensors(Runtime *rt, Out *o, char *buf, char *err, size_t n)
+{
+    const Plan *p = rt_plan(rt);
+    int64_t shape[PLAN_MAX_RANK];
     for (int i = 0; i < p->ntensors; i++) {
-        size_t bytes = (size_t)p->tensors[i].bytes;
-        if (saved(&p->tensors[i]) && fwrite(rt_tensor_data(rt, i), 1, bytes, f) != bytes)
+        if (!saved(&p->tensors[i]))
+            continue;
+        size_t bytes = (size_t)global_of(p, &p->tensors[i], shape);
+        const char *src = rt_tensor_data(rt, i); /* one device: the tensor is whole */
+        if (rt->world && rt_tensor_global(rt, i, buf, err, n))
             return -1;
+        if (rt->world)
+            src = buf;
+        if (o && !o->call) {
+            errno = 0;
+            out_check(o, fwrite(src, 1, bytes, o->f) != bytes, "fwrite");
+        }
     }
     return 0;
 }
 
-/* Write tmp completely and onto the disk; on failure remove it. 0, or -1. */
-static int write_tmp(const char *tmp, Runtime *rt, const char *header, char *err, size_t n)
+/* Flush, fsync and close the writer's file; on failure remove it. 0, or -1. */
+static int finish_tmp(Out *o, char *err, size_t n)
 {
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return plan_errorf(err, n, "fopen %s: %s", tmp, strerror(errno));
     errno = 0;
-    const char *call = write_body(f, rt, header) ? "fwrite"
-                       : fflush(f)               ? "fflush"
-                       : fsync(fileno(f))        ? "fsync"
-                                                 : NULL;
-    int e = errno ? errno : EIO;
-    if (fclose(f) && !call) {
-        call = "fclose";
-        e = errno;
+    if (!o->call)
+        out_check(o, fflush(o->f) != 0, "fflush");
+    if (!o->call)
+        out_check(o, fsync(fileno(o->f)) != 0, "fsync");
+    if (fclose(o->f) && !o->call) {
+        o->call = "fclose";
+        o->e = errno;
     }
-    if (!call)
+    o->f = NULL;
+    if (!o->call)
         return 0;
-    unlink(tmp);
-    return plan_errorf(err, n, "%s %s: %s", call, tmp, strerror(e));
+    unlink(o->tmp);
+    return plan_errorf(err, n, "%s %s: %s", o->call, o->tmp, strerror(o->e));
 }
 
 /* fsync a folder, so that the names created or renamed in it are on disk. */
@@ -261,28 +318,92 @@ static int make_dir(const char *dir, char *err, size_t n)
     return 0;
 }
 
-int rt_ckpt_save(Runtime *rt, const char *dir, const CkptMeta *meta, char *err, size_t n)
+/* The writer's start: the folder, the temporary file and its header. 0, or -1. */
+static int begin_tmp(Out *o, Runtime *rt, const char *dir, const CkptMeta *meta, const char *path,
+                     char *err, size_t n)
 {
-    char tmp[PATH_BYTES], path[PATH_BYTES];
-    if (!meta || meta->step < 0 || meta->data_position < -1)
-        return plan_errorf(err, n, "checkpoint: the step must be >= 0 and the data position >= -1");
-    if (step_path(tmp, dir, ".", meta->step, ".tmp") || step_path(path, dir, "", meta->step, ""))
-        return plan_errorf(err, n, "checkpoint folder %s: path too long", dir);
-    if (check_names(rt_plan(rt), err, n) || make_dir(dir, err, n))
+    if (make_dir(dir, err, n))
         return -1;
     char *header = header_json(rt_plan(rt), meta);
     if (!header)
         return plan_errorf(err, n, "checkpoint %s: cJSON: out of memory", path);
-    int rc = write_tmp(tmp, rt, header, err, n);
+    if (!(o->f = fopen(o->tmp, "wb"))) {
+        cJSON_free(header);
+        return plan_errorf(err, n, "fopen %s: %s", o->tmp, strerror(errno));
+    }
+    write_header(o, header);
     cJSON_free(header);
-    if (rc)
-        return -1;
-    if (rename(tmp, path)) {
+    return 0;
+}
+
+/* On a mesh (all not NULL): -1 on every rank when rc is -1 on any; a rank
+ * that did not fail itself says so. rc as it is on one device. */
+static int agree(RtComm *all, int rc, const char *path, char *err, size_t n)
+{
+    int32_t bad = rc != 0;
+    char msg[512];
+    if (!all)
+        return rc;
+    if (rt_comm_all_reduce_max(all, &bad, 1, PD_I32, msg, sizeof msg))
+        return rc ? rc : plan_errorf(err, n, "checkpoint %s: %s", path, msg);
+    if (bad && !rc)
+        return plan_errorf(err, n, "checkpoint %s: not written: another rank failed", path);
+    return bad ? -1 : 0;
+}
+
+/* The writer (rank 0 of all; the only rank on one device) makes the file,
+ * every rank takes part in the gathers, and all agree on the outcome. */
+static int save_all(Runtime *rt, RtComm *all, const char *dir, const CkptMeta *meta,
+                    const char *tmp, const char *path, char *err, size_t n)
+{
+    int writer = !all || rt_comm_rank(all) == 0, rc = 0;
+    Out o = {NULL, tmp, NULL, 0};
+    char *buf = NULL;
+    if (all && !(buf = malloc((size_t)max_global(rt_plan(rt)) + 1)))
+        rc = plan_errorf(err, n, "checkpoint %s: out of memory", path);
+    if (!rc && writer)
+        rc = begin_tmp(&o, rt, dir, meta, path, err, n);
+    rc = agree(all, rc, path, err, n);
+    if (!rc)
+        rc = write_tensors(rt, writer ? &o : NULL, buf, err, n);
+    if (o.f && rc) { /* a gather failed: the file is incomplete */
+        fclose(o.f);
+        unlink(tmp);
+    } else if (o.f) {
+        rc = finish_tmp(&o, err, n);
+    }
+    if (!rc && writer && rename(tmp, path)) {
         int e = errno;
         unlink(tmp);
-        return plan_errorf(err, n, "rename %s to %s: %s", tmp, path, strerror(e));
+        rc = plan_errorf(err, n, "rename %s to %s: %s", tmp, path, strerror(e));
     }
-    return sync_dir(dir, err, n);
+    if (!rc && writer)
+        rc = sync_dir(dir, err, n);
+    free(buf);
+    return agree(all, rc, path, err, n);
+}
+
+int rt_ckpt_save(Runtime *rt, const char *dir, const CkptMeta *meta, char *err, size_t n)
+{
+    char tmp[PATH_BYTES], path[PATH_BYTES];
+    const Plan *p = rt_plan(rt);
+    if (!meta || meta->step < 0 || meta->data_position < -1)
+        return plan_errorf(err, n, "checkpoint: the step must be >= 0 and the data position >= -1");
+    if (step_path(tmp, dir, ".", meta->step, ".tmp") || step_path(path, dir, "", meta->step, ""))
+        return plan_errorf(err, n, "checkpoint folder %s: path too long", dir);
+    if (!rt->world && plan_mesh_size(p) > 1)
+        return plan_errorf(err, n,
+                           "checkpoint: the plan runs on %" PRId64 " devices, but no mesh was "
+                           "attached (rt_attach)",
+                           plan_mesh_size(p));
+    if (check_names(p, err, n))
+        return -1;
+    RtComm *all = NULL;
+    if (rt->world && !(all = rt_comm_split(rt->world, 0, rt_world_rank(rt->world), err, n)))
+        return -1;
+    int rc = save_all(rt, all, dir, meta, tmp, path, err, n);
+    rt_comm_free(all);
+    return rc;
 }
 
 /* ---- finding the newest ---- */
@@ -331,7 +452,8 @@ static int newest(const char *dir, char *path, int64_t *step, char *err, size_t 
     if (*step < 0)
         return 0;
     int len = snprintf(path, PATH_BYTES, "%s/%s", dir, best);
-    return len < 0 || len >= PATH_BYTES ? plan_errorf(err, n, "%s/%s: path too long", dir, best) : 1;
+    return len < 0 || len >= PATH_BYTES ? plan_errorf(err, n, "%s/%s: path too long", dir, best)
+                                        : 1;
 }
 
 /* ---- loading ---- */
@@ -385,7 +507,8 @@ static int read_header(Ckpt *c, char *err, size_t n)
 {
     unsigned char le[8];
     if (c->size < 8)
-        return plan_errorf(err, n, "truncated: %" PRIu64 " bytes, less than the header length", c->size);
+        return plan_errorf(err, n, "truncated: %" PRIu64 " bytes, less than the header length",
+                           c->size);
     if (read_exact(c, le, 8, "header length", err, n))
         return -1;
     for (int i = 7; i >= 0; i--)
@@ -393,8 +516,9 @@ static int read_header(Ckpt *c, char *err, size_t n)
     if (c->hlen >= MAX_HEADER)
         return plan_errorf(err, n, "corrupt: a header length of %" PRIu64 " bytes", c->hlen);
     if (c->hlen > c->size - 8)
-        return plan_errorf(err, n, "truncated: the header needs %" PRIu64 " bytes, %" PRIu64 " follow",
-                    c->hlen, c->size - 8);
+        return plan_errorf(err, n,
+                           "truncated: the header needs %" PRIu64 " bytes, %" PRIu64 " follow",
+                           c->hlen, c->size - 8);
     char *text = malloc(c->hlen + 1);
     if (!text)
         return plan_errorf(err, n, "malloc: out of memory");
@@ -437,7 +561,7 @@ static int meta_int(const cJSON *md, const char *key, int64_t min, uint64_t max,
         ok = v <= max;
     if (!ok)
         return plan_errorf(err, n, "metadata '%s' is %s%s%s, expected an integer >= %" PRId64, key,
-                    s ? "'" : "", s ? s : "missing", s ? "'" : "", min);
+                           s ? "'" : "", s ? s : "missing", s ? "'" : "", min);
     *out = *s == '-' ? (uint64_t)0 - v : v;
     return 0;
 }
@@ -452,21 +576,23 @@ static int check_meta(const cJSON *root, const Plan *p, int64_t step, CkptMeta *
     char mine[17];
     uint64_t s = 0, pos = 0;
     if (!format || strcmp(format, CKPT_FORMAT))
-        return plan_errorf(err, n, "not a tcc checkpoint: metadata 'format' is not '%s'", CKPT_FORMAT);
+        return plan_errorf(err, n, "not a tcc checkpoint: metadata 'format' is not '%s'",
+                           CKPT_FORMAT);
     if (!model || strcmp(model, model_of(p)))
-        return plan_errorf(err, n, "checkpoint of model '%s', this plan is '%s'", model ? model : "",
-                    model_of(p));
+        return plan_errorf(err, n, "checkpoint of model '%s', this plan is '%s'",
+                           model ? model : "", model_of(p));
     plan_hash(p, mine);
     if (!hash || strcmp(hash, mine))
         return plan_errorf(err, n, "checkpoint from another plan (hash %s, this plan %s)",
-                    hash ? hash : "missing", mine);
+                           hash ? hash : "missing", mine);
     if (meta_int(md, "step", 0, INT64_MAX, &s, err, n) ||
         meta_int(md, "data_position", -1, INT64_MAX, &pos, err, n) ||
         meta_int(md, "seed", 0, UINT64_MAX, &m->seed, err, n))
         return -1;
     if ((int64_t)s != step)
-        return plan_errorf(err, n, "corrupt: metadata 'step' is %" PRIu64 ", the file name says %" PRId64,
-                    s, step);
+        return plan_errorf(err, n,
+                           "corrupt: metadata 'step' is %" PRIu64 ", the file name says %" PRId64,
+                           s, step);
     m->step = (int64_t)s;
     m->data_position = (int64_t)pos;
     return 0;
@@ -510,7 +636,7 @@ static int check_shape(const cJSON *shape, const PlanTensor *t, char *err, size_
     char *theirs = shape ? cJSON_PrintUnformatted(shape) : NULL;
     shape_text(t, mine, sizeof mine);
     plan_errorf(err, n, "tensor '%s' has shape %s in the checkpoint, %s in the plan", t->name,
-         theirs ? theirs : "(none)", mine);
+                theirs ? theirs : "(none)", mine);
     cJSON_free(theirs);
     return -1;
 }
@@ -522,17 +648,18 @@ static int check_offsets(const cJSON *o, const PlanTensor *t, uint64_t data_byte
     uint64_t b, e;
     if (!cJSON_IsArray(o) || cJSON_GetArraySize(o) != 2 || json_u64(o->child, &b) ||
         json_u64(o->child->next, &e))
-        return plan_errorf(err, n, "corrupt: tensor '%s': 'data_offsets' is not two integers", t->name);
+        return plan_errorf(err, n, "corrupt: tensor '%s': 'data_offsets' is not two integers",
+                           t->name);
     if (b > e || e > data_bytes)
         return plan_errorf(err, n,
-                    "corrupt: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
-                    "] outside the %" PRIu64 " bytes of data",
-                    t->name, b, e, data_bytes);
+                           "corrupt: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                           "] outside the %" PRIu64 " bytes of data",
+                           t->name, b, e, data_bytes);
     if (e - b != t->bytes)
         return plan_errorf(err, n,
-                    "corrupt: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64
-                    " bytes, the tensor has %" PRIu64,
-                    t->name, b, e, e - b, t->bytes);
+                           "corrupt: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                           "] hold %" PRIu64 " bytes, the tensor has %" PRIu64,
+                           t->name, b, e, e - b, t->bytes);
     *begin = b;
     return 0;
 }
@@ -542,12 +669,13 @@ static int check_entry(const cJSON *e, const PlanTensor *t, uint64_t data_bytes,
 {
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     if (!e)
-        return plan_errorf(err, n, "tensor '%s' of the plan is missing from the checkpoint", t->name);
+        return plan_errorf(err, n, "tensor '%s' of the plan is missing from the checkpoint",
+                           t->name);
     if (!cJSON_IsObject(e) || !cJSON_IsString(dtype))
         return plan_errorf(err, n, "corrupt: tensor '%s' has no dtype", t->name);
     if (strcmp(dtype->valuestring, st_dtypes[t->dtype]))
-        return plan_errorf(err, n, "tensor '%s' has dtype %s in the checkpoint, %s in the plan", t->name,
-                    dtype->valuestring, st_dtypes[t->dtype]);
+        return plan_errorf(err, n, "tensor '%s' has dtype %s in the checkpoint, %s in the plan",
+                           t->name, dtype->valuestring, st_dtypes[t->dtype]);
     if (check_shape(cJSON_GetObjectItemCaseSensitive(e, "shape"), t, err, n))
         return -1;
     return check_offsets(cJSON_GetObjectItemCaseSensitive(e, "data_offsets"), t, data_bytes, begin,
@@ -565,28 +693,30 @@ static int extra_entry(const cJSON *root, const Plan *p, char *err, size_t n)
             metas++;
         else if (t < 0 || !saved(&p->tensors[t]))
             return plan_errorf(err, n, "tensor '%s' of the checkpoint is not saved by this plan",
-                        e->string);
+                               e->string);
     }
     if (metas != 1)
         return plan_errorf(err, n, "corrupt: '%s' appears %d times in the header", META_KEY, metas);
     return plan_errorf(err, n, "corrupt: the header names a tensor twice");
 }
 
-/* Every saved tensor of the plan in the header, with its dtype, shape and a
- * range of the buffer; nothing else in the header; the file size exact. */
+/* Every saved tensor of the plan in the header, with its dtype, global shape
+ * and a range of the buffer; nothing else in the header; the file size exact. */
 static int check_tensors(Ckpt *c, const Plan *p, char *err, size_t n)
 {
     const cJSON *cur = NULL;
     int want = 1, have = cJSON_GetArraySize(c->root);
+    int64_t shape[PLAN_MAX_RANK];
     for (int i = 0; i < p->ntensors; i++)
         if (saved(&p->tensors[i])) {
-            c->data_bytes += p->tensors[i].bytes;
+            c->data_bytes += global_of(p, &p->tensors[i], shape);
             want++;
         }
     for (int i = 0; i < p->ntensors; i++) {
-        const PlanTensor *t = &p->tensors[i];
-        if (saved(t) &&
-            check_entry(find_entry(c->root, &cur, t->name), t, c->data_bytes, &c->begin[i], err, n))
+        PlanTensor whole = p->tensors[i]; /* the file holds the global shape */
+        whole.bytes = global_of(p, &p->tensors[i], whole.shape);
+        if (saved(&whole) && check_entry(find_entry(c->root, &cur, whole.name), &whole,
+                                         c->data_bytes, &c->begin[i], err, n))
             return -1;
     }
     if (have != want)
@@ -594,7 +724,7 @@ static int check_tensors(Ckpt *c, const Plan *p, char *err, size_t n)
     uint64_t size = 8 + c->hlen + c->data_bytes;
     if (c->size != size)
         return plan_errorf(err, n, "%s: the file has %" PRIu64 " bytes, %" PRIu64 " expected",
-                    c->size < size ? "truncated" : "corrupt", c->size, size);
+                           c->size < size ? "truncated" : "corrupt", c->size, size);
     return 0;
 }
 
@@ -635,12 +765,17 @@ int rt_ckpt_load_latest(Runtime *rt, const char *dir, CkptMeta *meta, char *err,
     if (found <= 0)
         return found;
     const Plan *p = rt_plan(rt);
+    if (!rt->world && plan_mesh_size(p) > 1)
+        return plan_errorf(err, n,
+                           "checkpoint: the plan runs on %" PRId64 " devices, but no mesh was "
+                           "attached (rt_attach)",
+                           plan_mesh_size(p));
     Ckpt c = {0};
     CkptMeta m;
     int rc = read_ckpt(&c, path, step, p, &m, msg, sizeof msg);
-    for (int i = 0; !rc && i < p->ntensors; i++)
+    for (int i = 0; !rc && i < p->ntensors; i++) /* this device's block of each */
         if (saved(&p->tensors[i]))
-            memcpy(rt_tensor_data(rt, i), c.data + c.begin[i], (size_t)p->tensors[i].bytes);
+            rt_block_copy(rt, &p->tensors[i], c.data + c.begin[i], rt_tensor_data(rt, i), 0);
     free_ckpt(&c);
     if (rc)
         return plan_errorf(err, n, "%s: %s", path, msg);

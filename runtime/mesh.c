@@ -170,6 +170,10 @@ int rt_attach(Runtime *rt, RtWorld *w, char *err, size_t n)
             return -1;
         if (in->coll.op == PC_ALL_TO_ALL && 2 * p->tensors[in->args[0]].bytes > scratch)
             scratch = 2 * p->tensors[in->args[0]].bytes;
+        size_t bucket = 0;
+        for (int a = 0; in->nargs > 2 && a < in->nargs; a += 2)
+            bucket += p->tensors[in->args[a]].bytes;
+        scratch = bucket > scratch ? bucket : scratch;
     }
     if (scratch && !(rt->scratch = malloc(scratch)))
         return plan_errorf(err, n, "malloc of %zu bytes failed", scratch);
@@ -231,6 +235,26 @@ static int all_to_all(Runtime *rt, RtComm *c, const PlanColl *co, const PlanTens
     return 0;
 }
 
+/* An all-reduce bucket: the inputs packed, one sum, the outputs unpacked. */
+static int bucket(Runtime *rt, RtComm *c, int i, char *err, size_t n)
+{
+    const Plan *p = rt->p;
+    const PlanInstr *in = &p->instrs[i];
+    size_t off = 0, elem = plan_dtype_size(p->tensors[in->args[0]].dtype);
+    for (int a = 0; a < in->nargs; a += 2) {
+        memcpy(rt->scratch + off, rt->args[i][a], p->tensors[in->args[a]].bytes);
+        off += p->tensors[in->args[a]].bytes;
+    }
+    if (rt_comm_all_reduce(c, rt->scratch, off / elem, p->tensors[in->args[0]].dtype, err, n))
+        return -1;
+    off = 0;
+    for (int a = 0; a < in->nargs; a += 2) {
+        memcpy(rt->args[i][a + 1], rt->scratch + off, p->tensors[in->args[a + 1]].bytes);
+        off += p->tensors[in->args[a + 1]].bytes;
+    }
+    return 0;
+}
+
 int rt_mesh_coll(Runtime *rt, int i, char *err, size_t n)
 {
     const Plan *p = rt->p;
@@ -246,6 +270,8 @@ int rt_mesh_coll(Runtime *rt, int i, char *err, size_t n)
     size_t pre, post, elem = plan_dtype_size(a->dtype);
     switch (co->op) {
     case PC_ALL_REDUCE:
+        if (in->nargs > 2)
+            return bucket(rt, c, i, err, n);
         memmove(y, x, a->bytes);
         return rt_comm_all_reduce(c, y, a->bytes / elem, a->dtype, err, n);
     case PC_ALL_GATHER:

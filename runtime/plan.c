@@ -564,10 +564,18 @@ static int check_coll(const Plan *p, int i, char *err, size_t n)
     uint32_t used = 0;
     if ((unsigned)c->op >= PC_COUNT)
         return plan_errorf(err, n, "instrs[%d].op: %d is not a collective", i, (int)c->op);
-    if (in->nargs != 2)
-        return plan_errorf(err, n, "instrs[%d].args: a collective takes 2 tensors", i);
+    if (in->nargs < 2 || in->nargs % 2 || (in->nargs > 2 && c->op != PC_ALL_REDUCE))
+        return plan_errorf(err, n, "instrs[%d].args: a collective takes 2 tensors (an all_reduce "
+                                   "bucket: pairs), not %d", i, in->nargs);
     if (check_axes(p, c->axes, c->naxes, &used, "instrs", i, err, n))
         return -1;
+    for (int j = 2; j < in->nargs; j += 2) { /* the pairs of a bucket: equal, one dtype */
+        const PlanTensor *x = &p->tensors[in->args[j]], *y = &p->tensors[in->args[j + 1]];
+        if (x->bytes != y->bytes || x->dtype != y->dtype ||
+            x->dtype != p->tensors[in->args[0]].dtype)
+            return plan_errorf(err, n, "instrs[%d].args: bucket pair %d differs in size or dtype",
+                               i, j / 2);
+    }
     const PlanTensor *a = &p->tensors[in->args[0]], *b = &p->tensors[in->args[1]];
     int64_t k = axes_size(p, c->axes, c->naxes);
     if (a->dtype != b->dtype || a->rank != b->rank)

@@ -3,11 +3,18 @@
  * checkpoints; writes logs and checkpoints. Key idea: a step is the plan's
  * instruction list; everything around it -- data, learning-rate override,
  * evaluation (the forward instructions only), checkpoints and exact resume --
- * lives here, so the program is the plan plus this loop. */
-#include "runtime/runtime.h"
+ * lives here, so the program is the plan plus this loop. A plan for a mesh of
+ * N devices runs as N ranks, threads of this process (--comm threads) or one
+ * process each under mpirun (--comm mpi), each with its own Runtime and its
+ * rows of every batch; rank 0 prints. A rank that fails must not leave the
+ * others waiting in a collective, so every fallible step that is not itself
+ * collective is followed by an agreement (agree) that fails every rank. */
+#include "runtime/exec.h"
 
+#include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,22 +24,38 @@
 #include <unistd.h>
 
 typedef struct Options {
-    const char *data, *val, *ckpt;
+    const char *data, *val, *ckpt, *comm;
     int64_t steps, ckpt_every, log_every, eval_every, eval_batches;
     uint64_t seed;
     double lr;
-    int resume, exact;
+    int resume, exact, help;
 } Options;
+
+/* What every rank shares, read-only once the ranks run. */
+typedef struct Job {
+    const char *prog;
+    const Plan *p;
+    RtKernel const *kernels;
+    Options o;
+    int nranks;
+    int omp_threads; /* per rank of the threads backend; 0: as the process has */
+} Job;
 
 typedef struct Loop {
     const char *prog;
     const Plan *p;
+    const Options *o;
     Runtime *rt;
-    Options o;
+    RtComm *all;      /* every rank, for agree; NULL on one device */
+    int rank, nranks; /* in the world (0 and 1 on one device) */
+    int lead;         /* world rank 0: the rank that prints */
+    int culprit;      /* the first failing rank once agree saw a failure, else -1 */
     DataLoader *train, *val;
-    int tokens, targets; /* the plan's i32 [B, S] inputs, -1 when absent */
-    int64_t rows, seq;
+    int tokens, targets;  /* the plan's i32 [B, S] inputs, -1 when absent */
+    int64_t rows, seq;    /* this rank's rows of a batch, the whole sequence */
+    int64_t batch_tokens; /* of the global batch */
     int32_t *in_buf, *tgt_buf;
+    char err[1024]; /* this rank's first failure */
 } Loop;
 
 static void usage(const char *prog, FILE *f)
@@ -51,6 +74,8 @@ static void usage(const char *prog, FILE *f)
             "  --eval-every N      validation loss every N steps (default: at the end)\n"
             "  --eval-batches N    validation batches per evaluation (default 4)\n"
             "  --exact             log each loss also as a hexadecimal float (every bit)\n"
+            "  --comm threads|mpi  how the ranks of a mesh run: threads of this process, or\n"
+            "                      one process each (default: mpi under mpirun, else threads)\n"
             "  --help              this text\n"
             "Without --data, the model trains on one fixed batch of random tokens.\n",
             prog);
@@ -68,79 +93,130 @@ static int die(const char *prog, const char *fmt, ...)
     return 1;
 }
 
-static int parse_int(const char *prog, const char *opt, const char *s, int64_t lo, int64_t *out)
+/* The message into msg[n] (kept for whoever reports it); 1. */
+static int failf(char *msg, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int failf(char *msg, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, n, fmt, ap);
+    va_end(ap);
+    return 1;
+}
+
+static int parse_int(const char *opt, const char *s, int64_t lo, int64_t *out, char *msg, size_t n)
 {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (errno || *end || end == s || v < lo)
-        return die(prog, "%s expects an integer >= %lld, got '%s'", opt, (long long)lo, s);
+        return failf(msg, n, "%s expects an integer >= %lld, got '%s'", opt, (long long)lo, s);
     *out = v;
     return 0;
 }
 
-static int parse_args(Loop *L, int argc, char **argv)
+/* A flag, or an option with a value: 0, or 1 with the message in msg. */
+static int parse_one(Options *o, const char *a, const char *v, char *msg, size_t n)
 {
-    Options *o = &L->o;
+    static const char *names[] = {"--steps",     "--seed",       "--ckpt-every",
+                                  "--log-every", "--eval-every", "--eval-batches"};
+    int64_t *dst[] = {&o->steps,     NULL,           &o->ckpt_every,
+                      &o->log_every, &o->eval_every, &o->eval_batches};
+    int64_t x = 0;
+    int k = 0;
+    if (!strcmp(a, "--data")) {
+        o->data = v;
+    } else if (!strcmp(a, "--val")) {
+        o->val = v;
+    } else if (!strcmp(a, "--ckpt")) {
+        o->ckpt = v;
+    } else if (!strcmp(a, "--comm")) {
+        if (strcmp(v, "threads") && strcmp(v, "mpi"))
+            return failf(msg, n, "--comm expects 'threads' or 'mpi', got '%s'", v);
+        o->comm = v;
+    } else if (!strcmp(a, "--lr")) {
+        char *end;
+        o->lr = strtod(v, &end);
+        if (*end || end == v || !(o->lr > 0))
+            return failf(msg, n, "--lr expects a positive number, got '%s'", v);
+    } else {
+        while (k < 6 && strcmp(a, names[k]))
+            k++;
+        if (k == 6)
+            return failf(msg, n, "unknown option '%s' (see --help)", a);
+        if (parse_int(a, v, k == 1 || k == 4 ? 0 : 1, &x, msg, n))
+            return 1;
+        if (k == 1)
+            o->seed = (uint64_t)x;
+        else
+            *dst[k] = x;
+    }
+    return 0;
+}
+
+/* The options into o: 0, or 1 with the message in msg (o->help: print the usage). */
+static int parse_args(Options *o, int argc, char **argv, char *msg, size_t n)
+{
     *o = (Options){.steps = 100, .log_every = 1, .eval_batches = 4, .seed = 1337, .lr = -1};
-    static const char *const known[] = {"--data", "--val", "--ckpt", "--lr", "--steps",
-                                         "--seed", "--ckpt-every", "--log-every",
-                                         "--eval-every", "--eval-batches", "--resume", "--exact",
-                                         "--help", "-h", NULL};
+    static const char *const known[] = {
+        "--data",       "--val",          "--ckpt",       "--lr",
+        "--steps",      "--seed",         "--ckpt-every", "--log-every",
+        "--eval-every", "--eval-batches", "--comm",       "--resume",
+        "--exact",      "--help",         "-h",           NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t x = 0;
         int w = 0;
         while (known[w] && strcmp(a, known[w]))
             w++;
         if (!known[w])
-            return die(L->prog, "unknown option '%s' (see --help)", a);
-        int takes = strcmp(a, "--resume") && strcmp(a, "--exact") && strcmp(a, "--help") &&
-                    strcmp(a, "-h");
-        if (takes && !v)
-            return die(L->prog, "%s needs a value", a);
+            return failf(msg, n, "unknown option '%s' (see --help)", a);
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(L->prog, stdout);
-            exit(0);
+            o->help = 1;
+            return 0;
         } else if (!strcmp(a, "--resume")) {
             o->resume = 1;
-            continue;
         } else if (!strcmp(a, "--exact")) {
             o->exact = 1;
-            continue;
-        } else if (!strcmp(a, "--data")) {
-            o->data = v;
-        } else if (!strcmp(a, "--val")) {
-            o->val = v;
-        } else if (!strcmp(a, "--ckpt")) {
-            o->ckpt = v;
-        } else if (!strcmp(a, "--lr")) {
-            char *end;
-            o->lr = strtod(v, &end);
-            if (*end || end == v || !(o->lr > 0))
-                return die(L->prog, "--lr expects a positive number, got '%s'", v);
+        } else if (!v) {
+            return failf(msg, n, "%s needs a value", a);
+        } else if (parse_one(o, a, v, msg, n)) {
+            return 1;
         } else {
-            static const char *names[] = {"--steps", "--seed", "--ckpt-every", "--log-every",
-                                          "--eval-every", "--eval-batches"};
-            int k = 0;
-            while (k < 6 && strcmp(a, names[k]))
-                k++;
-            if (k == 6)
-                return die(L->prog, "unknown option '%s' (see --help)", a);
-            if (parse_int(L->prog, a, v, k == 1 || k == 4 ? 0 : 1, &x))
-                return 1;
-            int64_t *dst[] = {&o->steps, NULL, &o->ckpt_every, &o->log_every, &o->eval_every,
-                              &o->eval_batches};
-            if (k == 1)
-                o->seed = (uint64_t)x;
-            else
-                *dst[k] = x;
+            i++;
         }
-        i++;
     }
     if (o->resume && !o->ckpt)
-        return die(L->prog, "--resume needs --ckpt DIR");
+        return failf(msg, n, "--resume needs --ckpt DIR");
     return 0;
+}
+
+/* ---- failures on a mesh ---- */
+
+static int fail(Loop *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(Loop *L, const char *fmt, ...)
+{
+    va_list ap;
+    if (L->err[0])
+        return 1;
+    va_start(ap, fmt);
+    vsnprintf(L->err, sizeof L->err, fmt, ap);
+    va_end(ap);
+    return 1;
+}
+
+/* rc: this rank's outcome (nonzero: failed, its message in L->err). 1 on
+ * every rank when any rank failed, else 0; the first failing rank reports. */
+static int agree(Loop *L, int rc)
+{
+    char msg[512];
+    if (!L->all)
+        return rc != 0;
+    int32_t code = rc ? L->nranks - L->rank : 0; /* the largest: the first failing rank */
+    if (rt_comm_all_reduce_max(L->all, &code, 1, PD_I32, msg, sizeof msg))
+        return rc ? 1 : fail(L, "%s", msg);
+    if (code)
+        L->culprit = L->nranks - code;
+    return code != 0;
 }
 
 /* The data contract: the first two i32 inputs of shape [B, S] are the tokens
@@ -162,32 +238,39 @@ static void find_token_inputs(Loop *L)
     if (L->targets < 0)
         L->tokens = -1;
     if (L->tokens >= 0) {
-        L->rows = L->p->tensors[L->tokens].shape[0];
-        L->seq = L->p->tensors[L->tokens].shape[1];
+        int64_t whole[PLAN_MAX_RANK];
+        rt_global_shape(L->p, &L->p->tensors[L->tokens], whole);
+        L->rows = L->p->tensors[L->tokens].shape[0]; /* this device's rows */
+        L->seq = whole[1];
+        L->batch_tokens = whole[0] * whole[1];
     }
 }
 
+/* The loaders: this rank reads the rows of its data-parallel rank. */
 static int open_data(Loop *L)
 {
     char err[512];
-    if (!L->o.data && !L->o.val)
+    int rank, ranks;
+    if (!L->o->data && !L->o->val)
         return 0;
     if (L->tokens < 0)
-        return die(L->prog, "--data: the model has no token inputs (two i32 inputs [B, S])");
-    int64_t vocab = L->p->tensors[L->tokens].limit;
-    if (L->o.data && !(L->train = rt_data_open(L->o.data, vocab, 0, 1, err, sizeof err)))
-        return die(L->prog, "%s", err);
-    if (L->o.val && !(L->val = rt_data_open(L->o.val, vocab, 0, 1, err, sizeof err)))
-        return die(L->prog, "%s", err);
+        return fail(L, "--data: the model has no token inputs (two i32 inputs [B, S])");
+    const PlanTensor *t = &L->p->tensors[L->tokens];
+    rt_data_split(L->rt, t->name, &rank, &ranks);
+    if (L->o->data &&
+        !(L->train = rt_data_open(L->o->data, t->limit, rank, ranks, err, sizeof err)))
+        return fail(L, "%s", err);
+    if (L->o->val && !(L->val = rt_data_open(L->o->val, t->limit, rank, ranks, err, sizeof err)))
+        return fail(L, "%s", err);
     size_t n = (size_t)(L->rows * L->seq);
     L->in_buf = malloc(n * sizeof(int32_t));
     L->tgt_buf = malloc(n * sizeof(int32_t));
     if (!L->in_buf || !L->tgt_buf)
-        return die(L->prog, "malloc: out of memory");
+        return fail(L, "malloc: out of memory");
     return 0;
 }
 
-/* The next batch of d into the token inputs. */
+/* This rank's rows of the next batch of d into the token inputs. */
 static int load_batch(Loop *L, DataLoader *d)
 {
     char err[512];
@@ -195,7 +278,7 @@ static int load_batch(Loop *L, DataLoader *d)
     if (rt_data_next(d, L->rows, L->seq, L->in_buf, L->tgt_buf, err, sizeof err) ||
         rt_set_input(L->rt, L->p->tensors[L->tokens].name, L->in_buf, bytes, err, sizeof err) ||
         rt_set_input(L->rt, L->p->tensors[L->targets].name, L->tgt_buf, bytes, err, sizeof err))
-        return die(L->prog, "%s", err);
+        return fail(L, "%s", err);
     return 0;
 }
 
@@ -212,64 +295,97 @@ static int evaluate(Loop *L, int64_t step, double *loss)
     char err[512];
     double sum = 0;
     int64_t pos = rt_data_tell(L->val);
-    for (int64_t b = 0; b < L->o.eval_batches; b++) {
-        if (load_batch(L, L->val))
+    for (int64_t b = 0; b < L->o->eval_batches; b++) {
+        if (agree(L, load_batch(L, L->val)))
             return 1;
-        if (rt_forward(L->rt, err, sizeof err))
-            return die(L->prog, "%s", err);
+        if (agree(L, rt_forward(L->rt, err, sizeof err) ? fail(L, "%s", err) : 0))
+            return 1;
         sum += rt_scalar(L->rt, L->p->loss);
     }
-    if (rt_data_seek(L->val, pos, err, sizeof err)) /* the same batches every time */
-        return die(L->prog, "%s", err);
+    /* the same batches every time */
+    if (agree(L, rt_data_seek(L->val, pos, err, sizeof err) ? fail(L, "%s", err) : 0))
+        return 1;
     if (!L->train) /* training goes on with its fixed random batch */
-        rt_random_inputs(L->rt, L->o.seed + 1);
-    *loss = sum / (double)L->o.eval_batches;
-    printf("step %5" PRId64 "  val loss %.6f\n", step, *loss);
+        rt_random_inputs(L->rt, L->o->seed + 1);
+    *loss = sum / (double)L->o->eval_batches;
+    if (L->lead && L->o->exact)
+        printf("step %5" PRId64 "  val loss %.6f (%a)\n", step, *loss, *loss);
+    else if (L->lead)
+        printf("step %5" PRId64 "  val loss %.6f\n", step, *loss);
     return 0;
 }
 
+/* Collective on a mesh: every rank gathers, rank 0 writes. */
 static int save(Loop *L, int64_t step)
 {
     char err[512];
-    CkptMeta m = {step, L->train ? rt_data_tell(L->train) : -1, L->o.seed};
-    if (rt_ckpt_save(L->rt, L->o.ckpt, &m, err, sizeof err))
-        return die(L->prog, "%s", err);
-    printf("step %5" PRId64 "  checkpoint written to %s\n", step, L->o.ckpt);
+    CkptMeta m = {step, L->train ? rt_data_tell(L->train) : -1, L->o->seed};
+    if (agree(L, rt_ckpt_save(L->rt, L->o->ckpt, &m, err, sizeof err) ? fail(L, "%s", err) : 0))
+        return 1;
+    if (L->lead)
+        printf("step %5" PRId64 "  checkpoint written to %s\n", step, L->o->ckpt);
     return 0;
 }
 
-/* Parameters from the seed, or from the newest checkpoint with --resume. */
+/* The checkpoint folder must be usable before the first step, not after the last. */
+static int check_ckpt_dir(Loop *L)
+{
+    struct stat st;
+    if (!L->o->ckpt || !L->lead)
+        return 0;
+    if (stat(L->o->ckpt, &st) == 0)
+        return S_ISDIR(st.st_mode) ? 0 : fail(L, "--ckpt %s: not a directory", L->o->ckpt);
+    if (errno != ENOENT || mkdir(L->o->ckpt, 0777) != 0)
+        return fail(L, "--ckpt %s: %s", L->o->ckpt, strerror(errno));
+    return 0;
+}
+
+/* Parameters from the seed, or from the newest checkpoint with --resume (every
+ * rank reads it and keeps its block). */
 static int start(Loop *L, int64_t *first)
 {
     char err[512];
-    rt_init_params(L->rt, L->o.seed);
-    if (L->o.lr > 0 && rt_set_hyper(L->rt, "lr", L->o.lr, err, sizeof err))
-        return die(L->prog, "--lr: %s", err);
+    int rc = check_ckpt_dir(L);
+    rt_init_params(L->rt, L->o->seed);
+    if (!rc && L->o->lr > 0 && rt_set_hyper(L->rt, "lr", L->o->lr, err, sizeof err))
+        rc = fail(L, "--lr: %s", err);
     *first = 1;
-    if (!L->o.resume)
+    if (agree(L, rc))
+        return 1;
+    if (!L->o->resume)
         return 0;
     CkptMeta m;
-    int rc = rt_ckpt_load_latest(L->rt, L->o.ckpt, &m, err, sizeof err);
-    if (rc < 0)
-        return die(L->prog, "--resume: %s", err);
+    rc = rt_ckpt_load_latest(L->rt, L->o->ckpt, &m, err, sizeof err);
+    if (agree(L, rc < 0 ? fail(L, "--resume: %s", err) : 0))
+        return 1;
     if (rc == 0) {
-        printf("no checkpoint in %s: starting from step 1\n", L->o.ckpt);
+        if (L->lead)
+            printf("no checkpoint in %s: starting from step 1\n", L->o->ckpt);
         return 0;
     }
-    if (L->train && m.data_position >= 0 &&
-        rt_data_seek(L->train, m.data_position, err, sizeof err))
-        return die(L->prog, "--resume: %s", err);
+    if (agree(L, L->train && m.data_position >= 0 &&
+                         rt_data_seek(L->train, m.data_position, err, sizeof err)
+                     ? fail(L, "--resume: %s", err)
+                     : 0))
+        return 1;
     *first = m.step + 1;
-    printf("resumed from step %" PRId64 " in %s\n", m.step, L->o.ckpt);
+    if (L->lead)
+        printf("resumed from step %" PRId64 " in %s\n", m.step, L->o->ckpt);
     return 0;
+}
+
+/* GFLOP/s: every device runs the plan's flops (its share of the model's). */
+static double gflops(const Loop *L, double steps, double ms)
+{
+    return L->p->flops * (double)L->nranks * steps / (ms * 1e-3) / 1e9;
 }
 
 static void log_step(Loop *L, int64_t step, double ms, double t0, int64_t first)
 {
-    double tok = L->tokens >= 0 ? (double)(L->rows * L->seq) : 0;
+    double tok = (double)L->batch_tokens;
     double loss = rt_scalar(L->rt, L->p->loss);
-    printf("step %5" PRId64 "/%" PRId64 "  loss %.6f", step, L->o.steps, loss);
-    if (L->o.exact)
+    printf("step %5" PRId64 "/%" PRId64 "  loss %.6f", step, L->o->steps, loss);
+    if (L->o->exact)
         printf(" (%a)", loss);
     if (L->p->lr >= 0)
         printf("  lr %.3e", rt_scalar(L->rt, L->p->lr));
@@ -278,68 +394,195 @@ static void log_step(Loop *L, int64_t step, double ms, double t0, int64_t first)
     printf("  %.1f ms", ms);
     if (tok > 0)
         printf("  %.0f tok/s", tok / (ms * 1e-3));
-    printf("  %.2f GFLOP/s", L->p->flops / (ms * 1e-3) / 1e9);
-    double done = (double)(step - first + 1), left = (double)(L->o.steps - step);
+    printf("  %.2f GFLOP/s", gflops(L, 1, ms));
+    double done = (double)(step - first + 1), left = (double)(L->o->steps - step);
     if (left > 0)
         printf("  eta %.0f s", (now_s() - t0) / done * left);
     printf("\n");
     fflush(stdout);
 }
 
-/* The checkpoint folder must be usable before the first step, not after the last. */
-static int check_ckpt_dir(Loop *L)
+/* One step: this rank's batch, then the plan's instructions. */
+static int step_once(Loop *L, int64_t step, double *ms)
 {
-    struct stat st;
-    if (!L->o.ckpt)
-        return 0;
-    if (stat(L->o.ckpt, &st) == 0)
-        return S_ISDIR(st.st_mode) ? 0 : die(L->prog, "--ckpt %s: not a directory", L->o.ckpt);
-    if (errno != ENOENT || mkdir(L->o.ckpt, 0777) != 0)
-        return die(L->prog, "--ckpt %s: %s", L->o.ckpt, strerror(errno));
+    char err[512];
+    if (L->train && agree(L, load_batch(L, L->train)))
+        return 1;
+    double s0 = now_s();
+    if (agree(L, rt_step(L->rt, step, err, sizeof err) ? fail(L, "%s", err) : 0))
+        return 1;
+    *ms = (now_s() - s0) * 1e3;
+    return 0;
+}
+
+/* What happens after a step: the log, an evaluation, a checkpoint. */
+static int after_step(Loop *L, int64_t step, double ms, double t0, int64_t first, double *vloss)
+{
+    if (L->lead && (step % L->o->log_every == 0 || step == first || step == L->o->steps))
+        log_step(L, step, ms, t0, first);
+    if (L->val && L->o->eval_every && step % L->o->eval_every == 0 && evaluate(L, step, vloss))
+        return 1;
+    if (L->o->ckpt && L->o->ckpt_every && step % L->o->ckpt_every == 0 && save(L, step))
+        return 1;
     return 0;
 }
 
 static int train(Loop *L)
 {
-    char err[512];
     int64_t first;
-    if (check_ckpt_dir(L) || start(L, &first))
+    if (start(L, &first))
         return 1;
     if (!L->train)
-        rt_random_inputs(L->rt, L->o.seed + 1);
-    double t0 = now_s(), sum_ms = 0, loss0 = 0, loss = 0, vloss = 0;
-    for (int64_t step = first; step <= L->o.steps; step++) {
-        if (L->train && load_batch(L, L->train))
+        rt_random_inputs(L->rt, L->o->seed + 1);
+    double t0 = now_s(), sum_ms = 0, ms = 0, loss0 = 0, loss = 0, vloss = 0;
+    for (int64_t step = first; step <= L->o->steps; step++) {
+        if (step_once(L, step, &ms))
             return 1;
-        double s0 = now_s();
-        if (rt_step(L->rt, step, err, sizeof err))
-            return die(L->prog, "%s", err);
-        double ms = (now_s() - s0) * 1e3;
         sum_ms += ms;
         loss = rt_scalar(L->rt, L->p->loss);
         if (step == first)
             loss0 = loss;
-        if (step % L->o.log_every == 0 || step == first || step == L->o.steps)
-            log_step(L, step, ms, t0, first);
-        if (L->val && L->o.eval_every && step % L->o.eval_every == 0 && evaluate(L, step, &vloss))
-            return 1;
-        if (L->o.ckpt && L->o.ckpt_every && step % L->o.ckpt_every == 0 && save(L, step))
+        if (after_step(L, step, ms, t0, first, &vloss))
             return 1;
     }
-    int64_t ran = L->o.steps - first + 1;
+    int64_t ran = L->o->steps - first + 1;
     if (ran <= 0) {
-        printf("nothing to do: the checkpoint is at step %" PRId64 "\n", first - 1);
+        if (L->lead)
+            printf("nothing to do: the checkpoint is at step %" PRId64 "\n", first - 1);
         return 0;
     }
-    if (L->val && (!L->o.eval_every || L->o.steps % L->o.eval_every) && evaluate(L, L->o.steps, &vloss))
+    if (L->val && (!L->o->eval_every || L->o->steps % L->o->eval_every) &&
+        evaluate(L, L->o->steps, &vloss))
         return 1;
-    if (L->o.ckpt && (!L->o.ckpt_every || L->o.steps % L->o.ckpt_every) && save(L, L->o.steps))
+    if (L->o->ckpt && (!L->o->ckpt_every || L->o->steps % L->o->ckpt_every) && save(L, L->o->steps))
         return 1;
-    printf("trained %" PRId64 " step%s of %s in %.2f s: %.1f ms/step, %.2f GFLOP/s, loss %.4f -> "
-           "%.4f\n",
-           ran, ran == 1 ? "" : "s", L->p->model, now_s() - t0, sum_ms / (double)ran,
-           L->p->flops * (double)ran / (sum_ms * 1e-3) / 1e9, loss0, loss);
+    if (L->lead)
+        printf("trained %" PRId64 " step%s of %s in %.2f s: %.1f ms/step, %.2f GFLOP/s, loss "
+               "%.4f -> %.4f\n",
+               ran, ran == 1 ? "" : "s", L->p->model, now_s() - t0, sum_ms / (double)ran,
+               gflops(L, (double)ran, sum_ms), loss0, loss);
     return 0;
+}
+
+/* ---- ranks ---- */
+
+/* "dp=2 x tp=2": the axes of more than one device. */
+static void mesh_text(const Plan *p, char *out, size_t n)
+{
+    size_t len = 0;
+    out[0] = 0;
+    for (int a = 0; a < p->naxes && len < n; a++)
+        if (p->axes[a].size > 1)
+            len += (size_t)snprintf(out + len, n - len, "%s%s=%d", len ? " x " : "",
+                                    p->axes[a].name, p->axes[a].size);
+}
+
+/* One rank's run, w NULL on one device: open, attach, data, the loop. */
+static int run_rank(const Job *J, RtWorld *w, Loop *L)
+{
+    char err[512];
+    *L = (Loop){.prog = J->prog, .p = J->p, .o = &J->o, .nranks = 1, .lead = 1, .culprit = -1};
+    if (w) {
+        L->rank = rt_world_rank(w), L->nranks = rt_world_size(w), L->lead = L->rank == 0;
+        if (!(L->all = rt_comm_split(w, 0, L->rank, err, sizeof err)))
+            return fail(L, "%s", err);
+    }
+    if (!(L->rt = rt_open_linked(J->p, J->kernels, NULL, err, sizeof err)))
+        fail(L, "%s", err);
+    if (agree(L, !L->rt))
+        return 1;
+    if (w && agree(L, rt_attach(L->rt, w, err, sizeof err) ? fail(L, "%s", err) : 0))
+        return 1;
+    find_token_inputs(L);
+    if (agree(L, open_data(L)))
+        return 1;
+    return train(L);
+}
+
+static void close_rank(Loop *L)
+{
+    rt_close(L->rt);
+    rt_comm_free(L->all);
+    rt_data_close(L->train);
+    rt_data_close(L->val);
+    free(L->in_buf);
+    free(L->tgt_buf);
+}
+
+/* Whether this rank tells the failure: the first failing rank, or one that
+ * failed on its own before any agreement. */
+static int reports(const Loop *L)
+{
+    return L->err[0] && (L->culprit < 0 || L->culprit == L->rank);
+}
+
+/* A rank of the threads backend: its share of the OpenMP threads, its run. */
+static int thread_rank(RtWorld *w, void *arg, char *err, size_t n)
+{
+    const Job *J = arg;
+    Loop L;
+    if (J->omp_threads > 0)
+        omp_set_num_threads(J->omp_threads);
+    run_rank(J, w, &L);
+    close_rank(&L);
+    if (!reports(&L))
+        return 0; /* fine, or another rank tells */
+    snprintf(err, n, "%s", L.err);
+    return -1;
+}
+
+/* The mesh as threads of this process: OpenMP and OpenBLAS threads shared out. */
+static int run_threads(Job *J)
+{
+    char err[1024], mesh[128];
+    int total = omp_get_max_threads();
+    J->omp_threads = total / J->nranks > 1 ? total / J->nranks : 1;
+    openblas_set_num_threads(J->omp_threads);
+    mesh_text(J->p, mesh, sizeof mesh);
+    printf("mesh %s, %d ranks, comm threads (%d OpenMP thread%s per rank)\n", mesh, J->nranks,
+           J->omp_threads, J->omp_threads == 1 ? "" : "s");
+    fflush(stdout);
+    if (rt_run_threads(J->nranks, thread_rank, J, err, sizeof err))
+        return die(J->prog, "%s", err);
+    return 0;
+}
+
+/* This process as one rank of w (mpi): the world must be the plan's mesh. */
+static int run_world(Job *J, RtWorld *w)
+{
+    char mesh[128];
+    int rank = rt_world_rank(w), size = rt_world_size(w);
+    mesh_text(J->p, mesh, sizeof mesh);
+    if (size != J->nranks) {
+        if (rank == 0 && J->nranks == 1)
+            die(J->prog, "the plan is for one device, but mpirun started %d ranks", size);
+        else if (rank == 0)
+            die(J->prog, "the plan is for a mesh of %d devices (%s), but mpirun started %d ranks",
+                J->nranks, mesh, size);
+        return 1;
+    }
+    if (rank == 0 && J->nranks > 1) {
+        printf("mesh %s, %d ranks, comm %s\n", mesh, size, rt_world_backend(w));
+        fflush(stdout);
+    }
+    Loop L;
+    int rc = run_rank(J, w, &L);
+    fflush(stdout);
+    close_rank(&L);
+    if (rc && reports(&L))
+        die(J->prog, "%s", L.err);
+    return rc ? 1 : 0;
+}
+
+/* One device, no world. */
+static int run_alone(Job *J)
+{
+    Loop L;
+    int rc = run_rank(J, NULL, &L);
+    close_rank(&L);
+    if (rc)
+        die(J->prog, "%s", L.err);
+    return rc ? 1 : 0;
 }
 
 /* The OpenMP runtime reads its wait policy when it starts, before main: to
@@ -354,29 +597,49 @@ static void passive_openmp(char **argv)
     /* exec failed: go on with the policy the OpenMP runtime already has */
 }
 
-int rt_train_main(int argc, char **argv, const char *plan_json, size_t len,
-                  RtKernel const *kernels)
+/* The options and the plan, then the run on the backend they ask for; under
+ * mpirun only rank 0 prints an option or plan error. mpi: the mpi backend was
+ * asked for (w is NULL when this process was not started by mpirun). */
+static int run_job(Job *J, int mpi, RtWorld *w, int bad, const char *msg, const char *plan_json,
+                   size_t len)
 {
     char err[1024];
-    passive_openmp(argv);
-    Loop L = {.prog = argc > 0 ? argv[0] : "train"};
-    if (parse_args(&L, argc, argv))
-        return 1;
-    Plan *p = plan_parse(L.prog, plan_json, len, err, sizeof err);
-    if (!p)
-        return die(L.prog, "the embedded plan: %s", err);
-    L.p = p;
-    find_token_inputs(&L);
-    int rc = 1;
-    if (!open_data(&L)) {
-        L.rt = rt_open_linked(p, kernels, NULL, err, sizeof err);
-        rc = L.rt ? train(&L) : die(L.prog, "%s", err);
+    int lead = !w || rt_world_rank(w) == 0;
+    if (J->o.help) {
+        if (lead)
+            usage(J->prog, stdout);
+        return 0;
     }
-    rt_close(L.rt);
-    rt_data_close(L.train);
-    rt_data_close(L.val);
-    free(L.in_buf);
-    free(L.tgt_buf);
+    if (bad)
+        return lead ? die(J->prog, "%s", msg) : 1;
+    Plan *p = plan_parse(J->prog, plan_json, len, err, sizeof err);
+    if (!p)
+        return lead ? die(J->prog, "the embedded plan: %s", err) : 1;
+    J->p = p;
+    J->nranks = (int)plan_mesh_size(p);
+    int rc;
+    if (mpi && !w)
+        rc = die(J->prog, "--comm mpi: not started by mpirun or srun (mpirun -np %d %s ...)",
+                 J->nranks, J->prog);
+    else
+        rc = w ? run_world(J, w) : J->nranks > 1 ? run_threads(J) : run_alone(J);
     plan_free(p);
+    return rc;
+}
+
+int rt_train_main(int argc, char **argv, const char *plan_json, size_t len, RtKernel const *kernels)
+{
+    char msg[512] = "", err[512];
+    passive_openmp(argv);
+    Job J = {.prog = argc > 0 ? argv[0] : "train", .kernels = kernels};
+    int bad = parse_args(&J.o, argc, argv, msg, sizeof msg);
+    int launched = rt_mpi_launched();
+    int mpi = J.o.comm ? !strcmp(J.o.comm, "mpi") : launched;
+    RtWorld *w = NULL;
+    if (mpi && launched && !(w = rt_world_mpi(err, sizeof err)))
+        return die(J.prog, "%s", err);
+    int rc = run_job(&J, mpi, w, bad, msg, plan_json, len);
+    fflush(stdout);
+    rt_world_close(w);
     return rc;
 }

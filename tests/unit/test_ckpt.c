@@ -5,7 +5,11 @@
  * metadata, and nothing else; the file is read back here as plain safetensors;
  * the newest step wins and a torn temporary file is ignored; every refusal
  * (another model or plan, a tensor missing or of another shape or dtype, a
- * truncated or corrupt file) names the file and leaves the runtime unchanged. */
+ * truncated or corrupt file) names the file and leaves the runtime unchanged.
+ * On a mesh of two devices (threads backend): the file holds whole tensors, the
+ * same bytes as one device's from the same values; every rank gets its blocks
+ * back; a refused load changes nothing; a save that fails on rank 0 fails on
+ * every rank and leaves no temporary file. */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
@@ -16,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/comm/comm.h"
 #include "runtime/runtime.h"
 
 #define ODD_NAME "emb \"q\" \\ \xc3\xa9" /* a quote, a backslash and an e-acute */
@@ -721,4 +726,173 @@ Test(ckpt, every_single_byte_change_of_the_header_is_refused_or_harmless)
     free(b);
     rt_close(rt);
     plan_free(p);
+}
+
+/* ---- on a mesh ---- */
+
+/* The model of test_plan's first tensors on a mesh of `devices` along one
+ * axis dp: w f32 [4, 6] split along dim 0, b f64 [6] whole on every device,
+ * m.w f32 [4, 6] state split along dim 1, and an input. The tensors' shapes
+ * are per device; their whole values are the same on every mesh. */
+static Plan *mesh_plan(int devices)
+{
+    Plan *p = calloc(1, sizeof *p);
+    p->version = PLAN_VERSION;
+    p->model = strdup("test");
+    p->naxes = 1;
+    p->axes = calloc(1, sizeof *p->axes);
+    p->axes[0] = (PlanAxis){strdup("dp"), strdup("data"), devices};
+    p->ntensors = 4;
+    p->tensors = calloc(4, sizeof *p->tensors);
+    p->instrs = calloc(1, sizeof *p->instrs);
+    p->kernels = calloc(1, sizeof *p->kernels);
+    p->kernel_source = strdup("");
+    p->loss = p->lr = p->grad_norm = -1;
+    tensor(p, 0, "w", PD_F32, PT_PARAM, 2, (int64_t[]){4 / devices, 6}, "normal");
+    tensor(p, 1, "b", PD_F64, PT_PARAM, 1, (int64_t[]){6}, "uniform");
+    tensor(p, 2, "m.w", PD_F32, PT_STATE, 2, (int64_t[]){4, 6 / devices}, "");
+    tensor(p, 3, "x", PD_F32, PT_INPUT, 2, (int64_t[]){4 / devices, 6}, "");
+    p->tensors[0].nsplit[0] = p->tensors[2].nsplit[1] = p->tensors[3].nsplit[0] = 1;
+    return p;
+}
+
+/* The state m.w, element (i, j) of its whole value = i * 6 + j + 0.5, into
+ * this device's block (its columns from 3 * rank on a mesh of 2). */
+static void fill_state(Runtime *rt, int rank)
+{
+    const PlanTensor *t = &rt_plan(rt)->tensors[2];
+    float *m = rt_tensor_data(rt, 2);
+    for (int64_t i = 0; i < t->shape[0]; i++)
+        for (int64_t j = 0; j < t->shape[1]; j++)
+            m[i * t->shape[1] + j] = (float)(i * 6 + rank * t->shape[1] + j) + 0.5f;
+}
+
+typedef struct MeshRun {
+    const Plan *p;
+    const char *where;   /* the checkpoint folder */
+    const char *refused; /* a folder whose checkpoint each rank must refuse, or NULL */
+    int save_fails;      /* the save is expected to fail on every rank */
+} MeshRun;
+
+#define RANK_CHECK(cond, ...)                                                                      \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            rc = -1;                                                                               \
+            snprintf(err, n, __VA_ARGS__);                                                         \
+            goto done;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+/* One rank: init, a save, the saved tensors overwritten, a load that gives
+ * back this device's blocks bit for bit; a refused load that changes nothing. */
+static int mesh_rank(RtWorld *w, void *arg, char *err, size_t n)
+{
+    const MeshRun *r = arg;
+    char msg[1024] = "";
+    int rc = 0, rank = rt_world_rank(w);
+    unsigned char *before = NULL, *after = NULL;
+    Runtime *rt = rt_open(r->p, cache, err, n);
+    if (!rt)
+        return -1;
+    RANK_CHECK(!rt_attach(rt, w, msg, sizeof msg), "rank %d: attach: %s", rank, msg);
+    rt_init_params(rt, 7);
+    fill_state(rt, rank);
+    before = snapshot(rt);
+    CkptMeta m = {5, 1005, 7};
+    int saved_rc = rt_ckpt_save(rt, r->where, &m, msg, sizeof msg);
+    RANK_CHECK(saved_rc == (r->save_fails ? -1 : 0), "rank %d: save: %d %s", rank, saved_rc, msg);
+    if (r->save_fails) {
+        RANK_CHECK(strstr(msg, rank == 0 ? "rename " : "not written: another rank failed"),
+                   "rank %d: %s", rank, msg);
+        goto done;
+    }
+    for (int i = 0; i < r->p->ntensors; i++)
+        if (is_saved(&r->p->tensors[i]))
+            memset(rt_tensor_data(rt, i), 0xab, r->p->tensors[i].bytes);
+    CkptMeta got = {0};
+    int loaded = rt_ckpt_load_latest(rt, r->where, &got, msg, sizeof msg);
+    RANK_CHECK(loaded == 1, "rank %d: load: %d %s", rank, loaded, msg);
+    RANK_CHECK(got.step == 5 && got.data_position == 1005 && got.seed == 7, "rank %d: meta", rank);
+    for (int i = 0; i < r->p->ntensors; i++) {
+        const PlanTensor *t = &r->p->tensors[i];
+        RANK_CHECK(!is_saved(t) || !memcmp(rt_tensor_data(rt, i), before + t->offset, t->bytes),
+                   "rank %d: tensor '%s' is not its block", rank, t->name);
+    }
+    if (r->refused) {
+        after = snapshot(rt);
+        RANK_CHECK(rt_ckpt_load_latest(rt, r->refused, NULL, msg, sizeof msg) == -1 &&
+                       strstr(msg, "checkpoint from another plan"),
+                   "rank %d: not refused: %s", rank, msg);
+        RANK_CHECK(!memcmp(rt_tensor_data(rt, 0), after, r->p->slab_bytes),
+                   "rank %d: a refused load changed the slab", rank);
+    }
+done:
+    free(before);
+    free(after);
+    rt_close(rt);
+    return rc;
+}
+
+/* The data section of a checkpoint file and its header (parsed). */
+static unsigned char *data_of(const char *path, size_t *len, cJSON **header)
+{
+    unsigned char *b = read_all(path, len);
+    uint64_t hlen = get_le64(b);
+    *header = cJSON_ParseWithLength((const char *)b + 8, hlen);
+    cr_assert_not_null(*header);
+    *len -= 8 + hlen;
+    memmove(b, b + 8 + hlen, *len);
+    return b;
+}
+
+Test(ckpt, a_mesh_checkpoint_holds_whole_tensors_the_same_bytes_as_one_device)
+{
+    char err[1024] = "", mesh_dir[128], one_dir[128];
+    snprintf(mesh_dir, sizeof mesh_dir, "%s/mesh", dir);
+    snprintf(one_dir, sizeof one_dir, "%s/one", dir);
+    Plan *one = mesh_plan(1), *two = mesh_plan(2);
+    Runtime *rt = open_ok(one);
+    rt_init_params(rt, 7);
+    fill_state(rt, 0);
+    CkptMeta m = {5, 1005, 7};
+    cr_assert_eq(rt_ckpt_save(rt, one_dir, &m, err, sizeof err), 0, "%s", err);
+    MeshRun r = {two, mesh_dir, one_dir, 0};
+    cr_assert_eq(rt_run_threads(2, mesh_rank, &r, err, sizeof err), 0, "%s", err);
+
+    size_t nm, no;
+    cJSON *hm, *ho;
+    unsigned char *dm = data_of(path_in(mesh_dir, "step-00000005.safetensors"), &nm, &hm);
+    unsigned char *dn = data_of(path_in(one_dir, "step-00000005.safetensors"), &no, &ho);
+    cr_assert_eq(nm, no);
+    cr_assert(!memcmp(dm, dn, nm), "the tensors' bytes differ from one device's");
+    const char *names[] = {"w", "b", "m.w"};
+    for (int i = 0; i < 3; i++) {
+        char *a = cJSON_PrintUnformatted(cJSON_GetObjectItem(hm, names[i]));
+        char *b = cJSON_PrintUnformatted(cJSON_GetObjectItem(ho, names[i]));
+        cr_assert_str_eq(a, b, "'%s': the entries differ", names[i]);
+        free(a);
+        free(b);
+    }
+    char *state = cJSON_PrintUnformatted(cJSON_GetObjectItem(hm, "m.w"));
+    cr_assert_str_eq(state, "{\"dtype\":\"F32\",\"shape\":[4,6],\"data_offsets\":[144,240]}");
+    free(state);
+    cJSON_Delete(hm);
+    cJSON_Delete(ho);
+    free(dm);
+    free(dn);
+    rt_close(rt);
+    plan_free(one);
+    plan_free(two);
+}
+
+Test(ckpt, a_failed_save_on_rank_0_fails_every_rank)
+{
+    char err[1024] = "";
+    Plan *two = mesh_plan(2);
+    cr_assert_eq(mkdir(ck, 0777), 0);
+    cr_assert_eq(mkdir(path_in(ck, "step-00000005.safetensors"), 0777), 0); /* rename fails */
+    MeshRun r = {two, ck, NULL, 1};
+    cr_assert_eq(rt_run_threads(2, mesh_rank, &r, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(count_entries(ck), 1, "no temporary file is left");
+    plan_free(two);
 }
