@@ -60,6 +60,8 @@ static void usage(FILE *f)
             "  --emit=ir             print the final graph IR (to -o FILE or stdout)\n"
             "  --emit=plan -o DIR    write the plan of one training step to DIR/plan.json\n"
             "  --emit=c              print the C source of the plan's kernels\n"
+            "  --emit=memory         print the bytes one device holds: parameters, gradients,\n"
+            "                        optimizer state, and the plan's slab\n"
             "  --dump-after=PASS     print the IR after PASS ('all': after every pass)\n"
             "  --stop-after=PASS     run the pipeline up to PASS only (e.g. lower: the forward IR)\n"
             "  --from-ir FILE.tir    start from a printed IR instead of TDL\n"
@@ -157,8 +159,8 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
                 return fail("%s", "at most 8 --role options");
             o->roles[o->nroles++] = v;
         } else if ((v = opt_value(argc, argv, &i, "--emit"))) {
-            if (strcmp(v, "ir") && strcmp(v, "plan") && strcmp(v, "c"))
-                return fail("--emit=%s: expected ir, plan or c", v);
+            if (strcmp(v, "ir") && strcmp(v, "plan") && strcmp(v, "c") && strcmp(v, "memory"))
+                return fail("--emit=%s: expected ir, plan, c or memory", v);
             o->emit = v;
         } else if ((v = opt_value(argc, argv, &i, "--dump-after"))) {
             o->dump_after = v;
@@ -316,6 +318,24 @@ static int write_ir(const Options *o, const Graph *g)
     return bad ? -1 : 0;
 }
 
+/* --emit=memory: the training state and the slab of one device. */
+static int print_memory(const Graph *g, const Plan *plan)
+{
+    CgMemory m;
+    cg_memory(g, &m);
+    printf("memory per device, mesh");
+    for (int i = 0; i < g->mesh.naxes; i++)
+        printf("%s%s=%d", i ? " x " : " ", g->mesh.axes[i].name, g->mesh.axes[i].size);
+    printf(" (%lld devices)\n", (long long)ir_mesh_size(&g->mesh));
+    printf("  parameters       %14.0f bytes\n", m.params);
+    printf("  gradients        %14.0f bytes\n", m.grads);
+    printf("  optimizer state  %14.0f bytes\n", m.state);
+    printf("  training state   %14.0f bytes\n", m.params + m.grads + m.state);
+    printf("  slab             %14llu bytes (every tensor of the step, with reuse)\n",
+           (unsigned long long)plan->slab_bytes);
+    return 0;
+}
+
 /* The plan into DIR/plan.json (DIR is created), or its kernels as C. */
 static int write_plan(Ctx *c, const Options *o, const Graph *g)
 {
@@ -329,6 +349,8 @@ static int write_plan(Ctx *c, const Options *o, const Graph *g)
                 (double)plan.slab_bytes / 1048576.0);
     if (!o->emit)
         return cg_write_program(c, &plan, o->out, o->print_commands);
+    if (!strcmp(o->emit, "memory"))
+        return print_memory(g, &plan);
     if (!strcmp(o->emit, "c")) {
         FILE *f = o->out ? fopen(o->out, "w") : stdout;
         if (!f || fputs(plan.kernel_source, f) < 0 || (o->out && fclose(f) != 0)) {

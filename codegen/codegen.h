@@ -84,6 +84,15 @@ enum {
     CG_KEEP_VALUES = 1, /* give every value its own memory, so all can be read after a step */
 };
 
+/* What the training state takes on one device of the mesh, in bytes:
+ * parameters, gradients (as reduced for the update: whole, or the shard of
+ * the optimizer state with zero >= 2) and optimizer state. */
+typedef struct CgMemory {
+    double params, grads, state;
+    int nparams;
+} CgMemory;
+void cg_memory(const Graph *g, CgMemory *m);
+
 /* Build the plan of one training step from a verified graph (after autodiff
  * and the optimizer, or a forward-only graph): tensors at slab offsets, kernels
  * with their C source, the instruction list. Temporaries whose lifetimes do

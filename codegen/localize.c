@@ -149,3 +149,33 @@ const Graph *cg_localize(Arena *a, const Graph *g)
         VEC_PUSH(a, l->outputs, map[g->outputs.data[i]->id]);
     return l;
 }
+
+/* ---- per-device memory of the training state ---- */
+
+static double local_bytes(const Graph *g, const Value *v)
+{
+    double b = (double)ir_dtype_size(v->dtype);
+    for (int d = 0; d < v->rank; d++)
+        b *= (double)(v->shape[d] / factor(g, v, d));
+    return b;
+}
+
+void cg_memory(const Graph *g, CgMemory *m)
+{
+    memset(m, 0, sizeof *m);
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *op = g->ops.data[i];
+        if (op->kind == OP_PARAM)
+            m->params += local_bytes(g, op->res[0]), m->nparams += 1;
+        else if (op->kind == OP_STATE)
+            m->state += local_bytes(g, op->res[0]);
+        else if (op->kind == OP_SGD || op->kind == OP_ADAMW) {
+            const Value *grad = op->args[1];
+            /* the gradient as reduced: before clipping and the update's own slice */
+            while (grad->def && ((grad->def->kind == OP_MUL && grad->def->phase == PH_OPT) ||
+                                 grad->def->kind == OP_SHARD_SLICE))
+                grad = grad->def->args[grad->def->kind == OP_MUL && grad->def->args[0]->rank == 0];
+            m->grads += local_bytes(g, grad);
+        }
+    }
+}

@@ -578,8 +578,8 @@ static void bucket_gradients(Gen *gen)
         }
         PlanDType dt = gen->tensors.data[in->args[0]].dtype;
         int k = 0;
-        while (k < nb && !(same_group(&bk[k].in.coll, &in->coll) &&
-                           gen->tensors.data[bk[k].in.args[0]].dtype == dt && bk[k].in.nargs))
+        while (k < nb && !(bk[k].in.nargs && same_group(&bk[k].in.coll, &in->coll) &&
+                           gen->tensors.data[bk[k].in.args[0]].dtype == dt))
             k++;
         if (k == nb) { /* a new (or an emptied) bucket */
             for (k = 0; k < nb && bk[k].in.nargs; k++)

@@ -20,6 +20,7 @@ typedef struct SP {
     ShardOpts o;
     int zero;
     char *pinned; /* by Value.id */
+    int errors;
 } SP;
 
 static const char *fmt(SP *s, const char *f, const char *a, const char *b)
@@ -98,12 +99,39 @@ static int storage_dim(SP *s, const Value *v, uint32_t roles)
     return -1;
 }
 
+/* The product of the sizes of the axes of roles (size > 1) not used by v. */
+static int64_t role_size(SP *s, const Value *v, uint32_t roles, char *names, size_t n)
+{
+    const Mesh *m = &s->g->mesh;
+    int64_t k = 1;
+    for (int ax = 0; ax < m->naxes; ax++)
+        if ((roles >> m->axes[ax].role & 1) && m->axes[ax].size > 1 &&
+            !used_axis(&v->shard, v->rank, ax)) {
+            size_t len = strlen(names);
+            snprintf(names + len, n - len, "%s%s=%d", len ? " x " : "", m->axes[ax].name,
+                     m->axes[ax].size);
+            k *= m->axes[ax].size;
+        }
+    return k;
+}
+
 /* Inputs: the data and fsdp axes split the batch (dim 0). */
 static void seed_input(SP *s, Value *v)
 {
     char names[128] = "";
     if (v->rank < 1)
         return;
+    uint32_t roles = 1u << ROLE_DATA | 1u << ROLE_FSDP;
+    int64_t k = role_size(s, v, roles, names, sizeof names);
+    if (v->shape[0] % (k * ir_shard_factor(&s->g->mesh, &v->shard, 0)) != 0) {
+        diag_error(&s->c->diag, v->loc,
+                   "the batch of input '%s' (%lld rows) does not divide over the data-parallel "
+                   "axes %s",
+                   v->name ? v->name : "?", (long long)v->shape[0], names);
+        s->errors++;
+        return;
+    }
+    names[0] = 0;
     Sharding sh = v->shard;
     if (!add_role_axes(s, &sh, v, 0, 1u << ROLE_DATA | 1u << ROLE_FSDP, names, sizeof names))
         return;
@@ -113,13 +141,17 @@ static void seed_input(SP *s, Value *v)
 
 /* The sharding a parameter's storage (and its optimizer state) gets over the
  * roles in `roles`; the compute sharding stays in v. */
-static Sharding storage(SP *s, const Value *v, uint32_t roles, const char *why)
+static Sharding storage(SP *s, const Value *v, uint32_t roles, const char *why, int warn)
 {
     Sharding sh = v->shard;
     char names[128] = "";
     int d = storage_dim(s, v, roles);
     if (d >= 0 && add_role_axes(s, &sh, v, d, roles, names, sizeof names))
         sh.why = (Why){WHY_ROLE, LOC_NONE, fmt(s, why, names, NULL)};
+    else if (warn && d < 0 && role_size(s, v, roles, names, sizeof names) > 1)
+        diag_report(&s->c->diag, SEV_WARNING, v->loc, 0,
+                    "'%s' stays whole on every device: no dimension of it divides over %s",
+                    v->name ? v->name : "?", names);
     return sh;
 }
 
@@ -160,20 +192,38 @@ static void gather_for_phase(SP *s, Value *p, Sharding compute, Phase ph)
 }
 
 /* ZeRO and fsdp over the parameters, their gradients and optimizer state. */
-static void seed_optimizer(SP *s, Op *op)
+/* The gradient of p: what its optimizer op reads, past clipping; without one
+ * (plain SGD), the value autodiff named "<p>.grad". NULL when none. */
+static Value *gradient_of(SP *s, Value *p, const Op *op)
 {
-    Value *p = op->args[0], *g = op->args[1];
-    while (g->def && g->def->kind == OP_MUL && g->def->phase == PH_OPT) /* past clipping */
-        g = g->def->args[g->def->args[0]->rank == 0 ? 1 : 0];
-    int nstate = op->kind == OP_ADAMW ? 2 : 1;
+    if (op) {
+        Value *g = op->args[1];
+        while (g->def && g->def->kind == OP_MUL && g->def->phase == PH_OPT)
+            g = g->def->args[g->def->args[0]->rank == 0 ? 1 : 0];
+        return g;
+    }
+    char name[512];
+    snprintf(name, sizeof name, "%s.grad", p->name ? p->name : "");
+    const char *id = intern(s->g->strings, name);
+    for (int i = 0; i < s->g->values.len; i++)
+        if (s->g->values.data[i]->name == id)
+            return s->g->values.data[i];
+    return NULL;
+}
+
+/* Parameter p updated by op (SGD, AdamW; NULL: plain SGD without state). */
+static void seed_optimizer(SP *s, Value *p, const Op *op)
+{
+    Value *g = gradient_of(s, p, op);
+    int nstate = !op ? 0 : op->kind == OP_ADAMW ? 2 : 1;
     uint32_t data = 1u << ROLE_DATA, fsdp = 1u << ROLE_FSDP;
     uint32_t pr = fsdp | (s->zero >= 3 ? data : 0);
     Sharding compute = p->shard;
     Sharding store = storage(s, p, pr, s->zero >= 3 ? "zero-3 shards the parameter over %s"
-                                                     : "fsdp axes %s shard the parameter");
+                                                     : "fsdp axes %s shard the parameter", 0);
     Sharding state = storage(s, p, pr | (s->zero >= 1 ? data : 0),
                              s->zero >= 1 ? "zero-1 shards optimizer state over %s"
-                                          : "fsdp axes %s shard optimizer state");
+                                          : "fsdp axes %s shard optimizer state", 1);
     for (int i = 0; i < nstate; i++) {
         Value *st = op->args[2 + i];
         if (st->def && st->def->kind == OP_STATE && !is_pin(st->shard.why.kind))
@@ -181,7 +231,7 @@ static void seed_optimizer(SP *s, Op *op)
     }
     /* gradients are reduced straight into the layout the update reads:
      * the parameter's storage, or with zero >= 2 the optimizer state's */
-    if (!s->pinned[g->id] && g->def && g->def->phase != PH_OPT) {
+    if (g && !s->pinned[g->id] && g->def && g->def->phase != PH_OPT) {
         g->shard = s->zero >= 2 ? state : store;
         g->shard.why = (Why){WHY_ROLE, LOC_NONE,
                              s->zero >= 2 ? "zero-2: gradients reduce-scattered to the optimizer "
@@ -209,9 +259,14 @@ static void seed(SP *s)
     int n = s->g->ops.len; /* seeding inserts ops: walk a copy */
     Op **ops = arena_alloc(s->g->arena, sizeof(Op *) * (size_t)(n + 1));
     memcpy(ops, s->g->ops.data, sizeof(Op *) * (size_t)n);
-    for (int i = 0; i < n; i++)
-        if (ops[i]->kind == OP_SGD || ops[i]->kind == OP_ADAMW)
-            seed_optimizer(s, ops[i]);
+    for (int i = 0; i < n; i++) { /* each parameter's update */
+        if (ops[i]->kind != OP_UPDATE || !ops[i]->args[0]->def ||
+            ops[i]->args[0]->def->kind != OP_PARAM)
+            continue;
+        const Op *opt = ops[i]->args[1]->def;
+        int has = opt && (opt->kind == OP_SGD || opt->kind == OP_ADAMW);
+        seed_optimizer(s, ops[i]->args[0], has ? opt : NULL);
+    }
 }
 
 static void sweep(SP *s)
@@ -257,7 +312,7 @@ static int sharded(const Graph *g)
 
 int pass_shard(Ctx *c, Graph *g)
 {
-    SP s = {c, g, {-1, NULL, 0}, 0, NULL};
+    SP s = {c, g, {-1, NULL, 0}, 0, NULL, 0};
     TrainConfig tc;
     char err[256];
     if (ir_train_config(g, &tc, err, sizeof err) != 0) {
@@ -277,6 +332,8 @@ int pass_shard(Ctx *c, Graph *g)
     s.pinned = arena_alloc(g->arena, (size_t)g->values.len * 3 + 64);
     memset(s.pinned, 0, (size_t)g->values.len * 3 + 64);
     seed(&s);
+    if (s.errors)
+        return -1;
     shard_opts(g, &s.o); /* after seeding: the use counts the partition pass will see */
     for (int i = 0; i < g->ops.len; i++)
         g->ops.data[i]->id = i;
