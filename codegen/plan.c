@@ -258,7 +258,7 @@ static void set_limits(Gen *gen)
         if (op->kind == OP_EMBED) { /* the global vocabulary of a split table */
             ids = op->args[1];
             limit = op->args[0]->shape[0] * ir_shard_factor(m, &op->args[0]->shard, 0);
-        } else if (op->kind == OP_CROSS_ENTROPY) {
+        } else if (op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_SHARD) {
             ids = op->args[1];
             int last = op->args[0]->rank - 1;
             limit = op->args[0]->shape[last] * ir_shard_factor(m, &op->args[0]->shard, last);
@@ -434,6 +434,9 @@ static void collective(Gen *gen, const Op *op)
                                          PC_ALL_TO_ALL, PC_SLICE};
     PlanInstr in = {.kind = PI_COLL, .nargs = 2, .phase = op->phase, .layer = op->layer};
     in.coll.op = kinds[op->kind - OP_ALL_REDUCE];
+    const Attr *how = ir_op_attr(op, "op");
+    if (op->kind == OP_ALL_REDUCE && how && how->s && !strcmp(how->s, "max"))
+        in.coll.op = PC_ALL_REDUCE_MAX;
     in.coll.naxes = attr_axes(gen, op, in.coll.axes);
     in.coll.dim = (int)ir_op_attr_int(op, "dim", -1);
     in.coll.dim2 = (int)ir_op_attr_int(op, "split", -1);

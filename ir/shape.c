@@ -787,6 +787,10 @@ static int infer_rule(Infer *in)
         return infer_update(in);
     case OP_AXIS_OFFSET:
         return set_result(in, DT_I32, 0, NULL);
+    case OP_CROSS_ENTROPY_SHARD:
+        return infer_cross_entropy(in);
+    case OP_CROSS_ENTROPY_GRAD_SHARD:
+        return same_as(in, arg(in, 0));
     case OP_ALL_REDUCE:
     case OP_ALL_GATHER:
     case OP_REDUCE_SCATTER:

@@ -22,11 +22,16 @@ typedef struct Memo {
     Value *v;
 } Memo;
 
+typedef struct Stats {
+    Value *logits, *m, *s, *offset; /* a split vocabulary's row max and sum of exp */
+} Stats;
+
 typedef struct PP {
     Graph *g;
     ShardOpts o;
     VEC(Op *) ops;   /* the new op order */
     VEC(Memo) memo;
+    VEC(Stats) stats;
 } PP;
 
 static Attr *axes_attr(PP *p, const int8_t *axes, int n)
@@ -112,6 +117,115 @@ static void fix_result(PP *p, Op *op, int i, const Sharding *made)
     orig->def = lop;
 }
 
+/* ---- vocabulary-parallel cross-entropy ---- */
+
+/* A new op before `site` (its phase, layer, stage) with one result. */
+static Value *emit_op(PP *p, OpKind kind, Value **args, int n, const Op *site, DType dt, int rank,
+                      const int64_t *shape, const Sharding *sh)
+{
+    Op *op = ir_op_new(p->g, kind, args, n, site->loc);
+    p->g->ops.len--;
+    op->phase = site->phase, op->layer = site->layer, op->stage = site->stage;
+    Value *v = ir_op_result(p->g, op, dt, rank, shape);
+    v->shard = *sh;
+    v->shard.why = (Why){WHY_RULE, LOC_NONE, "vocabulary-parallel cross_entropy"};
+    VEC_PUSH(p->g->arena, p->ops, op);
+    return v;
+}
+
+static void set_int(PP *p, Value *v, const char *key, int64_t x)
+{
+    ir_op_set_attr(p->g, v->def, ir_attr_int(p->g->arena, intern(p->g->strings, key), x));
+}
+
+/* Row max m and sum s of exp(logits - m) over the whole (split) vocabulary,
+ * both [...,1], and the device's first column: made once per logits value. */
+static Stats *vocab_stats(PP *p, Value *l, const Op *site)
+{
+    for (int i = 0; i < p->stats.len; i++)
+        if (p->stats.data[i].logits == l)
+            return &p->stats.data[i];
+    Graph *g = p->g;
+    int last = l->rank - 1, na = l->shard.naxes[last];
+    const int8_t *axes = l->shard.axes[last];
+    uint32_t mask = 0;
+    for (int i = 0; i < na; i++)
+        mask |= 1u << axes[i];
+    int64_t shape[IR_MAX_RANK];
+    memcpy(shape, l->shape, sizeof(int64_t) * (size_t)l->rank);
+    shape[last] = 1;
+    Sharding part = l->shard, whole;
+    part.naxes[last] = 0;
+    part.partial |= mask; /* per-device maxima and sums: the all-reduces read them */
+    whole = part;
+    whole.partial &= ~mask;
+    Value *mloc = emit_op(p, OP_MAX, &l, 1, site, l->dtype, l->rank, shape, &part);
+    set_int(p, mloc, "dim", -1);
+    ir_op_set_attr(g, mloc->def, ir_attr_bool(g->arena, "keepdim", 1));
+    ReStep st = {OP_ALL_REDUCE, -1, -1, na, {0}, whole, 0};
+    memcpy(st.axes, axes, (size_t)na);
+    st.bytes = 2 * shard_local_bytes(&g->mesh, mloc, &whole);
+    Value *m = emit_step(p, mloc, &st, site, "vocabulary-parallel cross_entropy");
+    ir_op_set_attr(g, m->def, ir_attr_str(g->arena, "op", "max"));
+    Value *d = emit_op(p, OP_SUB, (Value *[]){l, m}, 2, site, l->dtype, l->rank, l->shape,
+                       &l->shard);
+    Value *e = emit_op(p, OP_EXP, &d, 1, site, l->dtype, l->rank, l->shape, &l->shard);
+    Value *sloc = emit_op(p, OP_SUM, &e, 1, site, l->dtype, l->rank, shape, &part);
+    set_int(p, sloc, "dim", -1);
+    ir_op_set_attr(g, sloc->def, ir_attr_bool(g->arena, "keepdim", 1));
+    Value *sum = emit_step(p, sloc, &st, site, "vocabulary-parallel cross_entropy");
+    Sharding none;
+    memset(&none, 0, sizeof none);
+    char name[128];
+    int k = snprintf(name, sizeof name, "vocab_offset");
+    for (int i = 0; i < na && k < (int)sizeof name; i++)
+        k += snprintf(name + k, sizeof name - (size_t)k, ".%s", g->mesh.axes[axes[i]].name);
+    const char *id = intern(g->strings, name);
+    Value *off = NULL; /* one per split of the vocabulary, shared by the microbatches */
+    for (int i = 0; i < p->stats.len && !off; i++)
+        if (p->stats.data[i].offset->name == id)
+            off = p->stats.data[i].offset;
+    if (!off) {
+        off = emit_op(p, OP_AXIS_OFFSET, NULL, 0, site, DT_I32, 0, NULL, &none);
+        off->shard.why = (Why){WHY_NONE, LOC_NONE, NULL};
+        off->name = id;
+        Attr *items[IR_MAX_AXES];
+        for (int i = 0; i < na; i++)
+            items[i] = ir_attr_str(g->arena, NULL, g->mesh.axes[axes[i]].name);
+        ir_op_set_attr(g, off->def, ir_attr_list(g->arena, "axes", items, na));
+        set_int(p, off, "scale", l->shape[last] / ir_shard_factor(&g->mesh, &l->shard, last));
+    }
+    VEC_PUSH(g->arena, p->stats, ((Stats){l, m, sum, off}));
+    return &p->stats.data[p->stats.len - 1];
+}
+
+/* cross_entropy(_grad) over a split vocabulary, in place: the _shard op. */
+static void vocab_parallel(PP *p, Op *op)
+{
+    Value *l = op->args[0];
+    Stats *st = vocab_stats(p, l, op);
+    int grad = op->kind == OP_CROSS_ENTROPY_GRAD;
+    Value **args = arena_alloc(p->g->arena, sizeof(Value *) * 6);
+    int n = 0;
+    args[n++] = l;
+    args[n++] = op->args[1];
+    if (grad)
+        args[n++] = op->args[2];
+    args[n++] = st->m;
+    args[n++] = st->s;
+    args[n++] = st->offset;
+    op->kind = grad ? OP_CROSS_ENTROPY_GRAD_SHARD : OP_CROSS_ENTROPY_SHARD;
+    op->args = args;
+    op->nargs = n;
+    int64_t rows = 1;
+    for (int d = 0; d < l->rank - 1; d++)
+        rows *= l->shape[d];
+    ir_op_set_attr(p->g, op, ir_attr_int(p->g->arena, "rows", rows));
+    if (!grad)
+        ir_op_set_attr(p->g, op, ir_attr_int(p->g->arena, "n",
+                                            ir_shard_factor(&p->g->mesh, &l->shard, l->rank - 1)));
+}
+
 static int partition_op(PP *p, Op *op)
 {
     if (op->kind == OP_UPDATE) {
@@ -130,6 +244,9 @@ static int partition_op(PP *p, Op *op)
             BUG("rule of %s asks for a partial sum", ir_ops[op->kind].name);
         op->args[a] = reshard(p, op->args[a], &st.req[a], op);
     }
+    if ((op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_GRAD) &&
+        op->args[0]->shard.naxes[op->args[0]->rank - 1])
+        vocab_parallel(p, op);
     VEC_PUSH(p->g->arena, p->ops, op);
     for (int r = 0; r < op->nres && r < SH_MAXRES; r++)
         if (!shard_same(&st.out[r], &op->res[r]->shard, op->res[r]->rank))

@@ -180,14 +180,16 @@ static void fac_embed_grad(const Op *op, Factors *f)
     f->lin = 1u << 1;
 }
 
-/* cross_entropy(logits[...,V], targets) -> []: rows summed (partial), V whole;
- * cross_entropy_grad(logits, targets, dloss) -> [...,V]. */
+/* cross_entropy(logits[...,V], targets) -> []: rows summed (partial);
+ * cross_entropy_grad(logits, targets, dloss) -> [...,V]. A split vocabulary
+ * is vocabulary-parallel: the partition pass computes the row max and sum of
+ * exponentials over the whole vocabulary with two all-reduces, and each device
+ * its share of the loss (partial over the vocabulary axes too). */
 static void fac_cross_entropy(const Op *op, Factors *f)
 {
     const Value *l = op->args[0];
     for (int d = 0; d < l->rank; d++)
         f->in[0][d] = (int8_t)new_factor(f);
-    f->full[l->rank - 1] = 1;
     for (int d = 0; d < l->rank - 1; d++)
         f->in[1][d] = (int8_t)d;
     if (op->kind == OP_CROSS_ENTROPY_GRAD) {

@@ -274,6 +274,9 @@ int rt_mesh_coll(Runtime *rt, int i, char *err, size_t n)
             return bucket(rt, c, i, err, n);
         memmove(y, x, a->bytes);
         return rt_comm_all_reduce(c, y, a->bytes / elem, a->dtype, err, n);
+    case PC_ALL_REDUCE_MAX:
+        memmove(y, x, a->bytes);
+        return rt_comm_all_reduce_max(c, y, a->bytes / elem, a->dtype, err, n);
     case PC_ALL_GATHER:
         geometry(a, co->dim, &pre, &post);
         return rt_comm_all_gather(c, x, y, pre, (size_t)a->shape[co->dim], post, elem, err, n);

@@ -33,7 +33,7 @@ static const char *const role_names[PT_COUNT] = {"param", "state", "input", "ste
                                                  "hyper", "temp",  "coord"};
 static const char *const kind_names[PI_COUNT] = {"kernel", "gemm", "copy", "collective"};
 static const char *const coll_names[PC_COUNT] = {"all_reduce", "all_gather", "reduce_scatter",
-                                                 "all_to_all", "slice"};
+                                                 "all_to_all", "slice", "all_reduce_max"};
 static const char *const init_names[] = {"zeros", "ones", "normal", "uniform", "constant", NULL};
 
 size_t plan_dtype_size(PlanDType t)
@@ -581,8 +581,9 @@ static int check_coll(const Plan *p, int i, char *err, size_t n)
     if (a->dtype != b->dtype || a->rank != b->rank)
         return plan_errorf(err, n, "instrs[%d]: %s between tensors of another dtype or rank", i,
                            coll_names[c->op]);
-    int d1 = c->op == PC_ALL_REDUCE ? -1 : c->dim, d2 = c->op == PC_ALL_TO_ALL ? c->dim2 : -1;
-    if ((c->op != PC_ALL_REDUCE && (d1 < 0 || d1 >= a->rank)) ||
+    int whole = c->op == PC_ALL_REDUCE || c->op == PC_ALL_REDUCE_MAX;
+    int d1 = whole ? -1 : c->dim, d2 = c->op == PC_ALL_TO_ALL ? c->dim2 : -1;
+    if ((!whole && (d1 < 0 || d1 >= a->rank)) ||
         (c->op == PC_ALL_TO_ALL && (d2 < 0 || d2 >= a->rank || d2 == d1)))
         return plan_errorf(err, n, "instrs[%d].dim: out of range", i);
     for (int d = 0; d < a->rank; d++) {
@@ -598,7 +599,7 @@ static int check_coll(const Plan *p, int i, char *err, size_t n)
                                i, coll_names[c->op], (long long)k, "dim", d, (long long)x,
                                (long long)y);
     }
-    if ((c->op == PC_ALL_REDUCE || c->op == PC_REDUCE_SCATTER) && a->dtype != PD_F32 &&
+    if ((whole || c->op == PC_REDUCE_SCATTER) && a->dtype != PD_F32 &&
         a->dtype != PD_F64 && a->dtype != PD_I32)
         return plan_errorf(err, n, "instrs[%d]: %s of %s", i, coll_names[c->op],
                            dtype_names[a->dtype]);

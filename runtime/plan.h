@@ -71,6 +71,7 @@ typedef enum {
     PC_ALL_TO_ALL,     /* in split along dim2 into n blocks, block j to member j; out = the
                           blocks received, concatenated along dim */
     PC_SLICE,          /* out = this member's block of in along dim (no communication) */
+    PC_ALL_REDUCE_MAX, /* out = elementwise maximum over the group of in */
     PC_COUNT
 } PlanCollKind;
 
