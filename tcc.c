@@ -374,15 +374,20 @@ static int write_plan(Ctx *c, const Options *o, const Graph *g)
     return 0;
 }
 
+/* The graph passes in order, each verified, up to and including --stop-after. */
 static int run_passes(Ctx *c, const Options *o, Graph *g)
 {
-    for (const Pass *p = pass_table; p->name; p++) {
+    int stop = o->stop_after && (!strcmp(o->stop_after, "lower") ||
+                                 !strcmp(o->stop_after, "parse-ir") ||
+                                 !strcmp(o->stop_after, "verify"));
+    for (const Pass *p = pass_table; p->name && !stop; p++) {
         double t0 = now_ms();
         if (p->run(c, g) != 0)
             return -1;
         after(c, o, g, p->name, t0);
         if (verify(c, o, g, p->name) != 0)
             return -1;
+        stop = o->stop_after && !strcmp(o->stop_after, p->name);
     }
     return 0;
 }
@@ -399,7 +404,7 @@ static int verify_mesh(Ctx *c, Options *o, Graph *g)
         strcat(ones, i ? "x1" : "1");
     c->mesh_spec = g->mesh.naxes ? intern(c->strings, ones) : NULL;
     Options quiet = *o;
-    quiet.dump_after = NULL;
+    quiet.dump_after = quiet.stop_after = NULL;
     Graph *g1 = load(c, &quiet);
     if (!g1 || apply_settings(c, o, g1) != 0 || verify(c, &quiet, g1, "lower") != 0 ||
         run_passes(c, &quiet, g1) != 0 || cg_build_plan(c, g1, 0, &one) != 0)
@@ -427,18 +432,8 @@ static int run(Ctx *c, Options *o)
     Graph *g = load(c, o);
     if (!g || apply_settings(c, o, g) != 0 || verify(c, o, g, o->from_ir ? "parse-ir" : "lower") != 0)
         return -1;
-    int stop = o->stop_after && (!strcmp(o->stop_after, "lower") ||
-                                 !strcmp(o->stop_after, "parse-ir") ||
-                                 !strcmp(o->stop_after, "verify"));
-    for (const Pass *p = pass_table; p->name && !stop; p++) {
-        double t0 = now_ms();
-        if (p->run(c, g) != 0)
-            return -1;
-        after(c, o, g, p->name, t0);
-        if (verify(c, o, g, p->name) != 0)
-            return -1;
-        stop = o->stop_after && !strcmp(o->stop_after, p->name);
-    }
+    if (run_passes(c, o, g) != 0)
+        return -1;
     if (o->verify)
         return verify_mesh(c, o, g);
     if ((o->emit && strcmp(o->emit, "ir") != 0) || (!o->emit && o->out))
