@@ -371,6 +371,41 @@ static void check_type(Verifier *vf, const Op *op)
     }
 }
 
+/* A collective's or axis_offset's attrs: axes names distinct mesh axes, dims
+ * in range (the partition pass writes them; an IR file may not). */
+static void check_collective(Verifier *vf, const Op *op)
+{
+    if (op->kind < OP_ALL_REDUCE || op->kind > OP_AXIS_OFFSET || op->kind == OP_CROSS_ENTROPY_SHARD ||
+        op->kind == OP_CROSS_ENTROPY_GRAD_SHARD)
+        return;
+    const Attr *axes = ir_op_attr(op, "axes");
+    uint32_t seen = 0;
+    if (!axes || axes->kind != ATTR_LIST) {
+        bad(vf, op->loc, "in '%s': attr 'axes' must be a list of mesh axis names", op_name(op));
+        return;
+    }
+    for (int k = 0; k < axes->nitems; k++) {
+        const Attr *a = axes->items[k];
+        int ax = a->kind == ATTR_STR ? ir_mesh_axis(&vf->g->mesh, a->s) : -1;
+        if (ax < 0 || (seen >> ax & 1)) {
+            bad(vf, op->loc, "in '%s': axes[%d] is not a mesh axis, or is named twice",
+                op_name(op), k);
+            return;
+        }
+        seen |= 1u << ax;
+    }
+    int rank = op->nargs ? op->args[0]->rank : 0;
+    const char *keys[2] = {"dim", "split"};
+    for (int k = 0; k < 2; k++) {
+        int need = (k == 0 && op->kind != OP_ALL_REDUCE && op->kind != OP_AXIS_OFFSET) ||
+                   (k == 1 && op->kind == OP_ALL_TO_ALL);
+        int64_t d = ir_op_attr_int(op, keys[k], -1);
+        if (need && (d < 0 || d >= rank))
+            bad(vf, op->loc, "in '%s': attr '%s' must be a dimension in [0, %d)", op_name(op),
+                keys[k], rank);
+    }
+}
+
 static void check_op(Verifier *vf, int i)
 {
     const Op *op = vf->g->ops.data[i];
@@ -384,8 +419,10 @@ static void check_op(Verifier *vf, int i)
         int ok = check_counts(vf, op, i);
         ok &= check_operands(vf, op);
         ok &= check_results(vf, op, i);
-        if (ok)
+        if (ok) {
             check_type(vf, op);
+            check_collective(vf, op);
+        }
     }
     check_placement(vf, op);
 }

@@ -164,7 +164,8 @@ static Stats *vocab_stats(PP *p, Value *l, const Op *site)
     ir_op_set_attr(g, mloc->def, ir_attr_bool(g->arena, "keepdim", 1));
     ReStep st = {OP_ALL_REDUCE, -1, -1, na, {0}, whole, 0};
     memcpy(st.axes, axes, (size_t)na);
-    st.bytes = 2 * shard_local_bytes(&g->mesh, mloc, &whole);
+    double ways = (double)ir_shard_factor(&g->mesh, &l->shard, last);
+    st.bytes = 2 * (ways - 1) / ways * shard_local_bytes(&g->mesh, mloc, &whole); /* ring */
     Value *m = emit_step(p, mloc, &st, site, "vocabulary-parallel cross_entropy");
     ir_op_set_attr(g, m->def, ir_attr_str(g->arena, "op", "max"));
     Value *d = emit_op(p, OP_SUB, (Value *[]){l, m}, 2, site, l->dtype, l->rank, l->shape,

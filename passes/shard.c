@@ -50,7 +50,8 @@ static void normalize(SP *s, Value *v)
     for (int ax = 0; ax < m->naxes; ax++)
         if (m->axes[ax].size == 1 || m->axes[ax].role == ROLE_PIPELINE)
             sh->partial &= ~(1u << ax);
-    if (ir_shard_is_replicated(sh, v->rank) && sh->why.kind != WHY_ANNOTATION)
+    if (ir_shard_is_replicated(sh, v->rank) && sh->why.kind != WHY_ANNOTATION &&
+        sh->why.kind != WHY_USER)
         sh->why = (Why){WHY_NONE, LOC_NONE, NULL};
 }
 
@@ -222,7 +223,7 @@ static void seed_optimizer(SP *s, Value *p, const Op *op)
     Sharding store = storage(s, p, pr, s->zero >= 3 ? "zero-3 shards the parameter over %s"
                                                      : "fsdp axes %s shard the parameter", 0);
     Sharding state = storage(s, p, pr | (s->zero >= 1 ? data : 0),
-                             s->zero >= 1 ? "zero-1 shards optimizer state over %s"
+                             s->zero >= 1 ? "zero shards optimizer state over %s"
                                           : "fsdp axes %s shard optimizer state", 1);
     for (int i = 0; i < nstate; i++) {
         Value *st = op->args[2 + i];
@@ -233,10 +234,11 @@ static void seed_optimizer(SP *s, Value *p, const Op *op)
      * the parameter's storage, or with zero >= 2 the optimizer state's */
     if (g && !s->pinned[g->id] && g->def && g->def->phase != PH_OPT) {
         g->shard = s->zero >= 2 ? state : store;
+        int scattered = s->zero >= 2 && !shard_same(&state, &p->shard, p->rank);
         g->shard.why = (Why){WHY_ROLE, LOC_NONE,
-                             s->zero >= 2 ? "zero-2: gradients reduce-scattered to the optimizer "
-                                            "state's shards"
-                                          : "gradients reduced to the parameter's layout"};
+                             scattered ? "zero-2: gradients reduce-scattered to the optimizer "
+                                         "state's shards"
+                                       : "gradients reduced to the parameter's layout"};
         s->pinned[g->id] = 1;
     }
     if (!shard_same(&store, &compute, p->rank)) {

@@ -454,14 +454,28 @@ static uint32_t picked_axes(const Search *s)
     return used;
 }
 
+/* A parameter whose sharding the user annotated (or a transpose or reshape of
+ * one): its layout is the user's intent, and moving it is paid again for
+ * every microbatch and in the backward, so it weighs more than moving an
+ * activation (Megatron: weights stay, activations move). */
+static int anchored(const Value *v)
+{
+    while (v->def && (v->def->kind == OP_TRANSPOSE || v->def->kind == OP_RESHAPE) &&
+           v->shard.why.kind != WHY_ANNOTATION)
+        v = v->def->args[0];
+    return v->def && v->def->kind == OP_PARAM && v->shard.why.kind == WHY_ANNOTATION;
+}
+
 static void consider(Search *s, int keep, uint32_t kept)
 {
     Strategy st;
     build(s, keep, kept, &st);
     const Mesh *m = &s->g->mesh;
     double cost = 0;
-    for (int a = 0; a < s->nargs; a++)
-        cost += shard_reshard_cost(m, s->op->args[a], &s->op->args[a]->shard, &st.req[a]);
+    for (int a = 0; a < s->nargs; a++) {
+        double c = shard_reshard_cost(m, s->op->args[a], &s->op->args[a]->shard, &st.req[a]);
+        cost += anchored(s->op->args[a]) ? 8 * c : c;
+    }
     st.comm = cost;
     /* a tie goes to the strategy that leaves each device less to compute */
     cost += 1e-3 * shard_local_bytes(m, s->op->res[0], &st.out[0]);

@@ -44,7 +44,8 @@ typedef struct PlanTensor {
     double init_arg;               /* std, a or value */
     int layer;                     /* -1 outside any repeat */
     int64_t limit;                 /* PT_INPUT i32: ids must lie in [0, limit); else 0 */
-    int value;                     /* the graph-IR value it holds (%N), for debugging */
+    int value;                     /* the graph-IR Value.id it holds (for debugging: the
+                                      printed %N renumbers values in definition order) */
     /* How the global tensor is split over the mesh: dim d over the axes
      * split[d][0..nsplit[d]) (major to minor); shape is this device's block. */
     uint8_t nsplit[PLAN_MAX_RANK];
