@@ -301,6 +301,55 @@ static void sweep(SP *s)
     }
 }
 
+/* A result all of whose readers want it split further (they would slice it)
+ * is worth making split: after the first sweep, such a value takes what its
+ * readers want as a hint, and the second sweep offers it to its op as one
+ * more candidate (shard_rules.c), taken when it costs less. An embedding
+ * gradient added to a vocabulary-split one is thus made split, not whole. */
+static int hint(SP *s)
+{
+    int changed = 0;
+    Graph *g = s->g;
+    int n = g->values.len;
+    Sharding *want = arena_alloc(g->arena, sizeof(Sharding) * (size_t)(n + 1));
+    char *state = arena_alloc(g->arena, (size_t)n + 1); /* 0 none, 1 one wish, 2 mixed */
+    memset(state, 0, (size_t)n + 1);
+    for (int i = 0; i < g->outputs.len; i++)
+        state[g->outputs.data[i]->id] = 2;
+    for (int i = 0; i < g->ops.len; i++) {
+        Op *op = g->ops.data[i];
+        Strategy st;
+        if (op->nargs == 0)
+            continue;
+        if (op->kind == OP_UPDATE)
+            st.req[1] = op->args[0]->shard;
+        else
+            shard_strategy(g, op, &s->o, &st);
+        for (int a = 0; a < op->nargs && a < SH_MAXARGS; a++) {
+            Value *v = op->args[a];
+            if (op->kind == OP_UPDATE && a == 0)
+                continue;
+            if (state[v->id] == 0)
+                want[v->id] = st.req[a], state[v->id] = 1;
+            else if (!shard_same(&want[v->id], &st.req[a], v->rank))
+                state[v->id] = 2;
+        }
+    }
+    for (int id = 0; id < n; id++) {
+        Value *v = g->values.data[id];
+        if (state[id] != 1 || s->pinned[id] || !v->def || !v->def->nargs ||
+            shard_same(&want[id], &v->shard, v->rank) || want[id].partial != v->shard.partial)
+            continue;
+        ReStep steps[SH_MAXSTEPS];
+        int k = shard_reshard_plan(&g->mesh, v, &v->shard, &want[id], steps), slices = 1;
+        for (int j = 0; j < k; j++)
+            slices &= steps[j].kind == OP_SHARD_SLICE;
+        if (slices)
+            v->shard = want[id], v->shard.why = (Why){WHY_RULE, LOC_NONE, "hint"}, changed++;
+    }
+    return changed;
+}
+
 /* Propagation ran already (an IR file read back): nothing to do. */
 static int sharded(const Graph *g)
 {
@@ -340,5 +389,7 @@ int pass_shard(Ctx *c, Graph *g)
     for (int i = 0; i < g->ops.len; i++)
         g->ops.data[i]->id = i;
     sweep(&s);
+    for (int round = 0; round < 16 && hint(&s); round++) /* hints travel back a step a round */
+        sweep(&s);
     return 0;
 }

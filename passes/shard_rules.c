@@ -391,6 +391,15 @@ static void gather_cands(Search *s)
             if (s->f.in[a][d] >= 0)
                 add_cand(s, s->f.in[a][d], x->shard.axes[d], x->shard.naxes[d]);
     }
+    for (int i = 0; i < nres_of(s->op); i++) { /* what the result is (a hint): its readers' wish */
+        const Value *v = s->op->res[i];
+        WhyKind k = v->shard.why.kind;
+        if (k == WHY_ANNOTATION || k == WHY_ROLE || k == WHY_USER)
+            continue;
+        for (int d = 0; d < v->rank; d++)
+            if (s->f.out[i][d] >= 0 && v->shard.naxes[d])
+                add_cand(s, s->f.out[i][d], v->shard.axes[d], v->shard.naxes[d]);
+    }
     const Value *r = s->op->res[0];
     if (s->o->seq_axis >= 0 && r->rank >= 3 && s->f.out[0][1] >= 0 && s->op->nargs &&
         s->op->kind != OP_MATMUL) {
