@@ -25,6 +25,7 @@ typedef struct Options {
     int sequence_parallel;  /* --sequence-parallel */
     const char *roles[8];   /* --role AXIS=ROLE */
     int nroles;
+    const char *schedule;   /* --schedule=NAME: the train setting schedule */
     int verify;             /* --verify[=STEPS]: steps to compare, 0 when absent */
     double verify_tol;      /* --verify-tol=X, 0: by dtype */
 } Options;
@@ -60,6 +61,9 @@ static void usage(FILE *f)
             "  --emit=ir             print the final graph IR (to -o FILE or stdout)\n"
             "  --emit=plan -o DIR    write the plan of one training step to DIR/plan.json\n"
             "  --emit=c              print the C source of the plan's kernels\n"
+            "  --emit=schedule       print the pipeline schedule, each stage's order of pieces\n"
+            "  --emit=trace -o F     write the schedule as a Chrome trace (Perfetto), unit costs\n"
+            "  --schedule=NAME       gpipe, 1f1b, interleaved or zb (train setting schedule)\n"
             "  --emit=memory         print the bytes one device holds: parameters, gradients,\n"
             "                        optimizer state, and the plan's slab\n"
             "  --dump-after=PASS     print the IR after PASS ('all': after every pass)\n"
@@ -152,6 +156,8 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
             o->verify_tol = strtod(v, NULL);
             if (!(o->verify_tol > 0))
                 return fail("--verify-tol=%s: expected a positive number", v);
+        } else if ((v = opt_value(argc, argv, &i, "--schedule"))) {
+            o->schedule = v;
         } else if (!strcmp(a, "--sequence-parallel")) {
             o->sequence_parallel = 1;
         } else if ((v = opt_value(argc, argv, &i, "--role"))) {
@@ -159,8 +165,9 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
                 return fail("%s", "at most 8 --role options");
             o->roles[o->nroles++] = v;
         } else if ((v = opt_value(argc, argv, &i, "--emit"))) {
-            if (strcmp(v, "ir") && strcmp(v, "plan") && strcmp(v, "c") && strcmp(v, "memory"))
-                return fail("--emit=%s: expected ir, plan, c or memory", v);
+            if (strcmp(v, "ir") && strcmp(v, "plan") && strcmp(v, "c") && strcmp(v, "memory") &&
+                strcmp(v, "schedule") && strcmp(v, "trace"))
+                return fail("--emit=%s: expected ir, plan, c, memory, schedule or trace", v);
             o->emit = v;
         } else if ((v = opt_value(argc, argv, &i, "--dump-after"))) {
             o->dump_after = v;
@@ -267,6 +274,8 @@ static int apply_settings(Ctx *c, const Options *o, Graph *g)
         set_train(g, ir_attr_int(g->arena, intern(g->strings, "zero"), o->zero));
     if (o->sequence_parallel)
         set_train(g, ir_attr_bool(g->arena, intern(g->strings, "sequence_parallel"), 1));
+    if (o->schedule)
+        set_train(g, ir_attr_str(g->arena, intern(g->strings, "schedule"), o->schedule));
     for (int i = 0; i < o->nroles; i++) {
         const char *eq = strchr(o->roles[i], '=');
         int role = eq ? ir_role_lookup(eq + 1) : -1;
@@ -420,6 +429,53 @@ static int verify_mesh(Ctx *c, Options *o, Graph *g)
     return rc ? -1 : 0;
 }
 
+/* --emit=schedule | trace: the static pipeline schedule of the train block on
+ * the mesh's pipeline axis (docs/schedules.md), with unit costs. */
+static int emit_schedule(Ctx *c, const Options *o, const Graph *g)
+{
+    static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb"};
+    TrainConfig tc;
+    char err[256];
+    if (ir_train_config(g, &tc, err, sizeof err) != 0) {
+        fprintf(stderr, "tcc: error: %s\n", err);
+        return -1;
+    }
+    int p = 1, kind = 1;
+    for (int i = 0; i < g->mesh.naxes; i++)
+        if (g->mesh.axes[i].role == ROLE_PIPELINE)
+            p *= g->mesh.axes[i].size;
+    for (int k = 0; k < 4; k++)
+        if (tc.pipeline && !strcmp(tc.pipeline, names[k]))
+            kind = k;
+    Schedule s;
+    SchedTimes t;
+    if (sched_build(c->arena, (SchedKind)kind, p, (int)tc.microbatches, (int)tc.virtual_stages, &s,
+                    err, sizeof err) != 0 ||
+        sched_simulate(c->arena, &s, NULL, NULL, 0, &t, err, sizeof err) != 0) {
+        fprintf(stderr, "tcc: error: schedule: %s\n", err);
+        return -1;
+    }
+    FILE *f = o->out ? fopen(o->out, "w") : stdout;
+    if (!f) {
+        fprintf(stderr, "tcc: error: cannot write '%s': %s\n", o->out, strerror(errno));
+        return -1;
+    }
+    if (!strcmp(o->emit, "trace"))
+        sched_write_trace(&s, &t, 1000, f);
+    else
+        sched_print(&s, f);
+    if (o->out && fclose(f) != 0) {
+        fprintf(stderr, "tcc: error: writing '%s' failed\n", o->out);
+        return -1;
+    }
+    int json = !strcmp(o->emit, "trace") && !o->out; /* keep stdout pure JSON */
+    fprintf(json ? stderr : stdout,
+            "%s schedule: %d stages, %d microbatches, %d virtual stages: bubble fraction %.4f "
+            "(unit costs: F 1, backward 2)\n",
+            sched_kind_name(s.kind), p, (int)tc.microbatches, (int)tc.virtual_stages, t.bubble);
+    return 0;
+}
+
 static int run(Ctx *c, Options *o)
 {
     const char *names[2] = {o->dump_after, o->stop_after};
@@ -432,6 +488,8 @@ static int run(Ctx *c, Options *o)
     Graph *g = load(c, o);
     if (!g || apply_settings(c, o, g) != 0 || verify(c, o, g, o->from_ir ? "parse-ir" : "lower") != 0)
         return -1;
+    if (o->emit && (!strcmp(o->emit, "schedule") || !strcmp(o->emit, "trace")))
+        return emit_schedule(c, o, g);
     if (run_passes(c, o, g) != 0)
         return -1;
     if (o->verify)

@@ -40,4 +40,63 @@ int pass_partition(Ctx *c, Graph *g);
 /* The graph passes in pipeline order, terminated by a {NULL} entry. */
 extern const Pass pass_table[];
 
+/* ---- static pipeline schedules (passes/schedule.c) ---- */
+typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB_H1 } SchedKind;
+typedef enum { PIECE_F, PIECE_B, PIECE_W } PieceKind;
+
+/* One unit of work on a rank: the forward, backward (input gradient; the whole
+ * backward outside ZB-H1) or weight gradient of microbatch mb on model chunk
+ * chunk, which is global stage chunk * p + rank. */
+typedef struct Piece {
+    PieceKind kind;
+    int mb, chunk;
+} Piece;
+
+typedef struct SchedRank {
+    Piece *pieces; /* in execution order */
+    int n;
+} SchedRank;
+
+typedef struct Schedule {
+    SchedKind kind;
+    int p, m, v;      /* ranks, microbatches, chunks per rank */
+    SchedRank *ranks; /* p of them */
+} Schedule;
+
+/* Cost of one piece on a rank, in any unit (the trace writer scales it). */
+typedef double (*SchedCostFn)(const Piece *pc, int rank, void *user);
+
+typedef struct SchedTimes {
+    double **start, **end; /* [rank][i]: piece i of that rank's list */
+    double makespan;
+    double bubble; /* sum over ranks of (makespan - busy) / (p * makespan) */
+    int *peak;     /* [rank]: most (microbatch, chunk) pairs with F done and B not */
+} SchedTimes;
+
+/* "gpipe", "1f1b", "interleaved" or "zb-h1". */
+const char *sched_kind_name(SchedKind k);
+
+/* The per-rank piece lists of a schedule, allocated in a. Returns 0, or -1 with
+ * the reason in err (invalid p, m, v or combination). */
+int sched_build(Arena *a, SchedKind kind, int p, int m, int v, Schedule *out, char *err,
+                size_t errn);
+
+/* The unit-cost convention: F = 1, B = 2 (B = 1 and W = 1 under ZB-H1), so a
+ * microbatch's backward costs 2 in every schedule. user is the Schedule. */
+double sched_unit_cost(const Piece *pc, int rank, void *user);
+
+/* Run every rank's list in order, one piece at a time, each piece starting when
+ * its rank is free and its inputs are done (+ xfer between ranks). cost NULL means
+ * sched_unit_cost. Returns 0, or -1 with err on a deadlock, a repeated or missing
+ * piece, or a piece out of range. */
+int sched_simulate(Arena *a, const Schedule *s, SchedCostFn cost, void *user, double xfer,
+                   SchedTimes *out, char *err, size_t errn);
+
+/* Chrome trace-event JSON, one track ("stage N") per rank, one X event per
+ * piece; times are multiplied by us_per_unit. Returns 0, or -1 on a write error. */
+int sched_write_trace(const Schedule *s, const SchedTimes *t, double us_per_unit, FILE *f);
+
+/* One line per rank: "rank 0: F0 F1 B0 ...", with ".chunk" when v > 1. */
+void sched_print(const Schedule *s, FILE *f);
+
 #endif
