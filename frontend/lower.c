@@ -1073,8 +1073,8 @@ static Val call_block(Lower *L, Stmt *blk, Expr *e)
 
 static const char *const train_keys[] = {
     "optimizer", "lr", "lr_schedule", "grad_clip", "microbatches", "recompute", "precision",
-    "schedule", "virtual_stages", "zero", "sequence_parallel", "steps", "seed", "weight_decay",
-    NULL};
+    "schedule", "virtual_stages", "zero", "sequence_parallel", "stage_starts", "steps", "seed",
+    "weight_decay", NULL};
 
 static Attr *train_attr(Lower *L, const char *key, Expr *e)
 {

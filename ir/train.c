@@ -142,6 +142,14 @@ int ir_train_set(TrainConfig *tc, const Attr *a, char *err, size_t n)
         return get_int(a, k, 1, 1024, &tc->virtual_stages, err, n);
     if (!strcmp(k, "zero"))
         return get_int(a, k, 0, 3, &tc->zero, err, n);
+    if (!strcmp(k, "stage_starts")) { /* read by the pipeline pass */
+        for (int i = 0; a && a->kind == ATTR_LIST && i < a->nitems; i++)
+            if (a->items[i]->kind != ATTR_INT || a->items[i]->i < 0)
+                return fail(err, n, "'stage_starts' must be a list of layer indices");
+        if (!a || a->kind != ATTR_LIST)
+            return fail(err, n, "'stage_starts' must be a list of layer indices");
+        return 0;
+    }
     if (!strcmp(k, "sequence_parallel")) {
         if (!a || (a->kind != ATTR_BOOL && a->kind != ATTR_INT) || a->i < 0 || a->i > 1)
             return fail(err, n, "'sequence_parallel' must be true or false");

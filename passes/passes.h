@@ -27,6 +27,11 @@ int pass_autodiff(Ctx *c, Graph *g);
  * Outputs become loss, learning rate, gradient norm. Needs autodiff's outputs. */
 int pass_optimizer(Ctx *c, Graph *g);
 
+/* Stage partitioning over the pipeline axis: contiguous layers (the embedding
+ * and the loss count as one more each) to stages, balanced by forward FLOPs
+ * or pinned by the train setting stage_starts; every op gets its stage. */
+int pass_pipeline(Ctx *c, Graph *g);
+
 /* Sharding propagation: every value gets a sharding and its reason, from the
  * annotations, the mesh-axis roles (data, fsdp), the train block's zero level
  * and sequence_parallel, and one rule per op kind (passes/shard_rules.c). */
