@@ -376,7 +376,8 @@ int pass_shard(Ctx *c, Graph *g)
     for (int ax = 0; ax < g->mesh.naxes; ax++)
         if (g->mesh.axes[ax].role == ROLE_PIPELINE && g->mesh.axes[ax].size > 1)
             diag_report(&c->diag, SEV_WARNING, g->mesh.axes[ax].loc, 0,
-                        "pipeline axis '%s' (size %d) is not used yet: its ranks repeat the "
+                        "pipeline axis '%s' (size %d): stages are assigned, not yet run as a "
+                        "pipeline; its ranks repeat the "
                         "same step",
                         g->mesh.axes[ax].name, g->mesh.axes[ax].size);
     /* seeding adds at most two values (gathered copies) per parameter */
