@@ -169,4 +169,8 @@ include runtime/runtime.mk
 bench:
 	@bash bench/cpu_train.sh
 
-.PHONY: bench
+# Training throughput on meshes of the threads backend against one device (bench/README.md).
+bench-mesh:
+	@bash bench/mesh_train.sh
+
+.PHONY: bench bench-mesh
