@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "runtime/comm/comm.h"
+#include "tests/support/comm_values.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define HAVE_LSAN 1
@@ -103,61 +104,12 @@ static int same_everywhere(const void *p, size_t bytes)
     return ok;
 }
 
-/* ---- values (as in test_comm.c) ---- */
+/* ---- values ---- */
 
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-/* Random, exact in dt: f32 and f64 in [-1, 1), i32 in [-2^27, 2^27). */
+/* Element values and codes: tests/support/comm_values.h. */
 static double value(const Ctx *c, PlanDType dt, int rank, size_t i, int salt)
 {
-    uint64_t h = mix(c->seed ^ mix(((uint64_t)rank << 48) ^ ((uint64_t)salt << 40) ^ i));
-    if (dt == PD_F32)
-        return (double)(h >> 40) / (1 << 23) - 1.0;
-    if (dt == PD_F64)
-        return (double)(h >> 11) / (double)(1ull << 52) - 1.0;
-    return (double)((int64_t)(h >> 37) - (1 << 26) * 2);
-}
-
-static void put(PlanDType dt, void *buf, size_t i, double v)
-{
-    if (dt == PD_F32)
-        ((float *)buf)[i] = (float)v;
-    else if (dt == PD_F64)
-        ((double *)buf)[i] = v;
-    else
-        ((int32_t *)buf)[i] = (int32_t)v;
-}
-
-static double get(PlanDType dt, const void *buf, size_t i)
-{
-    if (dt == PD_F32)
-        return ((const float *)buf)[i];
-    if (dt == PD_F64)
-        return ((const double *)buf)[i];
-    return ((const int32_t *)buf)[i];
-}
-
-static uint64_t code(int rank, size_t p, size_t k, size_t q)
-{
-    return ((((uint64_t)rank * 4 + p) * 32 + k) * 8) + q + 1;
-}
-
-static void put_code(void *buf, size_t i, size_t elem, uint64_t v)
-{
-    memcpy((char *)buf + i * elem, &v, elem); /* little-endian: the low bytes */
-}
-
-static uint64_t get_code(const void *buf, size_t i, size_t elem)
-{
-    uint64_t v = 0;
-    memcpy(&v, (const char *)buf + i * elem, elem);
-    return v;
+    return cv_value(c->seed, dt, rank, i, salt);
 }
 
 /* ---- all_reduce ---- */
@@ -174,7 +126,7 @@ static void check_reduced(Ctx *c, RtComm *comm, PlanDType dt, int max, const voi
             ref = max ? fmax(ref, v) : ref + v;
             mag += fabs(v);
         }
-        double got = get(dt, buf, i), tol = max ? 0 : n * eps * mag;
+        double got = cv_get(dt, buf, i), tol = max ? 0 : n * eps * mag;
         if (!(fabs(got - ref) <= tol)) {
             fail(c, "element %zu is %.17g, want %.17g", i, got, ref);
             return;
@@ -187,7 +139,7 @@ static void reduce_once(Ctx *c, RtComm *comm, PlanDType dt, int max, void *buf, 
 {
     char err[512] = "";
     for (size_t i = 0; i < count; i++)
-        put(dt, buf, i, value(c, dt, rt_comm_rank(comm), i, salt));
+        cv_put(dt, buf, i, value(c, dt, rt_comm_rank(comm), i, salt));
     int rc = max ? rt_comm_all_reduce_max(comm, buf, count, dt, err, sizeof err)
                  : rt_comm_all_reduce(comm, buf, count, dt, err, sizeof err);
     CHECK(c, rc == 0, "%s", err);
@@ -220,17 +172,17 @@ static void gather_case(Ctx *c, RtComm *comm, const char *on, size_t pre, size_t
     for (size_t p = 0, i = 0; p < pre; p++)
         for (size_t k = 0; k < chunk; k++)
             for (size_t q = 0; q < post; q++)
-                put_code(in, i++, elem, code(me, p, k, q));
+                cv_put_code(in, i++, elem, cv_code(me, p, k, q));
     int rc = rt_comm_all_gather(comm, in, out, pre, chunk, post, elem, err, sizeof err);
     CHECK(c, rc == 0, "%s", err);
     for (size_t p = 0, i = 0; p < pre; p++)
         for (size_t k = 0; k < size * chunk; k++)
             for (size_t q = 0; q < post; q++, i++)
                 if (bad == (size_t)-1 &&
-                    get_code(out, i, elem) != code((int)(k / chunk), p, k % chunk, q))
+                    cv_get_code(out, i, elem) != cv_code((int)(k / chunk), p, k % chunk, q))
                     bad = i;
     CHECK(c, bad == (size_t)-1, "element %zu is %llu", bad,
-          (unsigned long long)get_code(out, bad, elem));
+          (unsigned long long)cv_get_code(out, bad, elem));
     verdict(c, "all_gather %s [%zu][%zu][%zu] x %zu bytes", on, pre, chunk, post, elem);
     free(in);
     free(out);
@@ -247,17 +199,17 @@ static void scatter_case(Ctx *c, RtComm *comm, const char *on, PlanDType dt, siz
     for (size_t p = 0, i = 0; p < pre; p++)
         for (size_t k = 0; k < size * chunk; k++)
             for (size_t q = 0; q < post; q++)
-                put(dt, in, i++, (double)code(0, p, k, q) + 1000.0 * me);
+                cv_put(dt, in, i++, (double)cv_code(0, p, k, q) + 1000.0 * me);
     int rc = rt_comm_reduce_scatter(comm, in, out, pre, chunk, post, dt, err, sizeof err);
     CHECK(c, rc == 0, "%s", err);
     for (size_t p = 0, i = 0; p < pre; p++)
         for (size_t k = 0; k < chunk; k++)
             for (size_t q = 0; q < post; q++, i++) {
-                double want = (double)size * code(0, p, me * chunk + k, q) + 1000.0 * ranks;
-                if (bad == (size_t)-1 && get(dt, out, i) != want)
+                double want = (double)size * cv_code(0, p, me * chunk + k, q) + 1000.0 * ranks;
+                if (bad == (size_t)-1 && cv_get(dt, out, i) != want)
                     bad = i;
             }
-    CHECK(c, bad == (size_t)-1, "element %zu is %g", bad, get(dt, out, bad));
+    CHECK(c, bad == (size_t)-1, "element %zu is %g", bad, cv_get(dt, out, bad));
     verdict(c, "reduce_scatter %s %s [%zu][%zu][%zu]", on, plan_dtype_name(dt), pre, chunk, post);
     free(in);
     free(out);
@@ -271,11 +223,11 @@ static void all_to_all_case(Ctx *c, RtComm *comm, const char *on)
     char err[512] = "";
     for (size_t j = 0; j < size; j++)
         for (size_t b = 0; b < 3; b++)
-            in[j * 3 + b] = (uint32_t)code(me, j, b, 0);
+            in[j * 3 + b] = (uint32_t)cv_code(me, j, b, 0);
     CHECK(c, !rt_comm_all_to_all(comm, in, out, bb, err, sizeof err), "%s", err);
     for (size_t j = 0; j < size; j++)
         for (size_t b = 0; b < 3; b++)
-            ok &= out[j * 3 + b] == (uint32_t)code((int)j, (size_t)me, b, 0);
+            ok &= out[j * 3 + b] == (uint32_t)cv_code((int)j, (size_t)me, b, 0);
     CHECK(c, ok, "a block is not the one its member sent");
     verdict(c, "all_to_all %s", on);
     free(in);
@@ -288,10 +240,10 @@ static void broadcast_case(Ctx *c, RtComm *comm, const char *on, int root)
     int me = rt_comm_rank(comm), ok = 1;
     char err[512] = "";
     for (size_t b = 0; b < 5; b++)
-        buf[b] = code(me, 0, b, 1);
+        buf[b] = cv_code(me, 0, b, 1);
     CHECK(c, !rt_comm_broadcast(comm, buf, sizeof buf, root, err, sizeof err), "%s", err);
     for (size_t b = 0; b < 5; b++)
-        ok &= buf[b] == code(root, 0, b, 1);
+        ok &= buf[b] == cv_code(root, 0, b, 1);
     CHECK(c, ok, "not the root's bytes");
     verdict(c, "broadcast %s from %d", on, root);
 }
@@ -306,7 +258,7 @@ static void ring_case(Ctx *c, RtComm *comm, const char *on, size_t words)
     char err[512] = "";
     for (int t = 0; t < 2; t++) {
         for (size_t b = 0; b < words; b++)
-            msg[t * words + b] = code(me, (size_t)t, b % 32, 2) + (b << 20);
+            msg[t * words + b] = cv_code(me, (size_t)t, b % 32, 2) + (b << 20);
         CHECK(c, !rt_comm_send(comm, msg + t * words, words * 8, next, t + 1, err, sizeof err),
               "send: %s", err);
     }
@@ -316,7 +268,7 @@ static void ring_case(Ctx *c, RtComm *comm, const char *on, size_t words)
         CHECK(c, !rt_comm_recv(comm, got, words * 8, prev, t + 1, err, sizeof err), "recv: %s",
               err);
         for (size_t b = 0; b < words; b++)
-            if (got[b] != code(prev, (size_t)t, b % 32, 2) + (b << 20)) {
+            if (got[b] != cv_code(prev, (size_t)t, b % 32, 2) + (b << 20)) {
                 fail(c, "tag %d: word %zu is %llu", t + 1, b, (unsigned long long)got[b]);
                 break;
             }

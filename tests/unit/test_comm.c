@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "runtime/comm/comm.h"
+#include "tests/support/comm_values.h"
 
 #define MAX_RANKS 6
 
@@ -112,61 +113,10 @@ static RtComm *world_comm(Ctx *c)
 
 /* ---- values ---- */
 
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-/* A random value of dt, exact in dt, from (rank, i, salt): f32 and f64 in [-1, 1),
- * i32 in [-2^27, 2^27) (a sum of 6 does not overflow). */
+/* Element values and codes: tests/support/comm_values.h. */
 static double value(PlanDType dt, int rank, size_t i, int salt)
 {
-    uint64_t h = mix(seed ^ mix(((uint64_t)rank << 48) ^ ((uint64_t)salt << 40) ^ i));
-    if (dt == PD_F32)
-        return (double)(h >> 40) / (1 << 23) - 1.0;
-    if (dt == PD_F64)
-        return (double)(h >> 11) / (double)(1ull << 52) - 1.0;
-    return (double)((int64_t)(h >> 37) - (1 << 26) * 2);
-}
-
-static void put(PlanDType dt, void *buf, size_t i, double v)
-{
-    if (dt == PD_F32)
-        ((float *)buf)[i] = (float)v;
-    else if (dt == PD_F64)
-        ((double *)buf)[i] = v;
-    else
-        ((int32_t *)buf)[i] = (int32_t)v;
-}
-
-static double get(PlanDType dt, const void *buf, size_t i)
-{
-    if (dt == PD_F32)
-        return ((const float *)buf)[i];
-    if (dt == PD_F64)
-        return ((const double *)buf)[i];
-    return ((const int32_t *)buf)[i];
-}
-
-/* A code that names where an element came from; fits 2 bytes for the sizes here. */
-static uint64_t code(int rank, size_t p, size_t k, size_t q)
-{
-    return ((((uint64_t)rank * 4 + p) * 32 + k) * 8) + q + 1;
-}
-
-static void put_code(void *buf, size_t i, size_t elem, uint64_t v)
-{
-    memcpy((char *)buf + i * elem, &v, elem); /* little-endian: the low bytes */
-}
-
-static uint64_t get_code(const void *buf, size_t i, size_t elem)
-{
-    uint64_t v = 0;
-    memcpy(&v, (const char *)buf + i * elem, elem);
-    return v;
+    return cv_value(seed, dt, rank, i, salt);
 }
 
 /* ---- all_reduce ---- */
@@ -182,7 +132,7 @@ static void check_reduced(Ctx *c, PlanDType dt, int max, const void *buf, size_t
             ref = max ? fmax(ref, v) : ref + v;
             mag += fabs(v);
         }
-        double got = get(dt, buf, i), tol = max ? 0 : c->nranks * eps * mag;
+        double got = cv_get(dt, buf, i), tol = max ? 0 : c->nranks * eps * mag;
         if (!(fabs(got - ref) <= tol)) {
             CHECK(c, 0, "all_reduce%s %s count %zu: element %zu is %.17g, want %.17g",
                   max ? "_max" : "", plan_dtype_name(dt), count, i, got, ref);
@@ -196,7 +146,7 @@ static int reduce_once(Ctx *c, RtComm *comm, PlanDType dt, int max, void *buf, s
 {
     char err[256] = "";
     for (size_t i = 0; i < count; i++)
-        put(dt, buf, i, value(dt, c->rank, i, salt));
+        cv_put(dt, buf, i, value(dt, c->rank, i, salt));
     int rc = max ? rt_comm_all_reduce_max(comm, buf, count, dt, err, sizeof err)
                  : rt_comm_all_reduce(comm, buf, count, dt, err, sizeof err);
     CHECK(c, rc == 0, "all_reduce: %s", err);
@@ -263,22 +213,22 @@ static void gather_case(Ctx *c, RtComm *comm, size_t pre, size_t chunk, size_t p
     for (size_t p = 0, i = 0; p < pre; p++)
         for (size_t k = 0; k < chunk; k++)
             for (size_t q = 0; q < post; q++)
-                put_code(in, i++, elem, code(me, p, k, q));
+                cv_put_code(in, i++, elem, cv_code(me, p, k, q));
     int rc = rt_comm_all_gather(comm, in, out, pre, chunk, post, elem, err, sizeof err);
     CHECK(c, rc == 0, "all_gather: %s", err);
     for (size_t p = 0, i = 0; p < pre; p++)
         for (size_t k = 0; k < size * chunk; k++)
             for (size_t q = 0; q < post; q++, i++)
                 if (bad == (size_t)-1 &&
-                    get_code(out, i, elem) != code((int)(k / chunk), p, k % chunk, q))
+                    cv_get_code(out, i, elem) != cv_code((int)(k / chunk), p, k % chunk, q))
                     bad = i;
     CHECK(c, bad == (size_t)-1, "all_gather [%zu][%zu][%zu] x %zu bytes: element %zu is %llu", pre,
-          chunk, post, elem, bad, (unsigned long long)get_code(out, bad, elem));
+          chunk, post, elem, bad, (unsigned long long)cv_get_code(out, bad, elem));
     free(in);
     free(out);
 }
 
-/* in: [pre][size*chunk][post] of rank j holds code(0, p, k, q) + 1000 j. */
+/* in: [pre][size*chunk][post] of rank j holds cv_code(0, p, k, q) + 1000 j. */
 static void scatter_case(Ctx *c, RtComm *comm, PlanDType dt, size_t pre, size_t chunk, size_t post)
 {
     size_t size = (size_t)rt_comm_size(comm), es = plan_dtype_size(dt), bad = (size_t)-1;
@@ -289,18 +239,18 @@ static void scatter_case(Ctx *c, RtComm *comm, PlanDType dt, size_t pre, size_t 
     for (size_t p = 0, i = 0; p < pre; p++)
         for (size_t k = 0; k < size * chunk; k++)
             for (size_t q = 0; q < post; q++)
-                put(dt, in, i++, (double)code(0, p, k, q) + 1000.0 * me);
+                cv_put(dt, in, i++, (double)cv_code(0, p, k, q) + 1000.0 * me);
     int rc = rt_comm_reduce_scatter(comm, in, out, pre, chunk, post, dt, err, sizeof err);
     CHECK(c, rc == 0, "reduce_scatter: %s", err);
     for (size_t p = 0, i = 0; p < pre; p++)
         for (size_t k = 0; k < chunk; k++)
             for (size_t q = 0; q < post; q++, i++) {
-                double want = (double)size * code(0, p, me * chunk + k, q) + 1000.0 * ranks;
-                if (bad == (size_t)-1 && get(dt, out, i) != want)
+                double want = (double)size * cv_code(0, p, me * chunk + k, q) + 1000.0 * ranks;
+                if (bad == (size_t)-1 && cv_get(dt, out, i) != want)
                     bad = i;
             }
     CHECK(c, bad == (size_t)-1, "reduce_scatter %s [%zu][%zu][%zu]: element %zu is %g",
-          plan_dtype_name(dt), pre, chunk, post, bad, get(dt, out, bad));
+          plan_dtype_name(dt), pre, chunk, post, bad, cv_get(dt, out, bad));
     free(in);
     free(out);
 }
@@ -314,12 +264,12 @@ static void all_to_all_case(Ctx *c, RtComm *comm)
     char err[256] = "";
     for (size_t j = 0; j < size; j++)
         for (size_t b = 0; b < 3; b++)
-            in[j * 3 + b] = (uint32_t)code(me, j, b, 0);
+            in[j * 3 + b] = (uint32_t)cv_code(me, j, b, 0);
     int rc = rt_comm_all_to_all(comm, in, out, bb, err, sizeof err);
     CHECK(c, rc == 0, "all_to_all: %s", err);
     for (size_t j = 0; j < size; j++)
         for (size_t b = 0; b < 3; b++)
-            ok &= out[j * 3 + b] == (uint32_t)code((int)j, (size_t)me, b, 0);
+            ok &= out[j * 3 + b] == (uint32_t)cv_code((int)j, (size_t)me, b, 0);
     CHECK(c, ok, "all_to_all: a block is not the one its member sent");
     free(in);
     free(out);
@@ -331,11 +281,11 @@ static void broadcast_case(Ctx *c, RtComm *comm, int root)
     int me = rt_comm_rank(comm), ok = 1;
     char err[256] = "";
     for (size_t b = 0; b < 5; b++)
-        buf[b] = code(me, 0, b, 1);
+        buf[b] = cv_code(me, 0, b, 1);
     int rc = rt_comm_broadcast(comm, buf, sizeof buf, root, err, sizeof err);
     CHECK(c, rc == 0, "broadcast: %s", err);
     for (size_t b = 0; b < 5; b++)
-        ok &= buf[b] == code(root, 0, b, 1);
+        ok &= buf[b] == cv_code(root, 0, b, 1);
     CHECK(c, ok, "broadcast from %d: not the root's bytes", root);
 }
 
@@ -391,7 +341,7 @@ static void ring_case(Ctx *c, RtComm *comm)
     char err[256] = "";
     for (int t = 0; t < 2; t++) {
         for (size_t b = 0; b < 4; b++)
-            msg[t][b] = code(me, (size_t)t, b, 2);
+            msg[t][b] = cv_code(me, (size_t)t, b, 2);
         CHECK(c, !rt_comm_send(comm, msg[t], sizeof msg[t], next, t + 1, err, sizeof err),
               "send: %s", err);
     }
@@ -401,7 +351,7 @@ static void ring_case(Ctx *c, RtComm *comm)
         CHECK(c, !rt_comm_recv(comm, got, sizeof got, prev, t + 1, err, sizeof err), "recv: %s",
               err);
         for (size_t b = 0; b < 4; b++)
-            CHECK(c, got[b] == code(prev, (size_t)t, b, 2), "recv tag %d: word %zu is %llu", t + 1,
+            CHECK(c, got[b] == cv_code(prev, (size_t)t, b, 2), "recv tag %d: word %zu is %llu", t + 1,
                   b, (unsigned long long)got[b]);
     }
 }
