@@ -390,17 +390,23 @@ static void segments(Gen *gen, const Op *op)
 /* A table split by rows holds rows [off, off + V) (operand `off`, i32[]): an id
  * outside reads row 0 and counts 0 (*keep), so the partial sums over the
  * devices add up to the whole table's row. */
-static int local_id(Kernel *k, Gen *gen, const Op *op, int id, int64_t V, int *keep)
+/* id - offset (the i32[] tensor `offset`) when it lies in [0, V), else 0;
+ * *keep is 1 or 0 accordingly. */
+static int shifted_id(Kernel *k, Gen *gen, const Value *offset, int id, int64_t V, int *keep)
 {
-    *keep = -1;
-    if (op->nargs < 3)
-        return id;
-    int off = kb_load(k, kb_arg(k, gen, T(gen, op->args[2])), kb_iconst(k, 0));
+    int off = kb_load(k, kb_arg(k, gen, T(gen, offset)), kb_iconst(k, 0));
     int lid = ki(k, KN_SUB, id, off);
     int below = kb_node(k, KN_LT, KT_INT, lid, kb_iconst(k, V), 0);
     int above = kb_node(k, KN_LT, KT_INT, kb_iconst(k, -1), lid, 0);
     *keep = ki(k, KN_MUL, below, above);
     return ki(k, KN_MUL, lid, *keep);
+}
+
+/* An embedding op's row: shifted by its third operand when the table is split. */
+static int local_id(Kernel *k, Gen *gen, const Op *op, int id, int64_t V, int *keep)
+{
+    *keep = -1;
+    return op->nargs < 3 ? id : shifted_id(k, gen, op->args[2], id, V, keep);
 }
 
 static void embed(Gen *gen, const Op *op)
@@ -698,12 +704,7 @@ static void cross_entropy_grad(Gen *gen, const Op *op)
 static int held_target(Kernel *k, Gen *gen, const Op *op, int slot_off, int64_t V, int *keep)
 {
     int t = kb_load(k, kb_arg(k, gen, T(gen, op->args[1])), kb_idx(k, 0));
-    int off = kb_load(k, kb_arg(k, gen, T(gen, op->args[slot_off])), kb_iconst(k, 0));
-    int lt = ki(k, KN_SUB, t, off);
-    int below = kb_node(k, KN_LT, KT_INT, lt, kb_iconst(k, V), 0);
-    int above = kb_node(k, KN_LT, KT_INT, kb_iconst(k, -1), lt, 0);
-    *keep = ki(k, KN_MUL, below, above);
-    return ki(k, KN_MUL, lt, *keep);
+    return shifted_id(k, gen, op->args[slot_off], t, V, keep);
 }
 
 static void cross_entropy_shard(Gen *gen, const Op *op)

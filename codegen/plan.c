@@ -509,18 +509,24 @@ static int same_group(const PlanColl *a, const PlanColl *b)
     return a->naxes == b->naxes && !memcmp(a->axes, b->axes, (size_t)a->naxes);
 }
 
-/* Index of the first instruction after `from` that reads tensor t, or n. */
-static int first_reader(const Gen *gen, int from, int t)
+/* By tensor: the first instruction that reads it (a collective's outputs are
+ * writes), or n. A gradient's all-reduce writes a fresh tensor, so its first
+ * reader anywhere is its first reader after the all-reduce. */
+static int *first_readers(const Gen *gen)
 {
-    for (int i = from + 1; i < gen->instrs.len; i++) {
+    int n = gen->instrs.len;
+    int *first = arena_alloc(gen->a, sizeof(int) * (size_t)(gen->tensors.len + 1));
+    for (int t = 0; t < gen->tensors.len; t++)
+        first[t] = n;
+    for (int i = n - 1; i >= 0; i--) {
         const PlanInstr *in = &gen->instrs.data[i];
         for (int a = 0; a < in->nargs; a++)
-            if (in->args[a] == t && !(in->kind == PI_COLL && a % 2))
-                return i;
-        if (in->kind == PI_GEMM && (in->gemm.a == t || in->gemm.b == t || in->gemm.c == t))
-            return i;
+            if (!(in->kind == PI_COLL && a % 2))
+                first[in->args[a]] = i;
+        if (in->kind == PI_GEMM)
+            first[in->gemm.a] = first[in->gemm.b] = first[in->gemm.c] = i;
     }
-    return gen->instrs.len;
+    return first;
 }
 
 static void bucket_add(Gen *gen, Bucket *b, const PlanInstr *in)
@@ -564,6 +570,7 @@ static void bucket_gradients(Gen *gen)
             opt = i + 1;
             break;
         }
+    int *first = first_readers(gen);
     PlanInstr *out = arena_alloc(gen->a, sizeof(PlanInstr) * (size_t)(n + 1));
     Bucket *bk = arena_alloc(gen->a, sizeof(Bucket) * (size_t)(n + 1));
     int nb = 0;
@@ -574,7 +581,7 @@ static void bucket_gradients(Gen *gen)
             for (int k = 0; k < nb; k++)
                 bucket_flush(gen, &bk[k], out, &m);
         int member = in->kind == PI_COLL && in->coll.op == PC_ALL_REDUCE && in->phase == PH_BWD &&
-                     in->nargs == 2 && first_reader(gen, i, in->args[1]) >= opt;
+                     in->nargs == 2 && first[in->args[1]] >= opt;
         if (!member) {
             out[m++] = *in;
             continue;

@@ -30,7 +30,6 @@ static const char *fmt(SP *s, const char *f, const char *a, const char *b)
     return intern(s->g->strings, buf);
 }
 
-static int is_pin(WhyKind k) { return k == WHY_ANNOTATION || k == WHY_ROLE || k == WHY_USER; }
 
 /* Drop the axes of size 1 (they split nothing) and the pipeline axes (their
  * ranks replicate the whole step until pipeline parallelism lands). */
@@ -227,7 +226,7 @@ static void seed_optimizer(SP *s, Value *p, const Op *op)
                                           : "fsdp axes %s shard optimizer state", 1);
     for (int i = 0; i < nstate; i++) {
         Value *st = op->args[2 + i];
-        if (st->def && st->def->kind == OP_STATE && !is_pin(st->shard.why.kind))
+        if (st->def && st->def->kind == OP_STATE && !shard_pinned(&st->shard))
             st->shard = state, s->pinned[st->id] = 1;
     }
     /* gradients are reduced straight into the layout the update reads:
@@ -254,7 +253,7 @@ static void seed(SP *s)
     for (int i = 0; i < s->g->values.len; i++) {
         Value *v = s->g->values.data[i];
         normalize(s, v);
-        s->pinned[v->id] = is_pin(v->shard.why.kind);
+        s->pinned[v->id] = shard_pinned(&v->shard);
         if (v->def && v->def->kind == OP_INPUT)
             seed_input(s, v), s->pinned[v->id] = 1;
     }

@@ -54,6 +54,9 @@ int shard_reshard_plan(const Mesh *m, const Value *v, const Sharding *from, cons
 double shard_reshard_cost(const Mesh *m, const Value *v, const Sharding *from,
                           const Sharding *to);
 
+/* A sharding fixed before propagation (an annotation, a role default, a hand
+ * edit): the sweep keeps it and the partition pass reshards into it. */
+int shard_pinned(const Sharding *s);
 /* Equal splits and partial axes (the reason is not compared). */
 int shard_same(const Sharding *a, const Sharding *b, int rank);
 /* Bytes of v's local piece under s. */

@@ -303,6 +303,12 @@ static void op_factors(const Op *op, Factors *f)
 
 /* ---- shardings ---- */
 
+int shard_pinned(const Sharding *s)
+{
+    WhyKind k = s->why.kind;
+    return k == WHY_ANNOTATION || k == WHY_ROLE || k == WHY_USER;
+}
+
 int shard_same(const Sharding *a, const Sharding *b, int rank)
 {
     if (a->partial != b->partial)
@@ -393,8 +399,7 @@ static void gather_cands(Search *s)
     }
     for (int i = 0; i < nres_of(s->op); i++) { /* what the result is (a hint): its readers' wish */
         const Value *v = s->op->res[i];
-        WhyKind k = v->shard.why.kind;
-        if (k == WHY_ANNOTATION || k == WHY_ROLE || k == WHY_USER)
+        if (shard_pinned(&v->shard))
             continue;
         for (int d = 0; d < v->rank; d++)
             if (s->f.out[i][d] >= 0 && v->shard.naxes[d])
@@ -508,9 +513,8 @@ static void consider_partials(Search *s, uint32_t used)
     consider(s, -1, 0);
     for (int i = 0; s->o->uses && i < s->op->nres; i++) {
         const Value *r = s->op->res[i];
-        WhyKind k = r->shard.why.kind; /* a pinned result is resharded once, after the op */
-        int pinned = k == WHY_ANNOTATION || k == WHY_ROLE || k == WHY_USER;
-        if (!pinned && r->id < s->o->nuses && s->o->uses[r->id] > 1)
+        /* a pinned result is resharded once, after the op */
+        if (!shard_pinned(&r->shard) && r->id < s->o->nuses && s->o->uses[r->id] > 1)
             return;
     }
     if (s->f.lin_all) {
