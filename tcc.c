@@ -429,9 +429,27 @@ static int verify_mesh(Ctx *c, Options *o, Graph *g)
     return rc ? -1 : 0;
 }
 
+/* The cost model of a schedule's pieces: the forward FLOPs of one microbatch
+ * on the piece's stage; a backward twice that (under ZB-H1, B and W once each). */
+typedef struct PieceCosts {
+    const double *flops; /* by virtual stage */
+    int p;
+    SchedKind kind;
+} PieceCosts;
+
+static double piece_flops(const Piece *pc, int rank, void *user)
+{
+    const PieceCosts *pcs = user;
+    double f = pcs->flops[pc->chunk * pcs->p + rank];
+    return pc->kind == PIECE_B && pcs->kind != SCHED_ZB_H1 ? 2 * f : f;
+}
+
+#define TRACE_FLOPS 1e14 /* the nominal device rate of --emit=trace: 100 TFLOP/s */
+
 /* --emit=schedule | trace: the static pipeline schedule of the train block on
- * the mesh's pipeline axis (docs/schedules.md), with unit costs. */
-static int emit_schedule(Ctx *c, const Options *o, const Graph *g)
+ * the mesh's pipeline axis (docs/schedules.md), with unit costs and with the
+ * FLOPs of the pipeline pass's stages (the trace uses these). */
+static int emit_schedule(Ctx *c, const Options *o, Graph *g)
 {
     static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb"};
     TrainConfig tc;
@@ -455,13 +473,23 @@ static int emit_schedule(Ctx *c, const Options *o, const Graph *g)
         fprintf(stderr, "tcc: error: schedule: %s\n", err);
         return -1;
     }
+    /* the cost model: the stages' FLOPs, once the step's graph is built */
+    Options upto = *o;
+    upto.dump_after = NULL;
+    upto.stop_after = "optimizer";
+    PieceCosts pcs = {NULL, p, s.kind};
+    int nv = 0;
+    SchedTimes ct;
+    if (p > 1 && (run_passes(c, &upto, g) != 0 || pipeline_stage_costs(c, g, (double **)&pcs.flops, &nv) != 0 ||
+                  sched_simulate(c->arena, &s, piece_flops, &pcs, 0, &ct, err, sizeof err) != 0))
+        return -1;
     FILE *f = o->out ? fopen(o->out, "w") : stdout;
     if (!f) {
         fprintf(stderr, "tcc: error: cannot write '%s': %s\n", o->out, strerror(errno));
         return -1;
     }
     if (!strcmp(o->emit, "trace"))
-        sched_write_trace(&s, &t, 1000, f);
+        sched_write_trace(&s, p > 1 ? &ct : &t, p > 1 ? 1e6 / TRACE_FLOPS : 1000, f);
     else
         sched_print(&s, f);
     if (o->out && fclose(f) != 0) {
@@ -473,6 +501,12 @@ static int emit_schedule(Ctx *c, const Options *o, const Graph *g)
             "%s schedule: %d stages, %d microbatches, %d virtual stages: bubble fraction %.4f "
             "(unit costs: F 1, backward 2)\n",
             sched_kind_name(s.kind), p, (int)tc.microbatches, (int)tc.virtual_stages, t.bubble);
+    if (p > 1)
+        fprintf(json ? stderr : stdout,
+                "cost model (forward FLOPs of each stage, backward twice that) at %.0f TFLOP/s: "
+                "step %.3f ms, bubble fraction %.4f%s\n",
+                TRACE_FLOPS / 1e12, ct.makespan / TRACE_FLOPS * 1e3, ct.bubble,
+                !strcmp(o->emit, "trace") ? " (the trace's durations)" : "");
     return 0;
 }
 

@@ -19,6 +19,7 @@ typedef struct Gen {
     char *dead;     /* by op index: no result is read, nothing to run */
     uint64_t slab;
     const Op *op;   /* the op being lowered: phase, layer, name */
+    VEC(int) owner; /* by instruction: the index of the op it was lowered from */
     double flops;
 } Gen;
 

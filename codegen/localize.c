@@ -111,6 +111,8 @@ static Op *clone_op(Graph *l, const Graph *g, const Op *orig, Value **map)
     op->layer = orig->layer;
     op->phase = orig->phase;
     op->stage = orig->stage;
+    op->mb = orig->mb;
+    op->tick = orig->tick;
     for (int i = 0; i < orig->nattrs; i++)
         ir_op_set_attr(l, op, orig->attrs[i]);
     Value **res = arena_alloc(l->arena, sizeof(Value *) * (size_t)(orig->nres + 1));

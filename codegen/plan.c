@@ -8,6 +8,7 @@
  * takes the first free block that fits, and gives it back after its last use. */
 #include "kgen.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- the kernel builder ---- */
@@ -312,7 +313,8 @@ static void find_fusions(Gen *gen, int flags)
         int same = out && v->rank == out->rank &&
                    !memcmp(v->shape, out->shape, sizeof(int64_t) * (size_t)v->rank);
         int scalar = op->kind == OP_CONSTANT && v->rank == 0;
-        if (out && cg_fusable(user[v->id]) && user[v->id]->kind != OP_CONSTANT && (same || scalar))
+        if (out && cg_fusable(user[v->id]) && user[v->id]->kind != OP_CONSTANT && (same || scalar) &&
+            user[v->id]->stage == op->stage) /* a stage computes only its own ops */
             gen->fused[v->id] = 1;
     }
     gen->dead = arena_alloc(gen->a, (size_t)g->ops.len + 1);
@@ -562,20 +564,19 @@ static void bucket_flush(Gen *gen, Bucket *b, PlanInstr *out, int *n)
     b->bytes = 0;
 }
 
-static void bucket_gradients(Gen *gen)
+/* Instructions [lo, hi) (one stage's program) into out at *m. */
+static void bucket_gradients(Gen *gen, const int *first, int lo, int hi, PlanInstr *out, int *mp)
 {
-    int n = gen->instrs.len, m = 0, opt = n;
-    for (int i = n - 1; i >= 0; i--)
+    int n = hi, m = *mp, opt = hi;
+    for (int i = hi - 1; i >= lo; i--)
         if (gen->instrs.data[i].phase == PH_BWD) {
             opt = i + 1;
             break;
         }
-    int *first = first_readers(gen);
-    PlanInstr *out = arena_alloc(gen->a, sizeof(PlanInstr) * (size_t)(n + 1));
-    Bucket *bk = arena_alloc(gen->a, sizeof(Bucket) * (size_t)(n + 1));
+    Bucket *bk = arena_alloc(gen->a, sizeof(Bucket) * (size_t)(hi - lo + 1));
     int nb = 0;
-    memset(bk, 0, sizeof(Bucket) * (size_t)(n + 1));
-    for (int i = 0; i < n; i++) {
+    memset(bk, 0, sizeof(Bucket) * (size_t)(hi - lo + 1));
+    for (int i = lo; i < n; i++) {
         const PlanInstr *in = &gen->instrs.data[i];
         if (i == opt)
             for (int k = 0; k < nb; k++)
@@ -602,6 +603,20 @@ static void bucket_gradients(Gen *gen)
     }
     for (int k = 0; k < nb; k++)
         bucket_flush(gen, &bk[k], out, &m);
+    *mp = m;
+}
+
+/* Every stage's program bucketed on its own: a bucket never spans stages. */
+static void bucket_all(Gen *gen)
+{
+    int n = gen->instrs.len, m = 0;
+    int *first = first_readers(gen);
+    PlanInstr *out = arena_alloc(gen->a, sizeof(PlanInstr) * (size_t)(n + 1));
+    for (int lo = 0, hi; lo < n; lo = hi) {
+        for (hi = lo + 1; hi < n && gen->instrs.data[hi].stage == gen->instrs.data[lo].stage; hi++)
+            ;
+        bucket_gradients(gen, first, lo, hi, out, &m);
+    }
     gen->instrs.len = 0;
     for (int i = 0; i < m; i++)
         VEC_PUSH(gen->a, gen->instrs, out[i]);
@@ -779,6 +794,174 @@ static void fill_plan(Gen *gen, Plan *p)
     p->flops = gen->flops;
 }
 
+/* ---- pipeline stages: one program per stage, sends and receives between ---- */
+
+typedef struct Event {
+    int stage, tick, pos, sub; /* the order: a stage's program by (tick, position) */
+    int instr;                 /* index into gen->instrs, or -1 - (send index) */
+} Event;
+
+static int by_event(const void *x, const void *y)
+{
+    const Event *a = x, *b = y;
+    if (a->stage != b->stage)
+        return a->stage - b->stage;
+    if (a->tick != b->tick)
+        return a->tick < b->tick ? -1 : 1;
+    if (a->pos != b->pos)
+        return a->pos < b->pos ? -1 : 1;
+    return a->sub < b->sub ? -1 : a->sub > b->sub;
+}
+
+/* The tensors instruction in touches, by pointer (to rewrite them). */
+static int touched(PlanInstr *in, int **out)
+{
+    int n = 0;
+    for (int a = 0; a < in->nargs; a++)
+        out[n++] = &in->args[a];
+    if (in->kind == PI_GEMM) {
+        out[n++] = &in->gemm.a;
+        out[n++] = &in->gemm.b;
+        out[n++] = &in->gemm.c;
+    }
+    return n;
+}
+
+static PlanInstr p2p(Gen *gen, PlanCollKind k, int tensor, int stage, int peer, int tag,
+                     const PlanInstr *like)
+{
+    PlanInstr in = {.kind = PI_COLL, .nargs = 1, .phase = like->phase, .layer = like->layer,
+                    .stage = stage};
+    in.args = arena_alloc(gen->a, sizeof(int));
+    in.args[0] = tensor;
+    in.coll.op = k;
+    in.coll.dim = in.coll.dim2 = -1;
+    in.coll.peer = peer;
+    in.coll.tag = tag;
+    in.coll.bytes = (int64_t)gen->tensors.data[tensor].bytes;
+    for (int a = 0; a < gen->g->mesh.naxes; a++)
+        if (gen->g->mesh.axes[a].role == ROLE_PIPELINE)
+            in.coll.axes[in.coll.naxes++] = (int8_t)a;
+    return in;
+}
+
+/* Each op's instructions go to its stage, in the order (tick, position) the
+ * pipeline pass gave (passes/pipeline.c). A tensor computed on one stage and
+ * read on another is sent once per step right after the op that computes it
+ * (a parameter: at the start) and received, into a tensor of the reader's
+ * own, just before its first reader there; the readers there then use that
+ * copy, so each stage's temporaries live in its own part of the order.
+ * Inputs, the step and coordinates are written on every device: never sent. */
+static int stage_programs(Gen *gen)
+{
+    const Graph *g = gen->g;
+    int n = gen->instrs.len, nt = gen->tensors.len, stages = 1;
+    for (int a = 0; a < g->mesh.naxes; a++)
+        if (g->mesh.axes[a].role == ROLE_PIPELINE)
+            stages *= g->mesh.axes[a].size;
+    /* home: the stage computing each tensor; its op (for the send's place) */
+    int *home = arena_alloc(gen->a, sizeof(int) * (size_t)(nt + 1));
+    const Op **maker = arena_alloc(gen->a, sizeof(Op *) * (size_t)(nt + 1));
+    for (int t = 0; t < nt; t++)
+        home[t] = -1, maker[t] = NULL;
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *op = g->ops.data[i];
+        PlanRole r = role_of(op);
+        for (int j = 0; j < op->nres; j++) {
+            int t = gen->tensor_of[op->res[j]->id];
+            if (t < 0 || maker[t])
+                continue;
+            maker[t] = op;
+            home[t] = r == PT_INPUT || r == PT_STEP || r == PT_COORD ? -1 : op->stage;
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        gen->tensors.data[t].stage = stages > 1 ? home[t] : -1;
+    Event *ev = arena_alloc(gen->a, sizeof(Event) * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) {
+        const Op *op = g->ops.data[gen->owner.data[i]];
+        gen->instrs.data[i].stage = stages > 1 ? op->stage : 0;
+        ev[i] = (Event){gen->instrs.data[i].stage, op->tick, op->id, i, i};
+    }
+    if (stages > 1) {
+        qsort(ev, (size_t)n, sizeof(Event), by_event);
+        /* by (tensor, stage): the copy received there, -1 when none yet */
+        int *copy = arena_alloc(gen->a, sizeof(int) * (size_t)nt * (size_t)stages + 1);
+        for (size_t k = 0; k < (size_t)nt * (size_t)stages; k++)
+            copy[k] = -1;
+        VEC(PlanInstr) recvs = {0}; /* (the receive; its event follows it) */
+        VEC(int) recv_before = {0};
+        VEC(Event) sends = {0};
+        VEC(PlanInstr) send_in = {0};
+        int tag = 0;
+        for (int e = 0; e < n; e++) {
+            PlanInstr *in = &gen->instrs.data[ev[e].instr];
+            int *ts[72];
+            int nts = touched(in, ts), s = in->stage;
+            for (int k = 0; k < nts; k++) {
+                int t = *ts[k];
+                if (t >= nt || home[t] < 0 || home[t] == s)
+                    continue;
+                int *c = &copy[(size_t)t * (size_t)stages + (size_t)s];
+                if (*c < 0) {
+                    PlanTensor pt = gen->tensors.data[t];
+                    pt.name = "";
+                    pt.role = PT_TEMP;
+                    pt.init = "";
+                    pt.stage = s;
+                    VEC_PUSH(gen->a, gen->tensors, pt);
+                    *c = gen->tensors.len - 1;
+                    VEC_PUSH(gen->a, recvs, p2p(gen, PC_RECV, *c, s, home[t], tag, in));
+                    VEC_PUSH(gen->a, recv_before, e);
+                    const Op *mk = maker[t];
+                    VEC_PUSH(gen->a, sends, ((Event){home[t], mk->tick, mk->id, INT32_MAX, -1}));
+                    VEC_PUSH(gen->a, send_in, p2p(gen, PC_SEND, t, home[t], s, tag, in));
+                    tag = (tag + 1) % 32768;
+                    in = &gen->instrs.data[ev[e].instr]; /* the vectors may have moved */
+                    nts = touched(in, ts);
+                }
+                *ts[k] = *c;
+            }
+        }
+        /* merge: the sorted instructions, each receive before its reader, the
+         * sends after their makers */
+        int ns = sends.len, total = n + recvs.len + ns, m = 0;
+        Event *all = arena_alloc(gen->a, sizeof(Event) * (size_t)(n + ns + 1));
+        memcpy(all, ev, sizeof(Event) * (size_t)n);
+        for (int k = 0; k < ns; k++) {
+            all[n + k] = sends.data[k];
+            all[n + k].sub = INT32_MAX - ns + k; /* after the maker, in order */
+            all[n + k].instr = -1 - k;
+        }
+        /* receives keep their place: before the event they were made for */
+        int *first_recv = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1));
+        int *next_recv = arena_alloc(gen->a, sizeof(int) * (size_t)(recvs.len + 1));
+        for (int i = 0; i < n; i++)
+            first_recv[i] = -1;
+        for (int k = recvs.len - 1; k >= 0; k--) {
+            int at = ev[recv_before.data[k]].instr;
+            next_recv[k] = first_recv[at];
+            first_recv[at] = k;
+        }
+        qsort(all, (size_t)(n + ns), sizeof(Event), by_event);
+        PlanInstr *out = arena_alloc(gen->a, sizeof(PlanInstr) * (size_t)(total + 1));
+        for (int e = 0; e < n + ns; e++) {
+            if (all[e].instr < 0) {
+                out[m++] = send_in.data[-1 - all[e].instr];
+                continue;
+            }
+            for (int k = first_recv[all[e].instr]; k >= 0; k = next_recv[k])
+                out[m++] = recvs.data[k];
+            out[m++] = gen->instrs.data[all[e].instr];
+        }
+        gen->instrs.len = 0;
+        for (int i = 0; i < m; i++)
+            VEC_PUSH(gen->a, gen->instrs, out[i]);
+    }
+    bucket_all(gen);
+    return 0;
+}
+
 int cg_build_plan(Ctx *c, const Graph *global, int flags, Plan *out)
 {
     const Graph *g = cg_localize(c->arena, global);
@@ -789,11 +972,13 @@ int cg_build_plan(Ctx *c, const Graph *global, int flags, Plan *out)
     find_fusions(&gen, flags);
     place_values(&gen);
     int bad = 0;
-    for (int i = 0; i < g->ops.len; i++)
+    for (int i = 0; i < g->ops.len; i++) {
         bad |= lower_op(&gen, g->ops.data[i]) != 0;
-    if (bad)
+        while (gen.owner.len < gen.instrs.len)
+            VEC_PUSH(c->arena, gen.owner, i);
+    }
+    if (bad || stage_programs(&gen) != 0)
         return -1;
-    bucket_gradients(&gen);
     if (!(flags & CG_KEEP_VALUES))
         plan_memory(&gen);
     fill_plan(&gen, out);

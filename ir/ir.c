@@ -79,8 +79,21 @@ Op *ir_op_new(Graph *g, OpKind kind, Value **args, int nargs, Loc loc)
     op->loc = loc;
     op->layer = -1;
     op->phase = PH_FWD;
+    op->mb = -1;
     VEC_PUSH(g->arena, g->ops, op);
     return op;
+}
+
+void ir_op_place_like(Op *dst, const Op *site)
+{
+    dst->layer = site->layer;
+    dst->phase = site->phase;
+    dst->stage = site->stage;
+    dst->mb = -1;
+    dst->tick = 0;
+    for (int i = 0; i < dst->nargs; i++)
+        if (dst->args[i]->def && dst->args[i]->def->tick > dst->tick)
+            dst->tick = dst->args[i]->def->tick;
 }
 
 Value *ir_op_result(Graph *g, Op *op, DType t, int rank, const int64_t *shape)

@@ -119,6 +119,9 @@ struct Op {
     int layer;        /* repeat index, -1 outside any repeat */
     Phase phase;
     int stage;        /* pipeline stage, 0 until the pipeline pass */
+    int mb;           /* the microbatch it computes, -1 when shared by all (passes/microbatch) */
+    int tick;         /* order key on its stage: the schedule's piece, 0 before the first
+                         (passes/pipeline); a stage runs its ops by (tick, position) */
 };
 
 typedef struct Graph {
@@ -151,8 +154,12 @@ Graph *ir_graph_new(Arena *a, Interner *strings, const char *name);
 /* A new Value owned by g (not yet defined by an op). */
 Value *ir_value_new(Graph *g, DType t, int rank, const int64_t *shape);
 /* Append an op of kind with the given operands; results are added with
- * ir_op_result. Layer -1, phase fwd, stage 0. */
+ * ir_op_result. Layer -1, phase fwd, stage 0, mb -1, tick 0. */
 Op *ir_op_new(Graph *g, OpKind kind, Value **args, int nargs, Loc loc);
+/* dst, made by a pass after the pipeline pass (dst's args set), takes site's
+ * layer, phase and stage, is shared by the microbatches (mb -1) and follows its
+ * operands: its tick is the largest of theirs. */
+void ir_op_place_like(Op *dst, const Op *site);
 Value *ir_op_result(Graph *g, Op *op, DType t, int rank, const int64_t *shape);
 void ir_op_set_attr(Graph *g, Op *op, Attr *a);          /* replaces same key */
 /* Give op its attrs and the results its shape rule gives (ir_infer_result).

@@ -688,7 +688,7 @@ static int parse_attrs(P *p)
     return expect(p, '}');
 }
 
-/* [loc("FILE":LINE:COL)] [layer N] [phase P] [stage N], in this order. */
+/* [loc("FILE":LINE:COL)] [layer N] [phase P] [stage N] [mb N] [tick N], in this order. */
 static int parse_op_tail(P *p, Op *op)
 {
     int64_t n;
@@ -722,6 +722,18 @@ static int parse_op_tail(P *p, Op *op)
             return -1;
         op->stage = (int)n;
     }
+    if (is_word(p, "mb")) {
+        lex(p);
+        if (expect_int(p, "mb", 0, INT_MAX, &n))
+            return -1;
+        op->mb = (int)n;
+    }
+    if (is_word(p, "tick")) {
+        lex(p);
+        if (expect_int(p, "tick", 0, INT_MAX, &n))
+            return -1;
+        op->tick = (int)n;
+    }
     return 0;
 }
 
@@ -732,6 +744,8 @@ static void build_op(P *p, OpKind kind, const Op *tail)
     op->layer = tail->layer;
     op->phase = tail->phase;
     op->stage = tail->stage;
+    op->mb = tail->mb;
+    op->tick = tail->tick;
     for (int i = 0; i < p->res.len; i++) {
         const Pending *r = &p->res.data[i];
         Value *v = ir_op_result(p->g, op, r->dtype, r->rank, r->shape);
@@ -746,7 +760,7 @@ static void build_op(P *p, OpKind kind, const Op *tail)
 /* [RESULTS =] OPNAME [OPERANDS] [ATTRS] [TAIL] */
 static int parse_op(P *p)
 {
-    Op tail = {.layer = -1, .phase = PH_FWD};
+    Op tail = {.layer = -1, .phase = PH_FWD, .mb = -1};
     p->seen_op = 1;
     p->res.len = p->args.len = p->attrs.len = 0;
     if (p->tok.kind == T_VALUE && (parse_results(p) || expect(p, '=')))

@@ -351,6 +351,10 @@ static void print_op(FILE *out, const Graph *g, const Numbering *n, const Op *op
         fprintf(out, " phase %s", ir_phase_name(op->phase));
     if (op->stage)
         fprintf(out, " stage %d", op->stage);
+    if (op->mb >= 0)
+        fprintf(out, " mb %d", op->mb);
+    if (op->tick)
+        fprintf(out, " tick %d", op->tick);
     fputc('\n', out);
 }
 

@@ -25,6 +25,7 @@ static Op *emit_op(AD *ad, OpKind k, Value **args, int n, Attr **attrs, int na)
     Op *op = ir_op_new(ad->g, k, args, n, ad->fwd->loc);
     op->phase = PH_BWD;
     op->layer = ad->fwd->layer;
+    op->mb = ad->fwd->mb;
     ir_op_finish(ad->g, op, attrs, na, "autodiff");
     return op;
 }
@@ -46,6 +47,7 @@ static Value *constant(AD *ad, double x, DType dt, int rank, const int64_t *shap
     Op *op = ir_op_new(ad->g, OP_CONSTANT, NULL, 0, ad->fwd->loc);
     op->phase = PH_BWD;
     op->layer = ad->fwd->layer;
+    op->mb = ad->fwd->mb;
     ir_op_set_attr(ad->g, op, ir_attr_float(ad->g->arena, "value", x));
     return ir_op_result(ad->g, op, dt, rank, shape);
 }
@@ -84,7 +86,10 @@ static void accumulate(AD *ad, Value *v, Value *g)
 {
     if (!ad->needs[v->id] || !g)
         return;
-    ad->grad[v->id] = ad->grad[v->id] ? bin(ad, OP_ADD, ad->grad[v->id], g) : g;
+    Value *old = ad->grad[v->id];
+    ad->grad[v->id] = old ? bin(ad, OP_ADD, old, g) : g;
+    if (old && old->def->mb != g->def->mb) /* a sum over microbatches: shared */
+        ad->grad[v->id]->def->mb = -1;
 }
 
 static Value *transpose_last(AD *ad, Value *v)

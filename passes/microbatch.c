@@ -15,7 +15,7 @@
 typedef struct MB {
     Ctx *c;
     Graph *g;
-    int k;
+    int k, mb; /* microbatches; the one being built */
     char *dep;   /* by Value.id: depends on an input */
     Value **map; /* by Value.id: its value in the copy being built */
 } MB;
@@ -37,6 +37,7 @@ static Value *slice_input(MB *m, Value *in, int j)
 {
     int64_t rows = in->shape[0] / m->k;
     Op *op = ir_op_new(m->g, OP_SLICE, &in, 1, in->loc);
+    op->mb = j;
     Arena *a = m->g->arena;
     ir_op_set_attr(m->g, op, ir_attr_int(a, "dim", 0));
     ir_op_set_attr(m->g, op, ir_attr_int(a, "start", j * rows));
@@ -77,6 +78,7 @@ static int clone_op(MB *m, const Op *op)
     copy->layer = op->layer;
     copy->phase = op->phase;
     copy->stage = op->stage;
+    copy->mb = m->mb;
     for (int i = 0; i < op->nattrs; i++)
         ir_op_set_attr(m->g, copy, op->attrs[i]);
     if (op->kind == OP_RESHAPE && fix_reshape(m, copy, op) != 0)
@@ -185,10 +187,18 @@ int pass_microbatch(Ctx *c, Graph *g)
     for (int i = 0; i < g->ops.len; i++) /* already unrolled, or past autodiff */
         if (g->ops.data[i]->phase != PH_FWD || ir_op_attr(g->ops.data[i], "microbatches"))
             return 0;
-    if (tc.microbatches <= 1 || !g->outputs.len)
+    if (!g->outputs.len)
         return 0;
-    MB m = {c, g, (int)tc.microbatches, NULL, NULL};
+    MB m = {c, g, (int)tc.microbatches, 0, NULL, NULL};
     int nops = g->ops.len;
+    if (m.k <= 1) { /* one microbatch: what reads the data is microbatch 0 */
+        m.dep = arena_alloc(g->arena, (size_t)g->values.len + 1);
+        mark_deps(&m, nops);
+        for (int i = 0; i < nops; i++)
+            if (op_dep(&m, g->ops.data[i]) && g->ops.data[i]->kind != OP_INPUT)
+                g->ops.data[i]->mb = 0;
+        return 0;
+    }
     if (check_inputs(&m, nops) != 0)
         return -1;
     m.dep = arena_alloc(g->arena, (size_t)g->values.len + 1);
@@ -203,6 +213,7 @@ int pass_microbatch(Ctx *c, Graph *g)
         if (!op_dep(&m, g->ops.data[i]) || g->ops.data[i]->kind == OP_INPUT)
             VEC_PUSH(g->arena, kept, g->ops.data[i]);
     for (int j = 0; j < m.k; j++) {
+        m.mb = j;
         m.map = arena_alloc(g->arena, mapsz);
         for (int i = 0; i < nops; i++) {
             const Op *op = g->ops.data[i];

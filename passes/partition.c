@@ -48,9 +48,7 @@ static Value *emit_step(PP *p, Value *x, const ReStep *st, const Op *site, const
     Graph *g = p->g;
     Op *op = ir_op_new(g, st->kind, &x, 1, site->loc);
     g->ops.len--; /* ordered by p->ops */
-    op->phase = site->phase;
-    op->layer = site->layer;
-    op->stage = site->stage;
+    ir_op_place_like(op, site);
     ir_op_set_attr(g, op, axes_attr(p, st->axes, st->naxes));
     if (st->kind != OP_ALL_REDUCE)
         ir_op_set_attr(g, op, ir_attr_int(g->arena, "dim", st->dim));
@@ -125,7 +123,7 @@ static Value *emit_op(PP *p, OpKind kind, Value **args, int n, const Op *site, D
 {
     Op *op = ir_op_new(p->g, kind, args, n, site->loc);
     p->g->ops.len--;
-    op->phase = site->phase, op->layer = site->layer, op->stage = site->stage;
+    ir_op_place_like(op, site);
     Value *v = ir_op_result(p->g, op, dt, rank, shape);
     v->shard = *sh;
     v->shard.why = (Why){WHY_RULE, LOC_NONE, "vocabulary-parallel cross_entropy"};

@@ -31,6 +31,10 @@ int pass_optimizer(Ctx *c, Graph *g);
  * and the loss count as one more each) to stages, balanced by forward FLOPs
  * or pinned by the train setting stage_starts; every op gets its stage. */
 int pass_pipeline(Ctx *c, Graph *g);
+/* The forward FLOPs of one microbatch on each virtual stage (rank + chunk * p)
+ * of the pipeline pass's partition of g (after autodiff), into *cost (arena,
+ * *nstages of them). 0, or -1 after reporting why the model does not split. */
+int pipeline_stage_costs(Ctx *c, Graph *g, double **cost, int *nstages);
 
 /* Sharding propagation: every value gets a sharding and its reason, from the
  * annotations, the mesh-axis roles (data, fsdp), the train block's zero level

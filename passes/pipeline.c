@@ -13,15 +13,20 @@
 #include "passes.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct PL {
     Ctx *c;
     Graph *g;
-    int p, nlayers, nunits;
-    int first_layered; /* index of the first forward op inside a layer */
+    Loc at;            /* the pipeline axis, for messages */
+    int p, v, P, m;    /* ranks, chunks per rank, P = p v virtual stages, microbatches */
+    int nlayers, nunits;
+    int *unit;         /* by op id: the unit of a forward op, -1 for the rest */
+    int *vs;           /* by op id: its virtual stage (stage = vs % p, chunk = vs / p) */
     double *cost;      /* by unit */
-    int *start;        /* by stage: its first unit */
+    int *start;        /* by virtual stage: its first unit */
+    double *vcost;     /* by virtual stage: the forward FLOPs of one microbatch */
 } PL;
 
 static double numel(const Value *v)
@@ -50,26 +55,61 @@ static double flops(const Op *op)
     return numel(r);
 }
 
-/* The unit of a forward op: 0 before the layers, 1 + layer, or the last. */
-static int fwd_unit(const PL *l, const Op *op, int index)
+static int is_source(const Op *op)
 {
-    if (op->layer >= 0)
-        return 1 + op->layer;
-    return index < l->first_layered ? 0 : l->nunits - 1;
+    return op->kind == OP_PARAM || op->kind == OP_INPUT || op->kind == OP_STATE ||
+           op->kind == OP_STEP;
 }
 
-static int count_layers(PL *l)
+static int is_fwd(const Op *op) { return op->phase == PH_FWD && !is_source(op); }
+
+/* Every forward op's unit: 1 + its layer inside a layer; before the layers of
+ * its microbatch 0 (the embedding), after them the last unit (the output layer
+ * and the loss); an op shared by the microbatches (reading only parameters),
+ * or reading only the inputs (a microbatch's rows of the targets), goes with
+ * its first reader. */
+static void forward_units(PL *l)
 {
-    l->first_layered = l->g->ops.len;
-    for (int i = 0; i < l->g->ops.len; i++) {
-        const Op *op = l->g->ops.data[i];
+    Graph *g = l->g;
+    int n = g->ops.len;
+    int *first = arena_alloc(g->arena, sizeof(int) * (size_t)(l->m + 1));
+    int *reader = arena_alloc(g->arena, sizeof(int) * (size_t)(g->values.len + 1));
+    l->unit = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1));
+    for (int j = 0; j <= l->m; j++)
+        first[j] = n;
+    char *data = arena_alloc(g->arena, (size_t)g->values.len + 1); /* computed from inputs only */
+    for (int i = 0; i < g->values.len; i++)
+        reader[i] = -1, data[i] = 0;
+    for (int i = 0; i < n; i++) {
+        const Op *op = g->ops.data[i];
+        int d = op->kind == OP_INPUT || (op->nargs > 0 && !is_source(op));
+        for (int a = 0; a < op->nargs; a++)
+            d &= data[op->args[a]->id];
+        for (int r = 0; r < op->nres; r++)
+            data[op->res[r]->id] = (char)d;
+        l->unit[i] = -1;
         if (op->layer + 1 > l->nlayers)
             l->nlayers = op->layer + 1;
-        if (op->layer >= 0 && op->phase == PH_FWD && op->kind != OP_PARAM && i < l->first_layered)
-            l->first_layered = i;
+        int mb = op->mb >= 0 && op->mb < l->m ? op->mb : l->m;
+        if (is_fwd(op) && op->layer >= 0 && i < first[mb])
+            first[mb] = i;
     }
     l->nunits = l->nlayers + 2;
-    return l->nlayers;
+    for (int i = n - 1; i >= 0; i--) {
+        const Op *op = g->ops.data[i];
+        if (!is_fwd(op))
+            continue;
+        int u;
+        if (op->layer >= 0)
+            u = 1 + op->layer;
+        else if (op->mb >= 0 && op->mb < l->m && !(op->nres && data[op->res[0]->id]))
+            u = i < first[op->mb] ? 0 : l->nunits - 1;
+        else
+            u = op->nres && reader[op->res[0]->id] >= 0 ? reader[op->res[0]->id] : l->nunits - 1;
+        l->unit[i] = u;
+        for (int a = 0; a < op->nargs; a++)
+            reader[op->args[a]->id] = u; /* backwards: the first reader wins */
+    }
 }
 
 /* The cut of the units into p non-empty contiguous runs whose costliest run
@@ -77,7 +117,7 @@ static int count_layers(PL *l)
  * programming, O(p U^2)); the earliest cut among equals, so it is stable. */
 static void balance(PL *l)
 {
-    int U = l->nunits, P = l->p;
+    int U = l->nunits, P = l->P;
     double *best = arena_alloc(l->g->arena, sizeof(double) * (size_t)((P + 1) * (U + 1)));
     int *cut = arena_alloc(l->g->arena, sizeof(int) * (size_t)((P + 1) * (U + 1)));
     double *pre = arena_alloc(l->g->arena, sizeof(double) * (size_t)(U + 1));
@@ -105,24 +145,24 @@ static void balance(PL *l)
     }
 }
 
-static int pinned(PL *l, const TrainConfig *tc)
+static int pinned(PL *l)
 {
     for (int i = 0; i < l->g->train.len; i++) {
         const Attr *a = l->g->train.data[i];
         if (!a->key || strcmp(a->key, "stage_starts") != 0)
             continue;
-        if (a->kind != ATTR_LIST || a->nitems != l->p - 1) {
-            diag_error(&l->c->diag, LOC_NONE,
+        if (a->kind != ATTR_LIST || a->nitems != l->P - 1) {
+            diag_error(&l->c->diag, l->at,
                        "stage_starts needs %d first layers (one per stage after the first)",
-                       l->p - 1);
+                       l->P - 1);
             return -1;
         }
         l->start[0] = 0;
-        for (int s = 1; s < l->p; s++) {
+        for (int s = 1; s < l->P; s++) {
             int64_t layer = a->items[s - 1]->i;
             if (a->items[s - 1]->kind != ATTR_INT || layer < 0 || layer >= l->nlayers ||
                 (s > 1 && 1 + layer <= l->start[s - 1]))
-                return diag_error(&l->c->diag, LOC_NONE,
+                return diag_error(&l->c->diag, l->at,
                                   "stage_starts: %lld is not a layer after the previous start "
                                   "(the model has layers 0..%d)",
                                   (long long)layer, l->nlayers - 1),
@@ -131,93 +171,322 @@ static int pinned(PL *l, const TrainConfig *tc)
         }
         return 1;
     }
-    (void)tc;
     return 0;
 }
 
 static int stage_of(const PL *l, int unit)
 {
     int s = 0;
-    while (s + 1 < l->p && l->start[s + 1] <= unit)
+    while (s + 1 < l->P && l->start[s + 1] <= unit)
         s++;
     return s;
 }
 
-/* Backward ops: their forward op's unit (layer, or the source location). */
-static void assign(PL *l)
+/* A small map from a source location to the unit of the first forward op
+ * there: a backward op outside the layers goes where its forward op went. */
+typedef struct LocMap {
+    int cap;
+    int *line, *col, *unit;
+} LocMap;
+
+static int *loc_slot(LocMap *m, Loc loc)
+{
+    unsigned h = ((unsigned)loc.line * 2654435761u) ^ (unsigned)loc.col * 40503u;
+    for (int i = (int)(h & (unsigned)(m->cap - 1));; i = (i + 1) & (m->cap - 1))
+        if (m->line[i] < 0 || (m->line[i] == loc.line && m->col[i] == loc.col)) {
+            m->line[i] = loc.line, m->col[i] = loc.col;
+            return &m->unit[i];
+        }
+}
+
+static void loc_map(PL *l, LocMap *m)
 {
     Graph *g = l->g;
-    int *unit_of_param = arena_alloc(g->arena, sizeof(int) * (size_t)(g->values.len + 1));
-    for (int i = 0; i < g->values.len; i++)
-        unit_of_param[i] = -1;
+    m->cap = 16;
+    while (m->cap < 2 * g->ops.len + 2)
+        m->cap *= 2;
+    m->line = arena_alloc(g->arena, sizeof(int) * (size_t)m->cap);
+    m->col = arena_alloc(g->arena, sizeof(int) * (size_t)m->cap);
+    m->unit = arena_alloc(g->arena, sizeof(int) * (size_t)m->cap);
+    for (int i = 0; i < m->cap; i++)
+        m->line[i] = -1, m->unit[i] = -1;
     for (int i = 0; i < g->ops.len; i++) {
-        Op *op = g->ops.data[i];
-        int unit = l->nunits - 1;
-        if (op->phase == PH_FWD && op->kind != OP_PARAM && op->kind != OP_INPUT) {
-            unit = fwd_unit(l, op, i);
-            for (int a = 0; a < op->nargs; a++)
-                if (op->args[a]->def && op->args[a]->def->kind == OP_PARAM &&
-                    unit_of_param[op->args[a]->id] < 0)
-                    unit_of_param[op->args[a]->id] = unit;
-        } else if (op->layer >= 0) {
-            unit = 1 + op->layer;
-        } else if (op->phase == PH_BWD) {
-            for (int j = 0; j < i; j++) { /* the forward op at the same place */
-                const Op *f = g->ops.data[j];
-                if (f->phase == PH_FWD && f->loc.line == op->loc.line &&
-                    f->loc.col == op->loc.col && f->kind != OP_PARAM) {
-                    unit = fwd_unit(l, f, j);
-                    break;
-                }
-            }
-        } else if (op->phase == PH_OPT && op->nargs && op->args[0]->def &&
-                   op->args[0]->def->kind == OP_PARAM && unit_of_param[op->args[0]->id] >= 0) {
-            unit = unit_of_param[op->args[0]->id];
+        const Op *op = g->ops.data[i];
+        if (l->unit[i] >= 0 && op->loc.line > 0) {
+            int *u = loc_slot(m, op->loc);
+            if (*u < 0)
+                *u = l->unit[i];
         }
-        op->stage = stage_of(l, unit);
-    }
-    for (int i = 0; i < g->ops.len; i++) { /* params and inputs: with their first reader */
-        Op *op = g->ops.data[i];
-        if (op->kind == OP_PARAM && unit_of_param[op->res[0]->id] >= 0)
-            op->stage = stage_of(l, unit_of_param[op->res[0]->id]);
-        else if (op->kind == OP_PARAM || op->kind == OP_INPUT)
-            op->stage = 0;
     }
 }
 
-int pass_pipeline(Ctx *c, Graph *g)
+static double numel_of(const Value *v) { return numel(v); }
+
+/* Every op's virtual stage. Forward ops: their unit's. Backward ops: their
+ * layer's, or their forward op's (same location). Optimizer ops: their
+ * layer's, their parameter's, or that of their largest operand. Sources and
+ * what is still unplaced (constants): with their first reader. */
+static void assign(PL *l)
 {
-    PL l = {c, g, 1, 0, 0, 0, NULL, NULL};
-    Loc at = LOC_NONE;
-    for (int i = 0; i < g->mesh.naxes; i++)
-        if (g->mesh.axes[i].role == ROLE_PIPELINE)
-            l.p *= g->mesh.axes[i].size, at = g->mesh.axes[i].loc;
-    if (l.p == 1)
-        return 0;
+    Graph *g = l->g;
+    int n = g->ops.len;
+    LocMap lm;
+    loc_map(l, &lm);
+    l->vs = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1));
+    int *reader = arena_alloc(g->arena, sizeof(int) * (size_t)(g->values.len + 1));
+    for (int i = 0; i < g->values.len; i++)
+        reader[i] = -1;
+    for (int i = n - 1; i >= 0; i--) { /* parameters: their first forward reader's */
+        const Op *op = g->ops.data[i];
+        for (int a = 0; l->unit[i] >= 0 && a < op->nargs; a++)
+            reader[op->args[a]->id] = stage_of(l, l->unit[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        Op *op = g->ops.data[i];
+        int vs = -1;
+        if (l->unit[i] >= 0)
+            vs = stage_of(l, l->unit[i]);
+        else if (op->kind == OP_PARAM)
+            vs = reader[op->res[0]->id];
+        else if (is_source(op))
+            vs = -1;
+        else if (op->layer >= 0)
+            vs = stage_of(l, 1 + op->layer);
+        else if (op->phase != PH_OPT && op->loc.line > 0 && *loc_slot(&lm, op->loc) >= 0)
+            vs = stage_of(l, *loc_slot(&lm, op->loc));
+        else {
+            double big = -1;
+            for (int a = 0; a < op->nargs; a++) {
+                const Op *d = op->args[a]->def;
+                int dvs = d ? l->vs[d->id] : -1;
+                if (d && d->kind == OP_PARAM) {
+                    vs = dvs;
+                    break;
+                }
+                if (dvs >= 0 && numel_of(op->args[a]) > big)
+                    big = numel_of(op->args[a]), vs = dvs;
+            }
+        }
+        l->vs[i] = vs;
+    }
+    for (int i = 0; i < g->values.len; i++)
+        reader[i] = -1;
+    for (int i = n - 1; i >= 0; i--) { /* the rest: with their first reader */
+        Op *op = g->ops.data[i];
+        if (l->vs[i] < 0 && op->nres && reader[op->res[0]->id] >= 0)
+            l->vs[i] = reader[op->res[0]->id];
+        if (l->vs[i] < 0)
+            l->vs[i] = 0;
+        for (int a = 0; a < op->nargs; a++)
+            reader[op->args[a]->id] = l->vs[i];
+        op->stage = l->vs[i] % l->p;
+    }
+}
+
+/* ---- the schedule: every op's tick ---- */
+
+static double piece_cost(const Piece *pc, int rank, void *user)
+{
+    const PL *l = user;
+    double f = l->vcost[pc->chunk * l->p + rank];
+    f = f > 0 ? f : 1;
+    return pc->kind == PIECE_F ? f : pc->kind == PIECE_W ? f : 2 * f;
+}
+
+typedef struct Start {
+    double t;
+    int rank, i;
+} Start;
+
+static int by_start(const void *x, const void *y)
+{
+    const Start *a = x, *b = y;
+    if (a->t != b->t)
+        return a->t < b->t ? -1 : 1;
+    return a->rank != b->rank ? a->rank - b->rank : a->i - b->i;
+}
+
+/* Backward ops that the input gradient needs: those whose results another
+ * stage reads, and what they read on their stage. The rest of a microbatch's
+ * backward is its weight gradient (W under ZB-H1). */
+static char *input_gradient(PL *l)
+{
+    Graph *g = l->g;
+    int n = g->ops.len;
+    char *need = arena_alloc(g->arena, (size_t)n + 1);
+    memset(need, 0, (size_t)n + 1);
+    for (int i = 0; i < n; i++) {
+        const Op *op = g->ops.data[i];
+        for (int a = 0; a < op->nargs; a++) {
+            const Op *d = op->args[a]->def;
+            if (d && d->phase == PH_BWD && d->stage != op->stage)
+                need[d->id] = 1;
+        }
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        const Op *op = g->ops.data[i];
+        if (!need[i])
+            continue;
+        for (int a = 0; a < op->nargs; a++) {
+            const Op *d = op->args[a]->def;
+            if (d && d->phase == PH_BWD && d->stage == op->stage)
+                need[d->id] = 1;
+        }
+    }
+    return need;
+}
+
+static int schedule_kind(const TrainConfig *tc)
+{
+    static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb"};
+    for (int k = 0; k < 4; k++)
+        if (tc->pipeline && !strcmp(tc->pipeline, names[k]))
+            return k;
+    return SCHED_1F1B;
+}
+
+/* Run the schedule in the simulator (forward FLOPs as costs), number its
+ * pieces by start time, and give each op its piece's number: a microbatch's
+ * forward ops their F piece, its backward ops B (or W). Shared ops follow
+ * their operands. A stage runs its ops by (tick, position): the order of the
+ * schedule, and one order across the stages that every value's producer
+ * precedes its readers in, so the sends and receives cannot deadlock. */
+static int ticks(PL *l, SchedKind kind)
+{
+    Graph *g = l->g;
+    Schedule s;
+    SchedTimes t;
+    char err[256];
+    if (sched_build(g->arena, kind, l->p, l->m, l->v, &s, err, sizeof err) != 0 ||
+        sched_simulate(g->arena, &s, piece_cost, l, 0, &t, err, sizeof err) != 0) {
+        diag_error(&l->c->diag, l->at, "the %s schedule on %d stages with %d microbatches: %s",
+                   sched_kind_name(kind), l->p, l->m, err);
+        if (kind == SCHED_INTERLEAVED && l->m % l->p)
+            diag_note(&l->c->diag, LOC_NONE,
+                      "set 'microbatches' in the train block to a multiple of %d, or use "
+                      "'schedule = 1f1b'", l->p);
+        return -1;
+    }
+    int total = 0;
+    for (int r = 0; r < l->p; r++)
+        total += s.ranks[r].n;
+    Start *st = arena_alloc(g->arena, sizeof(Start) * (size_t)(total + 1));
+    int k = 0;
+    for (int r = 0; r < l->p; r++)
+        for (int i = 0; i < s.ranks[r].n; i++)
+            st[k++] = (Start){t.start[r][i], r, i};
+    qsort(st, (size_t)total, sizeof(Start), by_start);
+    size_t nslots = (size_t)3 * (size_t)l->P * (size_t)l->m;
+    int *slot = arena_alloc(g->arena, sizeof(int) * (nslots + 1)); /* [kind][vs][mb] */
+    for (size_t i = 0; i < nslots; i++)
+        slot[i] = 0;
+    for (int i = 0; i < total; i++) {
+        const Piece *pc = &s.ranks[st[i].rank].pieces[st[i].i];
+        int vs = pc->chunk * l->p + st[i].rank;
+        slot[((size_t)pc->kind * (size_t)l->P + (size_t)vs) * (size_t)l->m + (size_t)pc->mb] = 1 + i;
+    }
+    char *need = kind == SCHED_ZB_H1 ? input_gradient(l) : NULL;
+    for (int i = 0; i < g->ops.len; i++) {
+        Op *op = g->ops.data[i];
+        int own = op->mb >= 0 && op->mb < l->m && !is_source(op) && op->phase != PH_OPT;
+        op->tick = 0;
+        if (own) {
+            PieceKind pk = op->phase == PH_FWD ? PIECE_F : need && !need[i] ? PIECE_W : PIECE_B;
+            op->tick = slot[((size_t)pk * (size_t)l->P + (size_t)l->vs[i]) * (size_t)l->m +
+                            (size_t)op->mb];
+        }
+        for (int a = 0; a < op->nargs; a++) {
+            const Op *d = op->args[a]->def;
+            if (!d || d->tick <= op->tick)
+                continue;
+            if (own)
+                return diag_error(&l->c->diag, op->loc,
+                                  "pipeline: this op of microbatch %d reads a value that the "
+                                  "schedule computes later (internal error)",
+                                  op->mb),
+                       -1;
+            op->tick = d->tick;
+        }
+    }
+    return 0;
+}
+
+/* The partition: every op's virtual stage, and each one's forward FLOPs. */
+static int partition(PL *l, Ctx *c, Graph *g, SchedKind *kind)
+{
     TrainConfig tc;
     char err[256];
     if (ir_train_config(g, &tc, err, sizeof err) != 0)
         return diag_error(&c->diag, LOC_NONE, "%s", err), -1;
-    count_layers(&l);
-    if (l.nunits < l.p)
-        return diag_error(&c->diag, at,
-                          "the pipeline has %d stages, but the model has only %d layers (and "
-                          "the embedding and the loss as one unit each): at most %d stages",
-                          l.p, l.nlayers, l.nunits),
+    *kind = (SchedKind)schedule_kind(&tc);
+    l->m = (int)tc.microbatches;
+    l->v = *kind == SCHED_INTERLEAVED ? (int)tc.virtual_stages : 1;
+    if (*kind != SCHED_INTERLEAVED && tc.virtual_stages > 1)
+        return diag_error(&c->diag, l->at,
+                          "virtual_stages = %lld needs 'schedule = interleaved' (the schedule is "
+                          "%s)",
+                          (long long)tc.virtual_stages, sched_kind_name(*kind)),
                -1;
-    l.cost = arena_alloc(g->arena, sizeof(double) * (size_t)l.nunits);
-    memset(l.cost, 0, sizeof(double) * (size_t)l.nunits);
-    l.start = arena_alloc(g->arena, sizeof(int) * (size_t)l.p);
-    for (int i = 0; i < g->ops.len; i++) {
-        const Op *op = g->ops.data[i];
-        if (op->phase == PH_FWD && op->kind != OP_PARAM && op->kind != OP_INPUT)
-            l.cost[fwd_unit(&l, op, i)] += flops(op);
-    }
-    int pin = pinned(&l, &tc);
+    l->P = l->p * l->v;
+    forward_units(l);
+    if (l->nunits < l->P)
+        return diag_error(&c->diag, l->at,
+                          "the pipeline has %d stages%s, but the model has only %d layers (and "
+                          "the embedding and the loss as one unit each): at most %d stages",
+                          l->P, l->v > 1 ? " (virtual: ranks x virtual_stages)" : "",
+                          l->nlayers, l->nunits),
+               -1;
+    l->cost = arena_alloc(g->arena, sizeof(double) * (size_t)l->nunits);
+    memset(l->cost, 0, sizeof(double) * (size_t)l->nunits);
+    l->start = arena_alloc(g->arena, sizeof(int) * (size_t)l->P);
+    for (int i = 0; i < g->ops.len; i++)
+        if (l->unit[i] >= 0)
+            l->cost[l->unit[i]] += flops(g->ops.data[i]);
+    int pin = pinned(l);
     if (pin < 0)
         return -1;
     if (!pin)
-        balance(&l);
-    assign(&l);
+        balance(l);
+    assign(l);
+    l->vcost = arena_alloc(g->arena, sizeof(double) * (size_t)l->P);
+    memset(l->vcost, 0, sizeof(double) * (size_t)l->P);
+    for (int u = 0; u < l->nunits; u++)
+        l->vcost[stage_of(l, u)] += l->cost[u] / (l->m > 0 ? l->m : 1);
     return 0;
+}
+
+static int pipeline_ranks(const Graph *g, Loc *at)
+{
+    int p = 1;
+    for (int i = 0; i < g->mesh.naxes; i++)
+        if (g->mesh.axes[i].role == ROLE_PIPELINE)
+            p *= g->mesh.axes[i].size, *at = g->mesh.axes[i].loc;
+    return p;
+}
+
+int pipeline_stage_costs(Ctx *c, Graph *g, double **cost, int *nstages)
+{
+    PL l = {.c = c, .g = g, .at = LOC_NONE};
+    SchedKind kind;
+    l.p = pipeline_ranks(g, &l.at);
+    if (partition(&l, c, g, &kind) != 0)
+        return -1;
+    *cost = l.vcost;
+    *nstages = l.P;
+    return 0;
+}
+
+int pass_pipeline(Ctx *c, Graph *g)
+{
+    PL l = {.c = c, .g = g, .at = LOC_NONE};
+    SchedKind kind;
+    l.p = pipeline_ranks(g, &l.at);
+    if (l.p == 1)
+        return 0;
+    for (int i = 0; i < g->ops.len; i++)
+        if (g->ops.data[i]->tick) /* scheduled already (IR read back) */
+            return 0;
+    if (partition(&l, c, g, &kind) != 0)
+        return -1;
+    return ticks(&l, kind);
 }

@@ -171,8 +171,8 @@ static void gather_for_phase(SP *s, Value *p, Sharding compute, Phase ph)
             if (!copy) {
                 Op *r = ir_op_new(g, OP_RESHAPE, &p, 1, p->loc);
                 g->ops.len--; /* placed below, not at the end */
+                ir_op_place_like(r, op);
                 r->phase = ph;
-                r->layer = op->layer;
                 ir_op_set_attr(g, r, ir_attr_ints(g->arena, "shape", p->shape, p->rank));
                 copy = ir_op_result(g, r, p->dtype, p->rank, p->shape);
                 copy->shard = compute;
@@ -372,13 +372,6 @@ int pass_shard(Ctx *c, Graph *g)
     s.zero = (int)tc.zero;
     if (sharded(g))
         return 0;
-    for (int ax = 0; ax < g->mesh.naxes; ax++)
-        if (g->mesh.axes[ax].role == ROLE_PIPELINE && g->mesh.axes[ax].size > 1)
-            diag_report(&c->diag, SEV_WARNING, g->mesh.axes[ax].loc, 0,
-                        "pipeline axis '%s' (size %d): stages are assigned, not yet run as a "
-                        "pipeline; its ranks repeat the "
-                        "same step",
-                        g->mesh.axes[ax].name, g->mesh.axes[ax].size);
     /* seeding adds at most two values (gathered copies) per parameter */
     s.pinned = arena_alloc(g->arena, (size_t)g->values.len * 3 + 64);
     memset(s.pinned, 0, (size_t)g->values.len * 3 + 64);

@@ -238,7 +238,8 @@ static int write_tensors(Runtime *rt, Out *o, char *buf, char *err, size_t n)
         if (!saved(&p->tensors[i]))
             continue;
         size_t bytes = (size_t)global_of(p, &p->tensors[i], shape);
-        const char *src = rt_tensor_data(rt, i); /* one device: the tensor is whole */
+        /* one device: the tensor is whole; a mesh: blocks from the devices of its stage */
+        const char *src = rt_tensor_data(rt, i);
         if (rt->world && rt_tensor_global(rt, i, buf, err, n))
             return -1;
         if (rt->world)

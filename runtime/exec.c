@@ -3,7 +3,8 @@
  * plan in the device's slab.
  * Key idea: everything a step needs is resolved at open time (the kernel
  * functions, the argument pointers of every instruction), so a step is one
- * walk over the instruction list with no allocation and no lookup. */
+ * walk over the instruction list with no allocation and no lookup; on a
+ * pipeline the walk skips the instructions of the other stages. */
 #include "runtime/exec.h"
 
 #include <inttypes.h>
@@ -59,6 +60,7 @@ Runtime *rt_open_linked(const Plan *p, RtKernel const *kernels, const char *cach
         return NULL;
     }
     rt->p = p;
+    rt->nstages = plan_stages(p);
     if (rt_cpu_open_linked(&rt->dev, p, kernels, cache_dir, err, n) || bind_args(rt, err, n)) {
         rt_close(rt);
         return NULL;
@@ -178,14 +180,20 @@ int rt_set_hyper(Runtime *rt, const char *name, double value, char *err, size_t 
     return plan_errorf(err, n, "the plan has no hyperparameter \"%s\"", name);
 }
 
-/* The instructions in order; only the forward ones (phase 0) when fwd_only. */
+/* The instructions of this device's stage in order; only the forward ones
+ * (phase 0) when fwd_only. Then the outputs from their stage to every device. */
 static int run(Runtime *rt, int64_t step, int fwd_only, char *err, size_t n)
 {
     const Plan *p = rt->p;
     char msg[400];
+    if (rt->nstages > 1 && !rt->world)
+        return plan_errorf(err, n,
+                           "the plan has %d pipeline stages, each on its own devices, "
+                           "but no mesh was attached (rt_attach)",
+                           rt->nstages);
     for (int i = 0; i < p->ninstrs; i++) {
         const PlanInstr *in = &p->instrs[i];
-        if (fwd_only && in->phase != 0)
+        if ((fwd_only && in->phase != 0) || in->stage != rt->stage)
             continue;
         switch (in->kind) {
         case PI_KERNEL:
@@ -206,6 +214,8 @@ static int run(Runtime *rt, int64_t step, int fwd_only, char *err, size_t n)
             return plan_errorf(err, n, "instrs[%d]: unknown kind %d", i, (int)in->kind);
         }
     }
+    if (rt_mesh_outputs(rt, msg, sizeof msg))
+        return plan_errorf(err, n, "step %" PRId64 ", the outputs: %s", step, msg);
     return 0;
 }
 

@@ -22,6 +22,11 @@ struct Runtime {
     int group_key[RT_MAX_GROUPS];
     char *scratch;                 /* for all_to_all packing (allocated at attach) */
     size_t scratch_bytes;
+    /* pipeline stages: this device runs only the instructions of its stage */
+    int nstages;                   /* plan_stages: 1 without a pipeline axis */
+    int stage;                     /* this device's block index over the pipeline axes */
+    int npipe;                     /* the pipeline-role axes, in plan order */
+    int8_t pipe[PLAN_MAX_AXES];
 };
 
 /* This device's block index over axes (major to minor). */
@@ -37,5 +42,9 @@ void rt_global_shape(const Plan *p, const PlanTensor *t, int64_t *shape);
 void rt_mesh_close(Runtime *rt);
 /* Instruction i, a PI_COLL: 0, or -1 with a message. */
 int rt_mesh_coll(Runtime *rt, int i, char *err, size_t n);
+/* With more than one stage: loss, lr and grad_norm (those of a stage >= 0)
+ * broadcast over the pipeline group from the devices of their stage, so that
+ * every device holds them. 0, or -1 with a message. */
+int rt_mesh_outputs(Runtime *rt, char *err, size_t n);
 
 #endif

@@ -1,12 +1,14 @@
-/* mesh.c: the device's place on the mesh: its coordinates, its groups, the
- * collectives of the plan, and the blocks of split tensors.
+/* mesh.c: the device's place on the mesh: its coordinates, its pipeline stage,
+ * its groups, the collectives of the plan (send and recv between stages too),
+ * and the blocks of split tensors.
  * Reads: the plan's axes, tensor splits and PI_COLL instructions, and a World.
  * Writes: the device's groups (made at attach), its coord tensors, and the
  * outputs of collectives. Key idea: a device's rank in the world is its
  * row-major index over the mesh axes (the first axis major), and its block of
  * a tensor split over axes (a0, a1, ...) along a dim is its block index over
  * them, major to minor; a group along axes orders its members the same way,
- * so a collective's member r holds block r. */
+ * so a collective's member r holds block r, and in the group along the
+ * pipeline axes member s is the device of stage s. */
 #include "runtime/exec.h"
 
 #include <inttypes.h>
@@ -148,6 +150,19 @@ static void fill_coords(Runtime *rt)
     }
 }
 
+/* This device's stage and, with more than one, the pipeline group (for the
+ * outputs; send and recv use it too). */
+static int attach_stage(Runtime *rt, char *err, size_t n)
+{
+    const Plan *p = rt->p;
+    rt->npipe = 0;
+    for (int a = 0; a < p->naxes; a++)
+        if (p->axes[a].role && !strcmp(p->axes[a].role, "pipeline"))
+            rt->pipe[rt->npipe++] = (int8_t)a;
+    rt->stage = (int)rt_block_index(rt, rt->pipe, rt->npipe);
+    return rt->nstages > 1 ? make_group(rt, rt->pipe, rt->npipe, err, n) : 0;
+}
+
 int rt_attach(Runtime *rt, RtWorld *w, char *err, size_t n)
 {
     const Plan *p = rt->p;
@@ -159,7 +174,7 @@ int rt_attach(Runtime *rt, RtWorld *w, char *err, size_t n)
     int8_t all[PLAN_MAX_AXES];
     for (int a = 0; a < p->naxes; a++)
         all[a] = (int8_t)a;
-    if (make_group(rt, all, p->naxes, err, n))
+    if (make_group(rt, all, p->naxes, err, n) || attach_stage(rt, err, n))
         return -1;
     size_t scratch = 0;
     for (int i = 0; i < p->ninstrs; i++) {
@@ -260,13 +275,18 @@ int rt_mesh_coll(Runtime *rt, int i, char *err, size_t n)
     const Plan *p = rt->p;
     const PlanInstr *in = &p->instrs[i];
     const PlanColl *co = &in->coll;
-    const PlanTensor *a = &p->tensors[in->args[0]], *b = &p->tensors[in->args[1]];
-    char *x = rt->args[i][0], *y = rt->args[i][1];
+    const PlanTensor *a = &p->tensors[in->args[0]];
     RtComm *c = rt->world ? group(rt, co->axes, co->naxes) : NULL;
     if (!c && co->op != PC_SLICE)
         return plan_errorf(err, n, "%s: the plan runs on %" PRId64 " devices, but no mesh was "
                                    "attached (rt_attach)",
                            plan_coll_name(co->op), plan_mesh_size(p));
+    if (co->op == PC_SEND) /* one tensor: no args[1] */
+        return rt_comm_send(c, rt->args[i][0], a->bytes, co->peer, co->tag, err, n);
+    if (co->op == PC_RECV)
+        return rt_comm_recv(c, rt->args[i][0], a->bytes, co->peer, co->tag, err, n);
+    const PlanTensor *b = &p->tensors[in->args[1]];
+    char *x = rt->args[i][0], *y = rt->args[i][1];
     size_t pre, post, elem = plan_dtype_size(a->dtype);
     switch (co->op) {
     case PC_ALL_REDUCE:
@@ -296,6 +316,22 @@ int rt_mesh_coll(Runtime *rt, int i, char *err, size_t n)
     }
 }
 
+int rt_mesh_outputs(Runtime *rt, char *err, size_t n)
+{
+    const Plan *p = rt->p;
+    int outs[] = {p->loss, p->lr, p->grad_norm};
+    if (rt->nstages <= 1)
+        return 0;
+    RtComm *c = group(rt, rt->pipe, rt->npipe);
+    for (int j = 0; j < 3; j++) {
+        const PlanTensor *t = outs[j] >= 0 ? &p->tensors[outs[j]] : NULL;
+        if (t && t->stage >= 0 &&
+            rt_comm_broadcast(c, rt_tensor_data(rt, outs[j]), t->bytes, t->stage, err, n))
+            return -1;
+    }
+    return 0;
+}
+
 /* ---- whole tensors ---- */
 
 int rt_tensor_global(Runtime *rt, int t, void *global, char *err, size_t n)
@@ -318,10 +354,12 @@ int rt_tensor_global(Runtime *rt, int t, void *global, char *err, size_t n)
         free(blocks);
         return -1;
     }
-    for (int r = 0; r < size; r++) {
+    for (int r = 0; r < size; r++) { /* a tensor of one stage: the copies of the others are stale */
         int coord[PLAN_MAX_AXES];
         coords_of(p, r, coord);
-        block_copy(p, pt, coord, global, blocks + (size_t)r * pt->bytes, 1);
+        if (pt->stage < 0 || rt->nstages <= 1 ||
+            block_index(p, coord, rt->pipe, rt->npipe) == pt->stage)
+            block_copy(p, pt, coord, global, blocks + (size_t)r * pt->bytes, 1);
     }
     free(blocks);
     return 0;

@@ -33,7 +33,8 @@ static const char *const role_names[PT_COUNT] = {"param", "state", "input", "ste
                                                  "hyper", "temp",  "coord"};
 static const char *const kind_names[PI_COUNT] = {"kernel", "gemm", "copy", "collective"};
 static const char *const coll_names[PC_COUNT] = {"all_reduce", "all_gather", "reduce_scatter",
-                                                 "all_to_all", "slice", "all_reduce_max"};
+                                                 "all_to_all", "slice",      "all_reduce_max",
+                                                 "send",       "recv"};
 static const char *const init_names[] = {"zeros", "ones", "normal", "uniform", "constant", NULL};
 
 size_t plan_dtype_size(PlanDType t)
@@ -57,6 +58,35 @@ int64_t plan_mesh_size(const Plan *p)
     for (int i = 0; p->axes && i < p->naxes; i++)
         n *= p->axes[i].size;
     return n;
+}
+
+static int is_pipeline(const PlanAxis *a)
+{
+    return a->role && !strcmp(a->role, "pipeline");
+}
+
+/* The pipeline-role axes in plan order into axes; their count. */
+static int pipeline_axes(const Plan *p, int8_t *axes)
+{
+    int k = 0;
+    for (int i = 0; p->axes && i < p->naxes && i < PLAN_MAX_AXES; i++)
+        if (is_pipeline(&p->axes[i]))
+            axes[k++] = (int8_t)i;
+    return k;
+}
+
+int plan_stages(const Plan *p)
+{
+    int64_t n = 1;
+    for (int i = 0; p->axes && i < p->naxes; i++)
+        if (is_pipeline(&p->axes[i]) && p->axes[i].size > 1)
+            n = n > INT_MAX / p->axes[i].size ? INT_MAX : n * p->axes[i].size;
+    return (int)n;
+}
+
+static int is_p2p(PlanCollKind k)
+{
+    return k == PC_SEND || k == PC_RECV;
 }
 
 const char *plan_role_name(PlanRole r)
@@ -166,6 +196,7 @@ static void hash_tensor(Fnv *f, const PlanTensor *t)
     fnv_i64(f, nc);
     for (int j = 0; j < nc; j++)
         fnv_i64(f, t->coord[j]);
+    fnv_i64(f, t->stage);
 }
 
 static void hash_gemm(Fnv *f, const PlanGemm *g)
@@ -185,6 +216,7 @@ static void hash_instr(Fnv *f, const PlanInstr *in)
     fnv_i64(f, in->kind);
     fnv_i64(f, in->phase);
     fnv_i64(f, in->layer);
+    fnv_i64(f, in->stage);
     fnv_i64(f, nargs);
     for (int j = 0; j < nargs; j++)
         fnv_i64(f, in->args[j]);
@@ -202,6 +234,10 @@ static void hash_instr(Fnv *f, const PlanInstr *in)
         fnv_i64(f, c->dim);
         fnv_i64(f, c->dim2);
         fnv_i64(f, c->bytes);
+        if (is_p2p(c->op)) {
+            fnv_i64(f, c->peer);
+            fnv_i64(f, c->tag);
+        }
     }
 }
 
@@ -457,6 +493,9 @@ static int check_instr(const Plan *p, int i, char *err, size_t n)
         return plan_errorf(err, n, "instrs[%d].kind: %d is not an instruction kind", i, (int)in->kind);
     if (in->phase < 0 || in->phase >= NPHASES || in->layer < -1)
         return plan_errorf(err, n, "instrs[%d].%s: out of range", i, in->layer < -1 ? "layer" : "phase");
+    if (in->stage < 0 || in->stage >= plan_stages(p))
+        return plan_errorf(err, n, "instrs[%d].stage: %d is outside [0, %d)", i, in->stage,
+                           plan_stages(p));
     if (in->nargs < 0 || (in->nargs > 0 && !in->args))
         return plan_errorf(err, n, "instrs[%d].args: %d arguments but no array", i, in->nargs);
     for (int j = 0; j < in->nargs; j++)
@@ -553,6 +592,43 @@ static int check_tensor_split(const Plan *p, int i, char *err, size_t n)
         return -1;
     if (t->role == PT_COORD && (t->dtype != PD_I32 || t->rank != 0))
         return plan_errorf(err, n, "tensors[%d]: a coord tensor must be i32[]", i);
+    if (t->stage < -1 || t->stage >= plan_stages(p))
+        return plan_errorf(err, n, "tensors[%d].stage: %d is outside [-1, %d)", i, t->stage,
+                           plan_stages(p));
+    for (int d = 0; t->stage >= 0 && d < t->rank; d++) /* its blocks all live on one stage */
+        for (int j = 0; j < t->nsplit[d]; j++)
+            if (is_pipeline(&p->axes[t->split[d][j]]))
+                return plan_errorf(err, n,
+                                   "tensors[%d].split: a tensor of stage %d is split over "
+                                   "the pipeline axis %d",
+                                   i, t->stage, t->split[d][j]);
+    return 0;
+}
+
+/* A send or recv: one tensor, over exactly the pipeline axes, to another stage. */
+static int check_p2p(const Plan *p, int i, char *err, size_t n)
+{
+    const PlanInstr *in = &p->instrs[i];
+    const PlanColl *c = &in->coll;
+    const char *what = coll_names[c->op];
+    int8_t pipe[PLAN_MAX_AXES];
+    int np = pipeline_axes(p, pipe), stages = plan_stages(p);
+    if (in->nargs != 1)
+        return plan_errorf(err, n, "instrs[%d].args: a %s takes 1 tensor, not %d", i, what,
+                           in->nargs);
+    if (c->naxes != np || memcmp(c->axes, pipe, (size_t)np))
+        return plan_errorf(err, n,
+                           "instrs[%d].coll.axes: a %s runs over the pipeline axes (those "
+                           "of role \"pipeline\", in order)",
+                           i, what);
+    if (c->peer < 0 || c->peer >= stages)
+        return plan_errorf(err, n, "instrs[%d].coll.peer: %d is outside [0, %d)", i, c->peer,
+                           stages);
+    if (c->peer == in->stage)
+        return plan_errorf(err, n, "instrs[%d].coll.peer: %d is the instruction's own stage", i,
+                           c->peer);
+    if (c->tag < 0 || c->tag > 32767)
+        return plan_errorf(err, n, "instrs[%d].coll.tag: %d is outside [0, 32767]", i, c->tag);
     return 0;
 }
 
@@ -564,6 +640,8 @@ static int check_coll(const Plan *p, int i, char *err, size_t n)
     uint32_t used = 0;
     if ((unsigned)c->op >= PC_COUNT)
         return plan_errorf(err, n, "instrs[%d].op: %d is not a collective", i, (int)c->op);
+    if (is_p2p(c->op))
+        return check_p2p(p, i, err, n);
     if (in->nargs < 2 || in->nargs % 2 || (in->nargs > 2 && c->op != PC_ALL_REDUCE))
         return plan_errorf(err, n, "instrs[%d].args: a collective takes 2 tensors (an all_reduce "
                                    "bucket: pairs), not %d", i, in->nargs);
@@ -740,6 +818,8 @@ static void wr_tensor(Wr *w, cJSON *arr, int i, const PlanTensor *t)
     cJSON *coord = wr_add(w, o, "coord", cJSON_CreateArray());
     for (int j = 0; j < t->ncoord && j < PLAN_MAX_AXES && coord; j++)
         wr_int(w, coord, at, "coord", t->coord[j]);
+    if (t->stage != -1) /* one-stage plans look as before */
+        wr_int(w, o, at, "stage", t->stage);
 }
 
 static void wr_gemm(Wr *w, cJSON *parent, const char *at, const PlanGemm *g)
@@ -779,9 +859,15 @@ static void wr_instr(Wr *w, cJSON *arr, int i, const PlanInstr *in)
         wr_int(w, o, at, "dim", c->dim);
         wr_int(w, o, at, "dim2", c->dim2);
         wr_int(w, o, at, "bytes", c->bytes);
+        if (is_p2p(c->op)) {
+            wr_int(w, o, at, "peer", c->peer);
+            wr_int(w, o, at, "tag", c->tag);
+        }
     }
     wr_int(w, o, at, "phase", in->phase);
     wr_int(w, o, at, "layer", in->layer);
+    if (in->stage != 0)
+        wr_int(w, o, at, "stage", in->stage);
 }
 
 static void wr_lists(Wr *w, cJSON *root, const Plan *p)
@@ -964,6 +1050,17 @@ static int rd_i32(const cJSON *o, const char *at, const char *key, int *out, cha
     return 0;
 }
 
+/* An optional integer: def when the key is absent. */
+static int rd_opt_i32(const cJSON *o, const char *at, const char *key, int def, int *out,
+                      char *err, size_t n)
+{
+    if (!cJSON_GetObjectItemCaseSensitive(o, key)) {
+        *out = def;
+        return 0;
+    }
+    return rd_i32(o, at, key, out, err, n);
+}
+
 static int rd_u64(const cJSON *o, const char *at, const char *key, uint64_t *out, char *err,
                   size_t n)
 {
@@ -1103,7 +1200,7 @@ static int rd_tensor(const cJSON *o, const char *at, PlanTensor *t, char *err, s
 {
     static const char *const keys[] = {"name",  "dtype", "shape", "offset", "bytes",
                                        "role",  "init",  "init_arg", "layer", "limit",
-                                       "value", "split", "coord", NULL};
+                                       "value", "split", "coord", "stage", NULL};
     int64_t *shape = NULL;
     int dt, role;
     if (rd_keys(o, at, keys, err, n) || rd_str(o, at, "name", &t->name, err, n) ||
@@ -1119,7 +1216,8 @@ static int rd_tensor(const cJSON *o, const char *at, PlanTensor *t, char *err, s
         rd_num(o, at, "init_arg", &t->init_arg, err, n) ||
         rd_i32(o, at, "layer", &t->layer, err, n) ||
         rd_int(o, at, "limit", -JSON_EXACT, JSON_EXACT, &t->limit, err, n) ||
-        rd_i32(o, at, "value", &t->value, err, n) || rd_split(o, at, t, err, n))
+        rd_i32(o, at, "value", &t->value, err, n) || rd_split(o, at, t, err, n) ||
+        rd_opt_i32(o, at, "stage", -1, &t->stage, err, n))
         return -1;
     t->role = (PlanRole)role;
     return 0;
@@ -1146,13 +1244,36 @@ static int rd_gemm(const cJSON *o, const char *at, PlanGemm *g, char *err, size_
     return 0;
 }
 
+/* The fields of a collective; peer and tag belong to send and recv only. */
+static int rd_coll(const cJSON *o, const char *at, PlanColl *c, char *err, size_t n)
+{
+    int op;
+    if (rd_enum(o, at, "op", coll_names, PC_COUNT, "collective", &op, err, n) ||
+        rd_axes(o, at, "axes", c->axes, &c->naxes, err, n) ||
+        rd_i32(o, at, "dim", &c->dim, err, n) || rd_i32(o, at, "dim2", &c->dim2, err, n) ||
+        rd_int(o, at, "bytes", 0, JSON_EXACT, &c->bytes, err, n))
+        return -1;
+    c->op = (PlanCollKind)op;
+    if (is_p2p(c->op)) {
+        if (rd_i32(o, at, "peer", &c->peer, err, n) || rd_i32(o, at, "tag", &c->tag, err, n))
+            return -1;
+        return 0;
+    }
+    for (int j = 0; j < 2; j++)
+        if (cJSON_GetObjectItemCaseSensitive(o, j ? "tag" : "peer"))
+            return plan_errorf(err, n, "%s: unknown field \"%s\" (only send and recv have it)", at,
+                               j ? "tag" : "peer");
+    return 0;
+}
+
 static int rd_instr(const cJSON *o, const char *at, PlanInstr *in, char *err, size_t n)
 {
-    static const char *const keys[PI_COUNT][10] = {
-        {"kind", "kernel", "args", "phase", "layer", NULL},
-        {"kind", "args", "gemm", "phase", "layer", NULL},
-        {"kind", "args", "phase", "layer", NULL},
-        {"kind", "op", "args", "axes", "dim", "dim2", "bytes", "phase", "layer", NULL},
+    static const char *const keys[PI_COUNT][13] = {
+        {"kind", "kernel", "args", "phase", "layer", "stage", NULL},
+        {"kind", "args", "gemm", "phase", "layer", "stage", NULL},
+        {"kind", "args", "phase", "layer", "stage", NULL},
+        {"kind", "op", "args", "axes", "dim", "dim2", "bytes", "peer", "tag", "phase", "layer",
+         "stage", NULL},
     };
     int kind;
     int64_t *args = NULL;
@@ -1175,17 +1296,10 @@ static int rd_instr(const cJSON *o, const char *at, PlanInstr *in, char *err, si
     const cJSON *g = kind == PI_GEMM ? rd_member(o, at, "gemm", err, n) : NULL;
     if (kind == PI_GEMM && (!g || rd_gemm(g, field(f, sizeof f, at, "gemm"), &in->gemm, err, n)))
         return -1;
-    if (kind == PI_COLL) {
-        int op;
-        PlanColl *c = &in->coll;
-        if (rd_enum(o, at, "op", coll_names, PC_COUNT, "collective", &op, err, n) ||
-            rd_axes(o, at, "axes", c->axes, &c->naxes, err, n) ||
-            rd_i32(o, at, "dim", &c->dim, err, n) || rd_i32(o, at, "dim2", &c->dim2, err, n) ||
-            rd_int(o, at, "bytes", 0, JSON_EXACT, &c->bytes, err, n))
-            return -1;
-        c->op = (PlanCollKind)op;
-    }
-    if (rd_i32(o, at, "phase", &in->phase, err, n) || rd_i32(o, at, "layer", &in->layer, err, n))
+    if (kind == PI_COLL && rd_coll(o, at, &in->coll, err, n))
+        return -1;
+    if (rd_i32(o, at, "phase", &in->phase, err, n) || rd_i32(o, at, "layer", &in->layer, err, n) ||
+        rd_opt_i32(o, at, "stage", 0, &in->stage, err, n))
         return -1;
     return 0;
 }

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #define PLAN_FORMAT "tcc-plan"
-#define PLAN_VERSION 2
+#define PLAN_VERSION 3
 #define PLAN_MAX_AXES 8
 #define PLAN_MAX_RANK 8
 #define PLAN_ALIGN 64 /* every tensor offset is a multiple of this */
@@ -52,19 +52,24 @@ typedef struct PlanTensor {
     int8_t split[PLAN_MAX_RANK][PLAN_MAX_AXES];
     int ncoord;                    /* PT_COORD: the axes, else 0 */
     int8_t coord[PLAN_MAX_AXES];
+    int stage;                     /* the pipeline stage whose devices hold its current value;
+                                      -1: every stage (one-stage plans) */
 } PlanTensor;
 
 typedef enum {
     PI_KERNEL, /* call kernels[kernel] with the tensors args[0..nargs) */
     PI_GEMM,   /* C = alpha op(A) op(B) + beta C, row-major, batch times with strides */
     PI_COPY,   /* bytes of tensor args[1] into tensor args[0] (same size) */
-    PI_COLL,   /* a collective (or a local shard slice) from args[0] into args[1] */
+    PI_COLL,   /* a collective (or a local shard slice) from args[0] into args[1]; send and
+                  recv take one tensor, args[0] */
     PI_COUNT
 } PlanInstrKind;
 
 /* Collectives over the group of devices that differ only in the axes coll.axes
  * (its members ordered by their block index over those axes, major to minor).
- * Shapes are per device; dim is where blocks are laid out. */
+ * Shapes are per device; dim is where blocks are laid out. Send and recv are
+ * point to point between pipeline stages: coll.axes are the pipeline-role
+ * axes, so member s of the group is the device of stage s. */
 typedef enum {
     PC_ALL_REDUCE,     /* out = sum over the group of in (same shape) */
     PC_ALL_GATHER,     /* out[..., n * k, ...] = the members' in[..., k, ...] along dim */
@@ -73,6 +78,8 @@ typedef enum {
                           blocks received, concatenated along dim */
     PC_SLICE,          /* out = this member's block of in along dim (no communication) */
     PC_ALL_REDUCE_MAX, /* out = elementwise maximum over the group of in */
+    PC_SEND,           /* args[0] to member peer (buffered: returns without waiting) */
+    PC_RECV,           /* args[0] = what member peer sent with the same tag (blocking) */
     PC_COUNT
 } PlanCollKind;
 
@@ -82,6 +89,8 @@ typedef struct PlanColl {
     int8_t axes[PLAN_MAX_AXES]; /* indices into Plan.axes */
     int dim, dim2;               /* dim2: all_to_all only, else -1 */
     int64_t bytes;               /* what one device sends (ring algorithms): for logs */
+    int peer, tag;               /* send/recv: the other stage (its block index over axes),
+                                    and the tag in [0, 32767] that pairs a send with its recv */
 } PlanColl;
 
 typedef struct PlanGemm {
@@ -103,6 +112,7 @@ typedef struct PlanInstr {
     PlanColl coll; /* PI_COLL */
     int phase;     /* 0 fwd, 1 bwd, 2 recompute, 3 opt: for profiles and logs */
     int layer;
+    int stage;     /* the pipeline stage whose devices run it (0 in one-stage plans) */
 } PlanInstr;
 
 typedef struct PlanKernel {
@@ -143,6 +153,10 @@ size_t plan_dtype_size(PlanDType t);
 const char *plan_coll_name(PlanCollKind k); /* "all_reduce" */
 /* The devices of the mesh: the product of the axis sizes (1 without axes). */
 int64_t plan_mesh_size(const Plan *p);
+/* The pipeline stages: the product of the sizes of the axes whose role is
+ * "pipeline" (1 without; INT_MAX when larger). A device's stage is its block
+ * index over those axes, major to minor. */
+int plan_stages(const Plan *p);
 const char *plan_dtype_name(PlanDType t);
 const char *plan_role_name(PlanRole r);
 

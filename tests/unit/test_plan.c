@@ -66,6 +66,7 @@ static void tensor(Plan *p, int i, const char *name, PlanDType dt, PlanRole role
     t->init = strdup("");
     t->layer = -1;
     t->value = i;
+    t->stage = -1;
 }
 
 static int *ints(int n, const int *v)
@@ -196,6 +197,7 @@ static void same_tensor(const PlanTensor *a, const PlanTensor *b, int i)
     cr_assert_eq(a->layer, b->layer, "tensors[%d].layer", i);
     cr_assert_eq(a->limit, b->limit, "tensors[%d].limit", i);
     cr_assert_eq(a->value, b->value, "tensors[%d].value", i);
+    cr_assert_eq(a->stage, b->stage, "tensors[%d].stage", i);
 }
 
 static void same_instr(const PlanInstr *a, const PlanInstr *b, int i)
@@ -216,6 +218,15 @@ static void same_instr(const PlanInstr *a, const PlanInstr *b, int i)
     cr_assert_eq(x->beta, y->beta, "instrs[%d].gemm.beta", i); /* -0 == 0 */
     cr_assert_eq(a->phase, b->phase, "instrs[%d].phase", i);
     cr_assert_eq(a->layer, b->layer, "instrs[%d].layer", i);
+    cr_assert_eq(a->stage, b->stage, "instrs[%d].stage", i);
+    if (a->kind == PI_COLL) {
+        cr_assert_eq(a->coll.op, b->coll.op, "instrs[%d].coll.op", i);
+        cr_assert_eq(a->coll.naxes, b->coll.naxes, "instrs[%d].coll.naxes", i);
+        for (int j = 0; j < a->coll.naxes; j++)
+            cr_assert_eq(a->coll.axes[j], b->coll.axes[j], "instrs[%d].coll.axes[%d]", i, j);
+        cr_assert_eq(a->coll.peer, b->coll.peer, "instrs[%d].coll.peer", i);
+        cr_assert_eq(a->coll.tag, b->coll.tag, "instrs[%d].coll.tag", i);
+    }
 }
 
 static void same_plan(const Plan *a, const Plan *b)
@@ -458,6 +469,12 @@ static int mutate(Plan *p, int which)
     case 52:
         p->kernel_source[strlen(p->kernel_source) - 1] = 0;
         break;
+    case 53:
+        t->stage = 0;
+        break;
+    case 54:
+        p->instrs[1].stage = 1;
+        break;
     default:
         return 0;
     }
@@ -486,7 +503,7 @@ Test(plan, hash_is_stable_and_changes_with_every_field)
             break;
         cr_assert_str_neq(h, h0, "changing field %d leaves the hash as it was", which);
     }
-    cr_assert_eq(which, 53);
+    cr_assert_eq(which, 55);
 }
 
 Test(plan, hash_ignores_fields_an_instruction_does_not_use_and_negative_zero)
@@ -498,6 +515,8 @@ Test(plan, hash_ignores_fields_an_instruction_does_not_use_and_negative_zero)
     p->instrs[1].gemm.m = 77;      /* a kernel launch has no gemm */
     p->tensors[0].shape[5] = 3;    /* beyond the rank */
     p->instrs[0].gemm.beta = -0.0; /* written as 0 */
+    p->instrs[1].coll.peer = 4;    /* only a send or recv has a peer */
+    p->instrs[2].coll.tag = 9;
     plan_hash(p, h);
     cr_assert_str_eq(h, h0);
     plan_free(p);
@@ -597,8 +616,8 @@ Test(plan, another_version_is_refused)
     Plan *p = sample();
     write_ok(p);
     plan_free(p);
-    edit("\"version\":\t2", "\"version\":\t3");
-    expect_error("plan version 3 is not supported (this runtime reads version 2)");
+    edit("\"version\":\t3", "\"version\":\t2");
+    expect_error("plan version 2 is not supported (this runtime reads version 3)");
 }
 
 Test(plan, data_after_the_plan_and_a_missing_file_are_refused)
@@ -672,6 +691,9 @@ Test(plan, missing_and_mistyped_fields_are_named)
         {"instrs", "args", "[0, \"1\"]", "instrs[1].args: expected an array of integers", 1},
         {"kernels", "nargs", "2.5", "kernels[0].nargs: expected an integer", 0},
         {"axes", "size", "true", "axes[0].size: expected an integer", 0},
+        {"tensors", "stage", "\"1\"", "tensors[1].stage: expected an integer", 1},
+        {"instrs", "stage", "0.5", "instrs[2].stage: expected an integer", 2},
+        {"instrs", "peer", "1", "instrs[2]: unknown field \"peer\"", 2},
         {NULL, "loss", "\"5\"", "loss: expected an integer", 0},
         {NULL, "flops", "\"many\"", "flops: expected a finite number", 0},
         {NULL, "kernel_source", NULL, "kernel_source: missing", 0},
@@ -829,6 +851,225 @@ Test(plan, plans_with_a_wrong_meaning_are_refused_with_the_field)
     refused(step_not_scalar, "tensors[4]: a step tensor must be f32[]");
     refused(bad_kernel_name, "kernels[0].name: \"00\" is not a C identifier");
     refused(bad_phase, "instrs[2].phase: out of range");
+}
+
+/* ---- pipeline stages ---- */
+
+static void p2p(PlanInstr *in, PlanCollKind op, int t, int stage, int peer, int tag)
+{
+    *in =
+        (PlanInstr){.kind = PI_COLL, .nargs = 1, .args = ints(1, &t), .layer = -1, .stage = stage};
+    in->coll = (PlanColl){.op = op, .naxes = 1, .axes = {0}, .dim = -1, .dim2 = -1, .bytes = 16};
+    in->coll.peer = peer;
+    in->coll.tag = tag;
+}
+
+/* Mesh pp=2 (pipeline).  0 x input f32[4] (every stage)   2 r    temp f32[4], stage 1
+ *                         1 h temp  f32[4], stage 0       3 loss temp f32[],  stage 1
+ * instrs: h = x (copy, stage 0); send h to stage 1 (tag 7); recv r from stage 0
+ * (tag 7, stage 1); loss = k0(r) (stage 1). */
+static Plan *two_stages(void)
+{
+    Plan *p = calloc(1, sizeof *p);
+    p->version = PLAN_VERSION;
+    p->model = strdup("pipe");
+    p->naxes = 1;
+    p->axes = calloc(1, sizeof *p->axes);
+    p->axes[0] = (PlanAxis){strdup("pp"), strdup("pipeline"), 2};
+    p->slab_bytes = 256;
+    p->ntensors = 4;
+    p->tensors = calloc(4, sizeof *p->tensors);
+    tensor(p, 0, "x", PD_F32, PT_INPUT, 1, (int64_t[]){4}, 0);
+    tensor(p, 1, "", PD_F32, PT_TEMP, 1, (int64_t[]){4}, 64);
+    tensor(p, 2, "", PD_F32, PT_TEMP, 1, (int64_t[]){4}, 128);
+    tensor(p, 3, "loss", PD_F32, PT_TEMP, 0, NULL, 192);
+    p->tensors[1].stage = 0;
+    p->tensors[2].stage = p->tensors[3].stage = 1;
+    p->nkernels = 1;
+    p->kernels = calloc(1, sizeof *p->kernels);
+    p->kernels[0] = (PlanKernel){strdup("k0"), 2, 1};
+    p->ninstrs = 4;
+    p->instrs = calloc(4, sizeof *p->instrs);
+    p->instrs[0] =
+        (PlanInstr){.kind = PI_COPY, .nargs = 2, .args = ints(2, (int[]){1, 0}), .layer = -1};
+    p2p(&p->instrs[1], PC_SEND, 1, 0, 1, 7);
+    p2p(&p->instrs[2], PC_RECV, 2, 1, 0, 7);
+    p->instrs[3] = (PlanInstr){
+        .kind = PI_KERNEL, .nargs = 2, .args = ints(2, (int[]){3, 2}), .layer = -1, .stage = 1};
+    p->kernel_source = strdup(SOURCE);
+    p->loss = 3;
+    p->lr = p->grad_norm = -1;
+    return p;
+}
+
+Test(plan, stages_peer_and_tag_survive_a_round_trip)
+{
+    char err[512] = "";
+    Plan *p = two_stages();
+    cr_assert_eq(plan_stages(p), 2);
+    cr_assert_str_eq(plan_coll_name(PC_SEND), "send");
+    cr_assert_str_eq(plan_coll_name(PC_RECV), "recv");
+    cr_assert_eq(plan_check(p, err, sizeof err), 0, "%s", err);
+    char *text = plan_to_json(p, err, sizeof err);
+    cr_assert_not_null(text, "%s", err);
+    Plan *q = plan_parse("mem", text, strlen(text), err, sizeof err);
+    cr_assert_not_null(q, "%s", err);
+    same_plan(p, q);
+    /* a default is not written: stage -1 of a tensor, stage 0 of an instruction */
+    cJSON *root = cJSON_Parse(text);
+    cJSON *tensors = cJSON_GetObjectItem(root, "tensors"),
+          *instrs = cJSON_GetObjectItem(root, "instrs");
+    cr_assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(tensors, 0), "stage"));
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(tensors, 2), "stage")->valueint, 1);
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(tensors, 1), "stage")->valueint, 0);
+    cr_assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(instrs, 1), "stage"));
+    cr_assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(instrs, 0), "peer"));
+    cJSON *recv = cJSON_GetArrayItem(instrs, 2);
+    cr_assert_str_eq(cJSON_GetObjectItem(recv, "op")->valuestring, "recv");
+    cr_assert_eq(cJSON_GetObjectItem(recv, "stage")->valueint, 1);
+    cr_assert_eq(cJSON_GetObjectItem(recv, "peer")->valueint, 0);
+    cr_assert_eq(cJSON_GetObjectItem(recv, "tag")->valueint, 7);
+    cJSON_Delete(root);
+    /* every new field is in the hash */
+    char h[17];
+    for (int which = 0; which < 4; which++) {
+        int *f[] = {&q->tensors[2].stage, &q->instrs[3].stage, &q->instrs[1].coll.peer,
+                    &q->instrs[1].coll.tag};
+        int old = *f[which];
+        *f[which] = old + 1;
+        plan_hash(q, h);
+        cr_assert_str_neq(h, p->hash, "field %d is not hashed", which);
+        *f[which] = old;
+    }
+    free(text);
+    plan_free(p);
+    plan_free(q);
+}
+
+/* A one-stage plan's JSON has no "stage", "peer" or "tag" at all. */
+Test(plan, a_one_stage_plan_writes_no_stage)
+{
+    char err[512] = "";
+    Plan *p = sample();
+    cr_assert_eq(plan_stages(p), 1);
+    char *text = plan_to_json(p, err, sizeof err);
+    cr_assert_not_null(text, "%s", err);
+    cr_assert_null(strstr(text, "\"stage\""), "%s", text);
+    cr_assert_null(strstr(text, "\"peer\""), "%s", text);
+    free(text);
+    plan_free(p);
+}
+
+/* plan_check on the two-stage plan after breaker: the message, which names the field. */
+static void check_refuses(Breaker breaker, const char *want)
+{
+    char err[512] = "";
+    Plan *p = two_stages();
+    breaker(p);
+    cr_assert_eq(plan_check(p, err, sizeof err), -1, "want \"%s\": the plan passed", want);
+    cr_assert(strstr(err, want), "want \"%s\" in: %s", want, err);
+    plan_free(p);
+}
+
+static void peer_out_of_range(Plan *p)
+{
+    p->instrs[1].coll.peer = 2;
+}
+static void peer_is_own_stage(Plan *p)
+{
+    p->instrs[2].coll.peer = 1;
+}
+static void instr_stage_out_of_range(Plan *p)
+{
+    p->instrs[3].stage = 2;
+}
+static void instr_stage_negative(Plan *p)
+{
+    p->instrs[0].stage = -1;
+}
+static void tensor_stage_out_of_range(Plan *p)
+{
+    p->tensors[2].stage = 2;
+}
+static void tensor_stage_below_minus_one(Plan *p)
+{
+    p->tensors[0].stage = -2;
+}
+static void send_of_two_tensors(Plan *p)
+{
+    free(p->instrs[1].args);
+    p->instrs[1].args = ints(2, (int[]){1, 2});
+    p->instrs[1].nargs = 2;
+}
+static void tag_too_large(Plan *p)
+{
+    p->instrs[1].coll.tag = 32768;
+}
+static void tag_negative(Plan *p)
+{
+    p->instrs[2].coll.tag = -1;
+}
+static void send_over_no_axes(Plan *p)
+{
+    p->instrs[1].coll.naxes = 0;
+}
+static void stage_tensor_split_over_pp(Plan *p)
+{
+    p->tensors[1].nsplit[0] = 1;
+    p->tensors[1].split[0][0] = 0;
+}
+
+Test(plan, bad_stages_peers_tags_and_sends_are_refused_with_the_field)
+{
+    check_refuses(peer_out_of_range, "instrs[1].coll.peer: 2 is outside [0, 2)");
+    check_refuses(peer_is_own_stage, "instrs[2].coll.peer: 1 is the instruction's own stage");
+    check_refuses(instr_stage_out_of_range, "instrs[3].stage: 2 is outside [0, 2)");
+    check_refuses(instr_stage_negative, "instrs[0].stage: -1 is outside [0, 2)");
+    check_refuses(tensor_stage_out_of_range, "tensors[2].stage: 2 is outside [-1, 2)");
+    check_refuses(tensor_stage_below_minus_one, "tensors[0].stage: -2 is outside [-1, 2)");
+    check_refuses(send_of_two_tensors, "instrs[1].args: a send takes 1 tensor, not 2");
+    check_refuses(tag_too_large, "instrs[1].coll.tag: 32768 is outside [0, 32767]");
+    check_refuses(tag_negative, "instrs[2].coll.tag: -1 is outside [0, 32767]");
+    check_refuses(send_over_no_axes, "instrs[1].coll.axes: a send runs over the pipeline axes");
+    check_refuses(stage_tensor_split_over_pp,
+                  "tensors[1].split: a tensor of stage 0 is split over the pipeline axis 0");
+}
+
+/* A one-stage plan has stage 0 only; its instructions cannot name another. */
+Test(plan, a_one_stage_plan_refuses_stage_1)
+{
+    char err[512] = "";
+    Plan *p = sample();
+    p->instrs[2].stage = 1;
+    cr_assert_eq(plan_check(p, err, sizeof err), -1);
+    cr_assert(strstr(err, "instrs[2].stage: 1 is outside [0, 1)"), "%s", err);
+    plan_free(p);
+}
+
+/* peer and tag: required on a send or recv, unknown on any other collective. */
+Test(plan, peer_and_tag_belong_to_send_and_recv_only)
+{
+    char err[512] = "", *text;
+    for (int c = 0; c < 2; c++) {
+        Plan *p = two_stages();
+        cr_assert_not_null(text = plan_to_json(p, err, sizeof err), "%s", err);
+        plan_free(p);
+        cJSON *root = cJSON_Parse(text),
+              *send = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "instrs"), 1);
+        free(text);
+        if (c == 0)
+            cJSON_DeleteItemFromObject(send, "tag");
+        else
+            cJSON_ReplaceItemInObject(send, "op", cJSON_CreateString("all_reduce"));
+        text = cJSON_Print(root);
+        cJSON_Delete(root);
+        cr_assert_null(plan_parse("mem", text, strlen(text), err, sizeof err));
+        cr_assert(strstr(err, c == 0 ? "mem: instrs[1].tag: missing"
+                                     : "mem: instrs[1]: unknown field \"peer\" (only send and "
+                                       "recv have it)"),
+                  "%s", err);
+        free(text);
+    }
 }
 
 /* ---- the writer refuses what JSON cannot hold ---- */
