@@ -688,10 +688,22 @@ static int parse_attrs(P *p)
     return expect(p, '}');
 }
 
+/* An optional `WORD N` with N in [lo, INT_MAX] into *out. */
+static int tail_int(P *p, const char *word, int64_t lo, int *out)
+{
+    int64_t n;
+    if (!is_word(p, word))
+        return 0;
+    lex(p);
+    if (expect_int(p, word, lo, INT_MAX, &n))
+        return -1;
+    *out = (int)n;
+    return 0;
+}
+
 /* [loc("FILE":LINE:COL)] [layer N] [phase P] [stage N] [mb N] [tick N], in this order. */
 static int parse_op_tail(P *p, Op *op)
 {
-    int64_t n;
     if (is_word(p, "loc")) {
         lex(p);
         if (expect(p, '('))
@@ -703,12 +715,8 @@ static int parse_op_tail(P *p, Op *op)
         if (parse_loc_rest(p, file, &op->loc) || expect(p, ')'))
             return -1;
     }
-    if (is_word(p, "layer")) {
-        lex(p);
-        if (expect_int(p, "layer", 0, INT_MAX, &n))
-            return -1;
-        op->layer = (int)n;
-    }
+    if (tail_int(p, "layer", 0, &op->layer))
+        return -1;
     if (is_word(p, "phase")) {
         lex(p);
         int ph = parse_known(p, ir_phase_lookup, "phase");
@@ -716,24 +724,9 @@ static int parse_op_tail(P *p, Op *op)
             return -1;
         op->phase = (Phase)ph;
     }
-    if (is_word(p, "stage")) {
-        lex(p);
-        if (expect_int(p, "stage", INT_MIN, INT_MAX, &n))
-            return -1;
-        op->stage = (int)n;
-    }
-    if (is_word(p, "mb")) {
-        lex(p);
-        if (expect_int(p, "mb", 0, INT_MAX, &n))
-            return -1;
-        op->mb = (int)n;
-    }
-    if (is_word(p, "tick")) {
-        lex(p);
-        if (expect_int(p, "tick", 0, INT_MAX, &n))
-            return -1;
-        op->tick = (int)n;
-    }
+    if (tail_int(p, "stage", INT_MIN, &op->stage) || tail_int(p, "mb", 0, &op->mb) ||
+        tail_int(p, "tick", 0, &op->tick))
+        return -1;
     return 0;
 }
 
