@@ -883,6 +883,17 @@ static int stage_programs(Gen *gen)
         gen->instrs.data[i].stage = stages > 1 ? op->stage : 0;
         ev[i] = (Event){gen->instrs.data[i].stage, op->tick, op->id, i, i};
     }
+    int ticked = 0;
+    for (int i = 0; i < g->ops.len; i++)
+        ticked |= g->ops.data[i]->tick != 0;
+    if (ticked && stages == 1) /* one stage: its microbatches in the schedule's order */
+        qsort(ev, (size_t)n, sizeof(Event), by_event);
+    if (ticked && stages == 1) {
+        PlanInstr *out = arena_alloc(gen->a, sizeof(PlanInstr) * (size_t)(n + 1));
+        for (int e = 0; e < n; e++)
+            out[e] = gen->instrs.data[ev[e].instr];
+        memcpy(gen->instrs.data, out, sizeof(PlanInstr) * (size_t)n);
+    }
     if (stages > 1) {
         qsort(ev, (size_t)n, sizeof(Event), by_event);
         /* by (tensor, stage): the copy received there, -1 when none yet */

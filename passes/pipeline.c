@@ -420,8 +420,8 @@ static int partition(PL *l, Ctx *c, Graph *g, SchedKind *kind)
         return diag_error(&c->diag, LOC_NONE, "%s", err), -1;
     *kind = (SchedKind)schedule_kind(&tc);
     l->m = (int)tc.microbatches;
-    l->v = *kind == SCHED_INTERLEAVED ? (int)tc.virtual_stages : 1;
-    if (*kind != SCHED_INTERLEAVED && tc.virtual_stages > 1)
+    l->v = *kind == SCHED_INTERLEAVED && l->p > 1 ? (int)tc.virtual_stages : 1;
+    if (*kind != SCHED_INTERLEAVED && tc.virtual_stages > 1 && l->p > 1)
         return diag_error(&c->diag, l->at,
                           "virtual_stages = %lld needs 'schedule = interleaved' (the schedule is "
                           "%s)",
@@ -442,7 +442,7 @@ static int partition(PL *l, Ctx *c, Graph *g, SchedKind *kind)
     for (int i = 0; i < g->ops.len; i++)
         if (l->unit[i] >= 0)
             l->cost[l->unit[i]] += flops(g->ops.data[i]);
-    int pin = pinned(l);
+    int pin = l->P > 1 ? pinned(l) : 0; /* one stage: nothing to pin */
     if (pin < 0)
         return -1;
     if (!pin)
@@ -481,12 +481,12 @@ int pass_pipeline(Ctx *c, Graph *g)
     PL l = {.c = c, .g = g, .at = LOC_NONE};
     SchedKind kind;
     l.p = pipeline_ranks(g, &l.at);
-    if (l.p == 1)
-        return 0;
     for (int i = 0; i < g->ops.len; i++)
         if (g->ops.data[i]->tick) /* scheduled already (IR read back) */
             return 0;
     if (partition(&l, c, g, &kind) != 0)
         return -1;
-    return ticks(&l, kind);
+    if (l.p == 1) /* one stage: its microbatches one after the other (F0 B0 F1 B1 ...) */
+        kind = SCHED_1F1B;
+    return l.p == 1 && l.m <= 1 ? 0 : ticks(&l, kind);
 }

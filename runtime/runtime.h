@@ -90,7 +90,10 @@ int rt_set_input(Runtime *rt, const char *name, const void *data, size_t bytes, 
 void rt_random_inputs(Runtime *rt, uint64_t seed);
 
 /* One training step: the step number into every step tensor, then the
- * instructions in order. 0, or -1 with a message naming the instruction. */
+ * instructions of this device's pipeline stage in order (all of them without
+ * a pipeline), then, with stages, the loss, lr and gradient norm broadcast
+ * from their stage to every device. 0, or -1 with a message naming the
+ * instruction. */
 int rt_step(Runtime *rt, int64_t step, char *err, size_t n);
 
 /* The forward instructions only (phase 0): the loss of the inputs, with no
