@@ -47,6 +47,7 @@ typedef struct Lower {
     Ast *ast;
     Scope *root;      /* model parameters */
     Scope *scope;
+    int64_t unrolled;   /* repeat bodies lowered so far, nested ones included */
     const char *prefix; /* parameter name prefix, "" or "h.3." */
     int layer;
     int depth;        /* block call depth */
@@ -1002,6 +1003,10 @@ static void lower_repeat(Lower *L, Stmt *s)
     const char *saved_prefix = L->prefix;
     int saved_layer = L->layer, errors = L->c->diag.nerrors;
     for (int64_t i = 0; i < n && L->c->diag.nerrors == errors; i++) {
+        if (++L->unrolled > MAX_REPEAT) { /* nested repeats of empty bodies add no ops */
+            err(L, s->value->loc, "the repeats unroll into more than %d layers", MAX_REPEAT);
+            break;
+        }
         L->scope = scope_new(L, saved, 0);
         L->prefix = arena_printf(L->c->arena, "%s%s.%lld.", saved_prefix, name, (long long)i);
         L->layer = (int)(saved_layer >= 0 ? saved_layer * n + i : i); /* nested: flattened */
