@@ -451,23 +451,17 @@ static double piece_flops(const Piece *pc, int rank, void *user)
  * FLOPs of the pipeline pass's stages (the trace uses these). */
 static int emit_schedule(Ctx *c, const Options *o, Graph *g)
 {
-    static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb"};
     TrainConfig tc;
     char err[256];
     if (ir_train_config(g, &tc, err, sizeof err) != 0) {
         fprintf(stderr, "tcc: error: %s\n", err);
         return -1;
     }
-    int p = 1, kind = 1;
-    for (int i = 0; i < g->mesh.naxes; i++)
-        if (g->mesh.axes[i].role == ROLE_PIPELINE)
-            p *= g->mesh.axes[i].size;
-    for (int k = 0; k < 4; k++)
-        if (tc.pipeline && !strcmp(tc.pipeline, names[k]))
-            kind = k;
+    int p = ir_pipeline_stages(&g->mesh);
+    SchedKind kind = sched_kind_of(&tc);
     Schedule s;
     SchedTimes t;
-    if (sched_build(c->arena, (SchedKind)kind, p, (int)tc.microbatches, (int)tc.virtual_stages, &s,
+    if (sched_build(c->arena, kind, p, (int)tc.microbatches, (int)tc.virtual_stages, &s,
                     err, sizeof err) != 0 ||
         sched_simulate(c->arena, &s, NULL, NULL, 0, &t, err, sizeof err) != 0) {
         fprintf(stderr, "tcc: error: schedule: %s\n", err);

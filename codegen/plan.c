@@ -855,10 +855,7 @@ static PlanInstr p2p(Gen *gen, PlanCollKind k, int tensor, int stage, int peer, 
 static int stage_programs(Gen *gen)
 {
     const Graph *g = gen->g;
-    int n = gen->instrs.len, nt = gen->tensors.len, stages = 1;
-    for (int a = 0; a < g->mesh.naxes; a++)
-        if (g->mesh.axes[a].role == ROLE_PIPELINE)
-            stages *= g->mesh.axes[a].size;
+    int n = gen->instrs.len, nt = gen->tensors.len, stages = ir_pipeline_stages(&g->mesh);
     /* home: the stage computing each tensor; its op (for the send's place) */
     int *home = arena_alloc(gen->a, sizeof(int) * (size_t)(nt + 1));
     const Op **maker = arena_alloc(gen->a, sizeof(Op *) * (size_t)(nt + 1));
@@ -883,18 +880,10 @@ static int stage_programs(Gen *gen)
         gen->instrs.data[i].stage = stages > 1 ? op->stage : 0;
         ev[i] = (Event){gen->instrs.data[i].stage, op->tick, op->id, i, i};
     }
-    int ticked = 0;
+    int ticked = 0; /* one stage with ticks: its microbatches in the schedule's order */
     for (int i = 0; i < g->ops.len; i++)
         ticked |= g->ops.data[i]->tick != 0;
-    if (ticked && stages == 1) /* one stage: its microbatches in the schedule's order */
-        qsort(ev, (size_t)n, sizeof(Event), by_event);
-    if (ticked && stages == 1) {
-        PlanInstr *out = arena_alloc(gen->a, sizeof(PlanInstr) * (size_t)(n + 1));
-        for (int e = 0; e < n; e++)
-            out[e] = gen->instrs.data[ev[e].instr];
-        memcpy(gen->instrs.data, out, sizeof(PlanInstr) * (size_t)n);
-    }
-    if (stages > 1) {
+    if (ticked || stages > 1) { /* (one stage has nothing to send) */
         qsort(ev, (size_t)n, sizeof(Event), by_event);
         /* by (tensor, stage): the copy received there, -1 when none yet */
         int *copy = arena_alloc(gen->a, sizeof(int) * (size_t)nt * (size_t)stages + 1);

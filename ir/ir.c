@@ -84,6 +84,15 @@ Op *ir_op_new(Graph *g, OpKind kind, Value **args, int nargs, Loc loc)
     return op;
 }
 
+int ir_pipeline_stages(const Mesh *m)
+{
+    int p = 1;
+    for (int i = 0; i < m->naxes; i++)
+        if (m->axes[i].role == ROLE_PIPELINE)
+            p *= m->axes[i].size;
+    return p;
+}
+
 void ir_op_place_like(Op *dst, const Op *site)
 {
     dst->layer = site->layer;

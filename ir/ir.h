@@ -149,6 +149,9 @@ const char *ir_phase_name(Phase p);      /* "fwd" */
 int ir_phase_lookup(const char *name);
 int ir_op_lookup(const char *name);      /* OpKind, or -1 */
 
+/* The pipeline stages of a mesh: the product of its pipeline-role axes' sizes. */
+int ir_pipeline_stages(const Mesh *m);
+
 /* ---- building ---- */
 Graph *ir_graph_new(Arena *a, Interner *strings, const char *name);
 /* A new Value owned by g (not yet defined by an op). */

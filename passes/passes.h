@@ -84,6 +84,8 @@ typedef struct SchedTimes {
 
 /* "gpipe", "1f1b", "interleaved" or "zb-h1". */
 const char *sched_kind_name(SchedKind k);
+/* The train block's schedule (setting `schedule`: gpipe, 1f1b, interleaved, zb). */
+SchedKind sched_kind_of(const TrainConfig *tc);
 
 /* The per-rank piece lists of a schedule, allocated in a. Returns 0, or -1 with
  * the reason in err (invalid p, m, v or combination). */

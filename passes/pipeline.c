@@ -336,15 +336,6 @@ static char *input_gradient(PL *l)
     return need;
 }
 
-static int schedule_kind(const TrainConfig *tc)
-{
-    static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb"};
-    for (int k = 0; k < 4; k++)
-        if (tc->pipeline && !strcmp(tc->pipeline, names[k]))
-            return k;
-    return SCHED_1F1B;
-}
-
 /* Run the schedule in the simulator (forward FLOPs as costs), number its
  * pieces by start time, and give each op its piece's number: a microbatch's
  * forward ops their F piece, its backward ops B (or W). Shared ops follow
@@ -418,7 +409,7 @@ static int partition(PL *l, Ctx *c, Graph *g, SchedKind *kind)
     char err[256];
     if (ir_train_config(g, &tc, err, sizeof err) != 0)
         return diag_error(&c->diag, LOC_NONE, "%s", err), -1;
-    *kind = (SchedKind)schedule_kind(&tc);
+    *kind = sched_kind_of(&tc);
     l->m = (int)tc.microbatches;
     l->v = *kind == SCHED_INTERLEAVED && l->p > 1 ? (int)tc.virtual_stages : 1;
     if (*kind != SCHED_INTERLEAVED && tc.virtual_stages > 1 && l->p > 1)

@@ -5,7 +5,8 @@
  * Chrome trace writer and a text table. Key idea: a schedule is only an order
  * per rank; the times follow from the dependencies (F down the stages, B back
  * up, W after B), so one simulator checks every schedule for deadlocks and
- * measures its bubble. Depends on nothing but common/base.h (and cJSON). */
+ * measures its bubble. Depends on common/base.h, cJSON, and the train
+ * block's `schedule` setting (TrainConfig). */
 #include "passes.h"
 
 #include <cjson/cJSON.h>
@@ -27,6 +28,15 @@ const char *sched_kind_name(SchedKind k)
         return "zb-h1";
     }
     UNREACHABLE();
+}
+
+SchedKind sched_kind_of(const TrainConfig *tc)
+{
+    static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb"};
+    for (int k = 0; k < 4; k++)
+        if (tc->pipeline && !strcmp(tc->pipeline, names[k]))
+            return (SchedKind)k;
+    return SCHED_1F1B;
 }
 
 static int fail(char *err, size_t errn, const char *fmt, ...) PRINTF_LIKE(3, 4);

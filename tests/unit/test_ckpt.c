@@ -22,27 +22,22 @@
 
 #include "runtime/comm/comm.h"
 #include "runtime/runtime.h"
+#include "tests/support/tmpdir.h"
 
 #define ODD_NAME "emb \"q\" \\ \xc3\xa9" /* a quote, a backslash and an e-acute */
 
 static char dir[64], cache[96], ck[96];
 
-static int remove_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    return remove(p);
-}
-
 static void make_dir(void)
 {
-    strcpy(dir, "/tmp/tcc-test-ckpt-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    tmpdir_make(dir, "ckpt");
     snprintf(cache, sizeof cache, "%s/cache", dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
 }
 
 static void remove_dir(void)
 {
-    nftw(dir, remove_one, 8, FTW_DEPTH | FTW_PHYS);
+    tmpdir_remove(dir);
 }
 
 TestSuite(ckpt, .init = make_dir, .fini = remove_dir);

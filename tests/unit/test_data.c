@@ -15,26 +15,21 @@
 #include <unistd.h>
 
 #include "runtime/runtime.h"
+#include "tests/support/tmpdir.h"
 
 enum { HEADER = 1024, MAX_TOKENS = 4096 };
 
 static char dir[64];
 static char err[1024];
 
-static int remove_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    return remove(p);
-}
-
 static void make_dir(void)
 {
-    strcpy(dir, "/tmp/tcc-test-data-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    tmpdir_make(dir, "data");
 }
 
 static void remove_dir(void)
 {
-    nftw(dir, remove_one, 8, FTW_DEPTH | FTW_PHYS);
+    tmpdir_remove(dir);
 }
 
 TestSuite(data, .init = make_dir, .fini = remove_dir);

@@ -22,24 +22,19 @@
 
 #include "runtime/comm/comm.h"
 #include "runtime/runtime.h"
+#include "tests/support/tmpdir.h"
 
 static char dir[64], cache[96];
 
-static int remove_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    return remove(p);
-}
-
 static void make_dir(void)
 {
-    strcpy(dir, "/tmp/tcc-test-pipe-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    tmpdir_make(dir, "pipe");
     snprintf(cache, sizeof cache, "%s/cache", dir);
 }
 
 static void remove_dir(void)
 {
-    nftw(dir, remove_one, 8, FTW_DEPTH | FTW_PHYS);
+    tmpdir_remove(dir);
 }
 
 /* a rank that fails a check may leave the other waiting in a recv: fail, do not hang */

@@ -16,24 +16,19 @@
 #include <unistd.h>
 
 #include "runtime/plan.h"
+#include "tests/support/tmpdir.h"
 
 static char dir[64], path[128];
 
-static int remove_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    return remove(p);
-}
-
 static void make_dir(void)
 {
-    strcpy(dir, "/tmp/tcc-test-plan-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    tmpdir_make(dir, "plan");
     snprintf(path, sizeof path, "%s/plan.json", dir);
 }
 
 static void remove_dir(void)
 {
-    nftw(dir, remove_one, 8, FTW_DEPTH | FTW_PHYS);
+    tmpdir_remove(dir);
 }
 
 TestSuite(plan, .init = make_dir, .fini = remove_dir);
