@@ -106,7 +106,29 @@ int cg_build_plan(Ctx *c, const Graph *g, int flags, Plan *out);
  * printed to stderr when print_commands). 0, or -1 after reporting. */
 int cg_write_program(Ctx *c, Plan *p, const char *out, int print_commands);
 
+/* cg_build_plan, and the plan's kernels in the Kernel IR, in the order of
+ * out->kernels (*kernels: an arena array of out->nkernels). */
+int cg_build_plan_ir(Ctx *c, const Graph *g, int flags, Plan *out, Kernel ***kernels);
+
 /* C source of one kernel: void NAME(char *const *args). */
 char *cg_emit_c(Arena *a, const Kernel *k);
+
+/* ---- GPU renderings (emit_gpu.c) ----
+ * One mapping of the Kernel IR onto a grid of blocks, spelled in CUDA C (for
+ * NVRTC) or OpenCL C (run under PoCL by the tests). A kernel takes one
+ * pointer per argument slot: CUDA `extern "C" __global__ void NAME(float
+ * *__restrict__ a0, ...)`, OpenCL `__kernel void NAME(__global float *a0,
+ * ...)`, storage types float, double, int (i32) and unsigned short (bf16
+ * bits). It is launched as cg_gpu_launch says, with no dynamic shared memory;
+ * every source needs cg_gpu_prelude(lang) once before it. */
+typedef enum { CG_CUDA, CG_OPENCL } CgLang;
+typedef struct CgLaunch {
+    int64_t grid; /* blocks (work-groups) */
+    int block;    /* threads (work-items) per block */
+} CgLaunch;
+CgLaunch cg_gpu_launch(const Kernel *k);
+const char *cg_gpu_prelude(CgLang lang);
+/* The kernel's source, or NULL after reporting when it cannot be rendered. */
+char *cg_emit_gpu(Arena *a, const Kernel *k, CgLang lang);
 
 #endif

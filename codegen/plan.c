@@ -785,7 +785,8 @@ static void fill_plan(Gen *gen, Plan *p)
     p->kernels = arena_alloc(gen->a, sizeof(PlanKernel) * (size_t)(gen->kernels.len + 1));
     for (int i = 0; i < gen->kernels.len; i++) {
         const Kernel *k = gen->kernels.data[i];
-        p->kernels[i] = (PlanKernel){(char *)k->name, k->nargs, (int)k->pattern};
+        CgLaunch l = cg_gpu_launch(k);
+        p->kernels[i] = (PlanKernel){(char *)k->name, k->nargs, (int)k->pattern, l.grid, l.block};
     }
     p->kernel_source = kernel_source(gen);
     p->loss = output_tensor(gen, NULL, 0);
@@ -964,6 +965,12 @@ static int stage_programs(Gen *gen)
 
 int cg_build_plan(Ctx *c, const Graph *global, int flags, Plan *out)
 {
+    Kernel **kernels;
+    return cg_build_plan_ir(c, global, flags, out, &kernels);
+}
+
+int cg_build_plan_ir(Ctx *c, const Graph *global, int flags, Plan *out, Kernel ***kernels)
+{
     const Graph *g = cg_localize(c->arena, global);
     Gen gen = {.c = c, .g = g, .a = c->arena};
     gen.tensor_of = arena_alloc(c->arena, sizeof(int) * (size_t)(g->values.len + 1));
@@ -982,5 +989,6 @@ int cg_build_plan(Ctx *c, const Graph *global, int flags, Plan *out)
     if (!(flags & CG_KEEP_VALUES))
         plan_memory(&gen);
     fill_plan(&gen, out);
+    *kernels = gen.kernels.data;
     return 0;
 }

@@ -72,7 +72,7 @@ static int mkdir_p(char *path, char *err, size_t n)
 
 /* cache_dir, else $TCC_CACHE, else ~/.cache/tcc, else /tmp/tcc-cache-$UID (which must
  * be ours: a shared object found there is loaded and run). */
-static int cache_dir_of(const char *given, char *out, size_t size, char *err, size_t n)
+int rt_cache_dir(const char *given, char *out, size_t size, char *err, size_t n)
 {
     const char *env = getenv("TCC_CACHE"), *home = getenv("HOME");
     const char *chosen = given && *given ? given : env && *env ? env : NULL;
@@ -223,7 +223,7 @@ static int load_symbols(CpuDevice *d, const Plan *p, char *err, size_t n)
 static int load_kernels(CpuDevice *d, const Plan *p, const char *cache_dir, char *err, size_t n)
 {
     char dir[PATH_BYTES], hash[17], stem[64];
-    if (cache_dir_of(cache_dir, dir, sizeof dir, err, n))
+    if (rt_cache_dir(cache_dir, dir, sizeof dir, err, n))
         return -1;
     plan_hash(p, hash);
     snprintf(stem, sizeof stem, "k-%s-%016" PRIx64, hash, fnv1a(p->kernel_source));
@@ -303,6 +303,16 @@ int rt_cpu_gemm(CpuDevice *d, const Plan *p, const PlanGemm *g, char *err, size_
             cblas_dgemm(CblasRowMajor, tra, trb, (int)g->m, (int)g->n, (int)g->k, g->alpha,
                         (double *)ai, (int)g->lda, (double *)bi, (int)g->ldb, g->beta, (double *)ci,
                         (int)g->ldc);
+        if (g->epilogue == PE_BIAS) /* the bias epilogue: after the product, as cuBLASLt */
+            for (int64_t r = 0; r < g->m; r++) {
+                const char *bias = d->slab + p->tensors[g->bias].offset;
+                if (ta->dtype == PD_F32)
+                    for (int64_t j = 0; j < g->n; j++)
+                        ((float *)ci)[r * g->ldc + j] += ((const float *)bias)[j];
+                else
+                    for (int64_t j = 0; j < g->n; j++)
+                        ((double *)ci)[r * g->ldc + j] += ((const double *)bias)[j];
+            }
     }
     return 0;
 }

@@ -33,4 +33,9 @@ int rt_cpu_gemm(CpuDevice *d, const Plan *p, const PlanGemm *g, char *err, size_
 
 void rt_cpu_close(CpuDevice *d);
 
+/* The folder for compiled kernels: given, else $TCC_CACHE, else ~/.cache/tcc,
+ * else /tmp/tcc-cache-$UID (which must be ours), made when missing; its path
+ * into out[size]. 0, or -1 with a message. */
+int rt_cache_dir(const char *given, char *out, size_t size, char *err, size_t n);
+
 #endif

@@ -207,6 +207,9 @@ static void hash_gemm(Fnv *f, const PlanGemm *g)
         fnv_i64(f, v[i]);
     fnv_f64(f, g->alpha);
     fnv_f64(f, g->beta);
+    fnv_i64(f, g->epilogue);
+    if (g->epilogue == PE_BIAS)
+        fnv_i64(f, g->bias);
 }
 
 /* Only the fields an instruction's kind uses are part of it. */
@@ -266,8 +269,11 @@ void plan_hash(const Plan *p, char out[17])
         fnv_str(&f, p->kernels[i].name);
         fnv_i64(&f, p->kernels[i].nargs);
         fnv_i64(&f, p->kernels[i].pattern);
+        fnv_i64(&f, p->kernels[i].grid);
+        fnv_i64(&f, p->kernels[i].block);
     }
     fnv_str(&f, p->kernel_source);
+    fnv_str(&f, p->gpu_source);
     fnv_i64(&f, p->loss);
     fnv_i64(&f, p->lr);
     fnv_i64(&f, p->grad_norm);
@@ -421,6 +427,11 @@ static int check_kernels(const Plan *p, char *err, size_t n)
         if (k->nargs < 0 || k->pattern < 0 || k->pattern >= NPATTERNS)
             return plan_errorf(err, n, "kernels[%d].%s: out of range", i,
                        k->nargs < 0 ? "nargs" : "pattern");
+        if (k->grid < 0 || k->grid > INT32_MAX || k->block < 0 || k->block > 1024 ||
+            (k->grid == 0) != (k->block == 0))
+            return plan_errorf(err, n, "kernels[%d]: grid %" PRId64 " of block %d is not a launch "
+                               "(grid in [1, 2^31), block in [1, 1024], or both 0)", i, k->grid,
+                               k->block);
     }
     return 0;
 }
@@ -465,10 +476,23 @@ static int check_gemm(const Plan *p, int i, char *err, size_t n)
         check_tensor_index(p, g->c, "gemm.c", i, err, n))
         return -1;
     PlanDType ta = p->tensors[g->a].dtype, tb = p->tensors[g->b].dtype, tc = p->tensors[g->c].dtype;
-    if (ta != tb || ta != tc || ta == PD_I32)
+    if (ta != tb || (ta != tc && tc != PD_F32) || ta == PD_I32)
         return plan_errorf(err, n,
-                   "instrs[%d].gemm: operands are %s, %s and %s; they must share one float dtype",
+                   "instrs[%d].gemm: operands are %s, %s and %s; A and B must share one float "
+                   "dtype, and C be that dtype or f32",
                    i, plan_dtype_name(ta), plan_dtype_name(tb), plan_dtype_name(tc));
+    if (g->epilogue != PE_NONE && g->epilogue != PE_BIAS)
+        return plan_errorf(err, n, "instrs[%d].gemm.epilogue: %d is not an epilogue", i,
+                           g->epilogue);
+    if (g->epilogue == PE_BIAS) {
+        if (check_tensor_index(p, g->bias, "gemm.bias", i, err, n))
+            return -1;
+        const PlanTensor *b = &p->tensors[g->bias];
+        if (b->dtype != tc || numel_of(b) != g->n || g->beta != 0)
+            return plan_errorf(err, n, "instrs[%d].gemm.bias: tensors[%d] must be %" PRId64
+                               " elements of %s, with beta 0", i, g->bias, g->n,
+                               plan_dtype_name(tc));
+    }
     if ((g->trans_a != 0 && g->trans_a != 1) || (g->trans_b != 0 && g->trans_b != 1))
         return plan_errorf(err, n, "instrs[%d].gemm.trans_%c: must be 0 or 1", i,
                    g->trans_a != 0 && g->trans_a != 1 ? 'a' : 'b');
@@ -833,6 +857,8 @@ static void wr_gemm(Wr *w, cJSON *parent, const char *at, const PlanGemm *g)
         wr_int(w, o, at, keys[j], v[j]);
     wr_num(w, o, at, "alpha", g->alpha);
     wr_num(w, o, at, "beta", g->beta);
+    if (g->epilogue == PE_BIAS)
+        wr_int(w, o, at, "bias", g->bias);
 }
 
 static void wr_instr(Wr *w, cJSON *arr, int i, const PlanInstr *in)
@@ -892,6 +918,8 @@ static void wr_lists(Wr *w, cJSON *root, const Plan *p)
         wr_str(w, o, "name", p->kernels[i].name);
         wr_int(w, o, at, "nargs", p->kernels[i].nargs);
         wr_int(w, o, at, "pattern", p->kernels[i].pattern);
+        wr_int(w, o, at, "grid", p->kernels[i].grid);
+        wr_int(w, o, at, "block", p->kernels[i].block);
     }
     cJSON *instrs = wr_add(w, root, "instrs", cJSON_CreateArray());
     for (int i = 0; i < p->ninstrs && p->instrs && instrs; i++)
@@ -919,6 +947,7 @@ static cJSON *wr_plan(Wr *w, const Plan *p)
     wr_int(w, root, "", "grad_norm", p->grad_norm);
     wr_num(w, root, "", "flops", p->flops);
     wr_str(w, root, "kernel_source", p->kernel_source);
+    wr_str(w, root, "gpu_source", p->gpu_source ? p->gpu_source : "");
     return root;
 }
 
@@ -1227,7 +1256,7 @@ static int rd_gemm(const cJSON *o, const char *at, PlanGemm *g, char *err, size_
 {
     static const char *const keys[] = {
         "a",   "b",   "c",     "trans_a",  "trans_b",  "m",        "n",     "k",    "lda",
-        "ldb", "ldc", "batch", "stride_a", "stride_b", "stride_c", "alpha", "beta", NULL};
+        "ldb", "ldc", "batch", "stride_a", "stride_b", "stride_c", "alpha", "beta", "bias", NULL};
     int *ints[] = {&g->a, &g->b, &g->c, &g->trans_a, &g->trans_b};
     int64_t *longs[] = {&g->m,   &g->n,     &g->k,        &g->lda,      &g->ldb,
                         &g->ldc, &g->batch, &g->stride_a, &g->stride_b, &g->stride_c};
@@ -1239,8 +1268,10 @@ static int rd_gemm(const cJSON *o, const char *at, PlanGemm *g, char *err, size_
     for (int j = 0; j < 10; j++)
         if (rd_int(o, at, keys[5 + j], -JSON_EXACT, JSON_EXACT, longs[j], err, n))
             return -1;
-    if (rd_num(o, at, "alpha", &g->alpha, err, n) || rd_num(o, at, "beta", &g->beta, err, n))
+    if (rd_num(o, at, "alpha", &g->alpha, err, n) || rd_num(o, at, "beta", &g->beta, err, n) ||
+        rd_opt_i32(o, at, "bias", -1, &g->bias, err, n))
         return -1;
+    g->epilogue = g->bias == -1 ? PE_NONE : PE_BIAS;
     return 0;
 }
 
@@ -1342,10 +1373,12 @@ static int rd_axis_one(const cJSON *o, const char *at, void *item, char *err, si
 
 static int rd_kernel_one(const cJSON *o, const char *at, void *item, char *err, size_t n)
 {
-    static const char *const keys[] = {"name", "nargs", "pattern", NULL};
+    static const char *const keys[] = {"name", "nargs", "pattern", "grid", "block", NULL};
     PlanKernel *k = item;
     if (rd_keys(o, at, keys, err, n) || rd_str(o, at, "name", &k->name, err, n) ||
-        rd_i32(o, at, "nargs", &k->nargs, err, n) || rd_i32(o, at, "pattern", &k->pattern, err, n))
+        rd_i32(o, at, "nargs", &k->nargs, err, n) || rd_i32(o, at, "pattern", &k->pattern, err, n) ||
+        rd_int(o, at, "grid", 0, JSON_EXACT, &k->grid, err, n) ||
+        rd_i32(o, at, "block", &k->block, err, n))
         return -1;
     return 0;
 }
@@ -1394,7 +1427,7 @@ static int rd_plan(const cJSON *root, Plan *p, char *hash, char *err, size_t n)
 {
     static const char *const keys[] = {
         "format", "version", "hash", "model",     "axes",  "slab_bytes",    "tensors", "kernels",
-        "instrs", "loss",    "lr",   "grad_norm", "flops", "kernel_source", NULL};
+        "instrs", "loss",    "lr",   "grad_norm", "flops", "kernel_source", "gpu_source", NULL};
     int rc;
     if (rd_header(root, p, hash, err, n) || rd_keys(root, "", keys, err, n) ||
         rd_str(root, "", "model", &p->model, err, n) ||
@@ -1417,7 +1450,8 @@ static int rd_plan(const cJSON *root, Plan *p, char *hash, char *err, size_t n)
     if (rd_i32(root, "", "loss", &p->loss, err, n) || rd_i32(root, "", "lr", &p->lr, err, n) ||
         rd_i32(root, "", "grad_norm", &p->grad_norm, err, n) ||
         rd_num(root, "", "flops", &p->flops, err, n) ||
-        rd_str(root, "", "kernel_source", &p->kernel_source, err, n))
+        rd_str(root, "", "kernel_source", &p->kernel_source, err, n) ||
+        rd_str(root, "", "gpu_source", &p->gpu_source, err, n))
         return -1;
     return 0;
 }
@@ -1595,5 +1629,6 @@ void plan_free(Plan *p)
     free(p->kernels);
     free(p->model);
     free(p->kernel_source);
+    free(p->gpu_source);
     free(p);
 }

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #define PLAN_FORMAT "tcc-plan"
-#define PLAN_VERSION 3
+#define PLAN_VERSION 4
 #define PLAN_MAX_AXES 8
 #define PLAN_MAX_RANK 8
 #define PLAN_ALIGN 64 /* every tensor offset is a multiple of this */
@@ -93,6 +93,8 @@ typedef struct PlanColl {
                                     and the tag in [0, 32767] that pairs a send with its recv */
 } PlanColl;
 
+enum { PE_NONE, PE_BIAS };
+
 typedef struct PlanGemm {
     int a, b, c;                       /* tensor indices */
     int trans_a, trans_b;
@@ -101,6 +103,9 @@ typedef struct PlanGemm {
     int64_t batch;                     /* >= 1 */
     int64_t stride_a, stride_b, stride_c; /* elements between batch members (0: shared) */
     double alpha, beta;
+    int epilogue;                      /* PE_NONE, or PE_BIAS: the tensor bias, n elements of
+                                          C's dtype, is added to every row of C (beta 0) */
+    int bias;
 } PlanGemm;
 
 typedef struct PlanInstr {
@@ -119,6 +124,8 @@ typedef struct PlanKernel {
     char *name;  /* the C symbol in kernel_source: void NAME(char *const *args) */
     int nargs;
     int pattern; /* 0 pointwise, 1 row, 2 attention, 3 attention backward: for profiles */
+    int64_t grid; /* the GPU launch of its gpu_source rendering: grid blocks of block threads */
+    int block;
 } PlanKernel;
 
 typedef struct PlanAxis {
@@ -140,6 +147,8 @@ typedef struct Plan {
     int nkernels;
     PlanKernel *kernels;
     char *kernel_source; /* C99 + OpenMP; includes what it needs */
+    char *gpu_source;    /* the same kernels in CUDA C for NVRTC: extern "C" __global__ NAME(T *a0,
+                            ...), one pointer per tensor argument; "" when not rendered */
     int loss, lr, grad_norm; /* tensor indices of the step's outputs (-1: none) */
     double flops;        /* model FLOPs of one step (for GFLOP/s) */
     char hash[17];       /* 16 hex digits over everything above */

@@ -8,9 +8,16 @@
 # Files with a main(): not in the library.
 RT_CMD_SRCS := runtime/tccrun.c runtime/tccdata.c
 RT_SRCS := $(filter-out $(RT_CMD_SRCS),$(sort $(wildcard runtime/*.c runtime/comm/*.c)))
+# The GPU parts (NVRTC, the cuda backend) need the CUDA toolkit's headers and libraries.
+ifeq ($(HAVE_CUDA),1)
+RT_GPU_SRCS := $(sort $(wildcard runtime/gpu/*.c))
+RT_SRCS += $(RT_GPU_SRCS)
+$(RT_GPU_SRCS:%.c=$(B)/obj/%.o) $(RT_GPU_SRCS:%.c=$(B)/san/%.o) \
+    $(RT_GPU_SRCS:%.c=$(B)/fuzz/obj/%.o): BASEFLAGS += $(CUDA_CFLAGS)
+endif
 RT_OBJS := $(RT_SRCS:%.c=$(B)/obj/%.o)
 RT_SAN_OBJS := $(RT_SRCS:%.c=$(B)/san/%.o)
-RT_HDRS := $(wildcard runtime/*.h runtime/comm/*.h)
+RT_HDRS := $(wildcard runtime/*.h runtime/comm/*.h runtime/gpu/*.h)
 RT_LIB := $(B)/libtccrt.a
 RT_SAN_LIB := $(B)/libtccrt-san.a
 # OpenMPI's flags as its compiler wrapper gives them, asked once and only when a recipe
@@ -23,7 +30,7 @@ RT_BASEFLAGS := $(BASEFLAGS)
 $(B)/obj/runtime/comm/mpi.o $(B)/san/runtime/comm/mpi.o: BASEFLAGS = $(RT_BASEFLAGS) $(MPI_CFLAGS)
 # OpenBLAS for GEMMs, cJSON for plans, dlopen for kernels, OpenMP for the kernels,
 # OpenMPI and pthreads for the collectives.
-RT_LIBS = -lopenblas -lcjson -ldl -fopenmp -lm $(MPI_LIBS) -pthread
+RT_LIBS = -lopenblas -lcjson -ldl -fopenmp -lm $(MPI_LIBS) -pthread $(CUDA_LIBS)
 
 $(RT_OBJS) $(RT_SAN_OBJS) $(RT_SRCS:%.c=$(B)/fuzz/obj/%.o) \
     $(RT_CMD_SRCS:%.c=$(B)/obj/%.o): $(RT_HDRS)

@@ -108,7 +108,7 @@ static void kernel(Plan *p, int k, const int *args, int nargs, int stage, int ph
     static const char *const names[] = {"k_mul", "k_half_sq", "k_grad", "k_update"};
     instr(p, PI_KERNEL, nargs, args, stage, phase)->kernel = k;
     if (!p->kernels[k].name)
-        p->kernels[k] = (PlanKernel){strdup(names[k]), nargs, 0};
+        p->kernels[k] = (PlanKernel){strdup(names[k]), nargs, 0, 1, 256};
 }
 
 /* Tensor t from stage `from` to stage `to` (a send and a recv), or a copy on one device. */

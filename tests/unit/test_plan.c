@@ -101,7 +101,7 @@ static Plan *sample(void)
     p->tensors[6].layer = 2;
     p->nkernels = 1;
     p->kernels = calloc(1, sizeof *p->kernels);
-    p->kernels[0] = (PlanKernel){strdup("k0"), 2, 1};
+    p->kernels[0] = (PlanKernel){strdup("k0"), 2, 1, 4, 256};
     p->ninstrs = 3;
     p->instrs = calloc(3, sizeof *p->instrs);
     p->instrs[0].kind = PI_GEMM;
@@ -611,8 +611,8 @@ Test(plan, another_version_is_refused)
     Plan *p = sample();
     write_ok(p);
     plan_free(p);
-    edit("\"version\":\t3", "\"version\":\t2");
-    expect_error("plan version 2 is not supported (this runtime reads version 3)");
+    edit("\"version\":\t4", "\"version\":\t3");
+    expect_error("plan version 3 is not supported (this runtime reads version 4)");
 }
 
 Test(plan, data_after_the_plan_and_a_missing_file_are_refused)
@@ -882,7 +882,7 @@ static Plan *two_stages(void)
     p->tensors[2].stage = p->tensors[3].stage = 1;
     p->nkernels = 1;
     p->kernels = calloc(1, sizeof *p->kernels);
-    p->kernels[0] = (PlanKernel){strdup("k0"), 2, 1};
+    p->kernels[0] = (PlanKernel){strdup("k0"), 2, 1, 4, 256};
     p->ninstrs = 4;
     p->instrs = calloc(4, sizeof *p->instrs);
     p->instrs[0] =

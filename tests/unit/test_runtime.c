@@ -83,7 +83,7 @@ static void param(Plan *p, int i, const char *name, PlanDType dt, int64_t n, con
 static void kernel(Plan *p, int i, int k, const char *name, int nargs, const int *args)
 {
     if (!p->kernels[k].name)
-        p->kernels[k] = (PlanKernel){strdup(name), nargs, 0};
+        p->kernels[k] = (PlanKernel){strdup(name), nargs, 0, 1, 256};
     p->instrs[i] = (PlanInstr){.kind = PI_KERNEL, .kernel = k, .nargs = nargs, .layer = -1};
     p->instrs[i].args = malloc(sizeof(int) * (size_t)nargs);
     memcpy(p->instrs[i].args, args, sizeof(int) * (size_t)nargs);
@@ -321,7 +321,7 @@ static Plan *gemm_plan(const GemmCase *c, PlanDType dt)
     p->instrs[0] = (PlanInstr){.kind = PI_GEMM, .layer = -1};
     p->instrs[0].gemm = (PlanGemm){0,     1,     2,           c->ta,       c->tb,         c->m,
                                    c->n,  c->k,  ca + c->pad, cb + c->pad, c->n + c->pad, c->batch,
-                                   c->sa, c->sb, c->sc,       c->alpha,    c->beta};
+                                   c->sa, c->sb, c->sc,       c->alpha,    c->beta,       PE_NONE, 0};
     return p;
 }
 
