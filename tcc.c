@@ -17,7 +17,7 @@ typedef struct Options {
     const char *input;
     const char *from_ir;
     const char *out;
-    const char *emit;       /* "ir", "plan", "c" or NULL */
+    const char *emit;       /* "ir", "plan", "c", "cuda", ... or NULL */
     const char *dump_after; /* a pass name, "all" or NULL */
     const char *stop_after; /* a pass name or NULL */
     int print_commands;
@@ -61,6 +61,8 @@ static void usage(FILE *f)
             "  --emit=ir             print the final graph IR (to -o FILE or stdout)\n"
             "  --emit=plan -o DIR    write the plan of one training step to DIR/plan.json\n"
             "  --emit=c              print the C source of the plan's kernels\n"
+            "  --emit=cuda           print the CUDA C source of the plan's kernels (for NVRTC;\n"
+            "                        tccnvrtc compiles and checks it)\n"
             "  --emit=schedule       print the pipeline schedule, each stage's order of pieces\n"
             "  --emit=trace -o F     write the schedule as a Chrome trace (Perfetto), unit costs\n"
             "  --schedule=NAME       gpipe, 1f1b, interleaved or zb (train setting schedule)\n"
@@ -165,9 +167,9 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
                 return fail("%s", "at most 8 --role options");
             o->roles[o->nroles++] = v;
         } else if ((v = opt_value(argc, argv, &i, "--emit"))) {
-            if (strcmp(v, "ir") && strcmp(v, "plan") && strcmp(v, "c") && strcmp(v, "memory") &&
-                strcmp(v, "schedule") && strcmp(v, "trace"))
-                return fail("--emit=%s: expected ir, plan, c, memory, schedule or trace", v);
+            if (strcmp(v, "ir") && strcmp(v, "plan") && strcmp(v, "c") && strcmp(v, "cuda") &&
+                strcmp(v, "memory") && strcmp(v, "schedule") && strcmp(v, "trace"))
+                return fail("--emit=%s: expected ir, plan, c, cuda, memory, schedule or trace", v);
             o->emit = v;
         } else if ((v = opt_value(argc, argv, &i, "--dump-after"))) {
             o->dump_after = v;
@@ -345,7 +347,19 @@ static int print_memory(const Graph *g, const Plan *plan)
     return 0;
 }
 
-/* The plan into DIR/plan.json (DIR is created), or its kernels as C. */
+/* --emit=c, --emit=cuda: text to -o FILE, else stdout. */
+static int write_text(const Options *o, const char *text)
+{
+    FILE *f = o->out ? fopen(o->out, "w") : stdout;
+    if (!f || fputs(text, f) < 0 || (o->out && fclose(f) != 0)) {
+        fprintf(stderr, "tcc: error: cannot write '%s': %s\n", o->out ? o->out : "<stdout>",
+                strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* The plan into DIR/plan.json (DIR is created), or its kernels as C or CUDA C. */
 static int write_plan(Ctx *c, const Options *o, const Graph *g)
 {
     Plan plan;
@@ -360,13 +374,15 @@ static int write_plan(Ctx *c, const Options *o, const Graph *g)
         return cg_write_program(c, &plan, o->out, o->print_commands);
     if (!strcmp(o->emit, "memory"))
         return print_memory(g, &plan);
-    if (!strcmp(o->emit, "c")) {
-        FILE *f = o->out ? fopen(o->out, "w") : stdout;
-        if (!f || fputs(plan.kernel_source, f) < 0 || (o->out && fclose(f) != 0)) {
-            fprintf(stderr, "tcc: error: cannot write '%s': %s\n", o->out, strerror(errno));
+    if (!strcmp(o->emit, "c"))
+        return write_text(o, plan.kernel_source);
+    if (!strcmp(o->emit, "cuda")) {
+        const char *cuda = plan.gpu_source ? plan.gpu_source : "";
+        if (plan.nkernels > 0 && !*cuda) {
+            fprintf(stderr, "tcc: error: --emit=cuda: the kernels have no CUDA rendering\n");
             return -1;
         }
-        return 0;
+        return write_text(o, cuda);
     }
     if (mkdir(o->out, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "tcc: error: cannot create '%s': %s\n", o->out, strerror(errno));

@@ -1,12 +1,13 @@
 # runtime.mk: the runtime, included by the Makefile.
 # Builds build/libtccrt.a (and build/libtccrt-san.a, sanitized) from runtime/*.c
 # except the commands and from runtime/comm/*.c (the collectives: threads and
-# OpenMPI backends), and the commands ./tccrun and ./tccdata. Unit tests link
+# OpenMPI backends), and the commands ./tccrun, ./tccdata and (with the CUDA
+# toolkit) ./tccnvrtc. Unit tests link
 # $(RT_SAN_LIB) $(RT_LIBS). The objects come from the Makefile's pattern rules
 # ($(B)/obj/%.o, $(B)/san/%.o).
 
 # Files with a main(): not in the library.
-RT_CMD_SRCS := runtime/tccrun.c runtime/tccdata.c
+RT_CMD_SRCS := runtime/tccrun.c runtime/tccdata.c runtime/tccnvrtc.c
 RT_SRCS := $(filter-out $(RT_CMD_SRCS),$(sort $(wildcard runtime/*.c runtime/comm/*.c)))
 # The GPU parts (NVRTC, the cuda backend) need the CUDA toolkit's headers and libraries.
 ifeq ($(HAVE_CUDA),1)
@@ -51,12 +52,22 @@ tccdata: $(B)/obj/runtime/tccdata.o $(RT_LIB)
 
 all: tccrun tccdata $(RT_LIB)
 
+# ./tccnvrtc compiles a plan's CUDA kernels with NVRTC and reports their registers and
+# spills: only with the CUDA toolkit. tests/unit/test_nvrtc needs it there, for lit.
+ifeq ($(HAVE_CUDA),1)
+tccnvrtc: $(B)/obj/runtime/tccnvrtc.o $(RT_LIB)
+	$(CC) $(CFLAGS) -o $@ $^ $(RT_LIBS)
+
+all: tccnvrtc
+$(B)/unit/test_nvrtc: | tccnvrtc
+endif
+
 # Unit tests link $(RT_SAN_LIB) $(RT_LIBS): build it first, relink when it changes.
 $(UNIT_BINS): $(RT_SAN_LIB) $(RT_HDRS)
 
 clean: clean-runtime
 clean-runtime:
-	rm -f tccrun tccdata
+	rm -f tccrun tccdata tccnvrtc
 
 .PHONY: clean-runtime
 

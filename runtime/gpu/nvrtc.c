@@ -65,70 +65,138 @@ static void write_cached(const char *path, const RtCubin *c)
 
 static void first_error_line(const char *log, char *out, size_t size)
 {
-    const char *e = strstr(log, "error");
-    const char *start = e ? e : log;
+    const char *e = strstr(log, ": error");
+    const char *start = e ? e : strstr(log, "error");
+    start = start ? start : log;
     while (start > log && start[-1] != '\n')
         start--;
     size_t len = strcspn(start, "\n");
     snprintf(out, size, "%.*s", (int)(len < 300 ? len : 300), start);
 }
 
-int rt_nvrtc_compile(const char *src, const char *arch, const char *cache_dir, RtCubin *out,
-                     char *err, size_t n)
+/* 0 when this NVRTC compiles for arch (sm_90a: for 90), else -1 and the list
+ * of those it does. When NVRTC cannot say, the compile will. */
+static int supported_arch(const char *arch, int major, int minor, char *err, size_t n)
 {
-    memset(out, 0, sizeof *out);
-    if (!is_arch(arch))
-        return plan_errorf(err, n, "nvrtc: \"%s\" is not an architecture (sm_80, sm_90, ...)", arch);
-    char opt_arch[32];
-    snprintf(opt_arch, sizeof opt_arch, "--gpu-architecture=%s", arch);
-    const char *opts[] = {opt_arch, "--std=c++17", "-default-device", "-Xptxas=-v"};
-    int nopts = (int)(sizeof opts / sizeof opts[0]), major = 0, minor = 0;
-    nvrtcVersion(&major, &minor);
-    char path[4096] = "", dir[4000], ver[32];
-    if (cache_dir) {
-        if (rt_cache_dir(cache_dir, dir, sizeof dir, err, n))
-            return -1;
-        uint64_t h = fnv(0xcbf29ce484222325ULL, src);
-        snprintf(ver, sizeof ver, "nvrtc %d.%d", major, minor);
-        h = fnv(fnv(h, ver), arch);
-        for (int i = 0; i < nopts; i++)
-            h = fnv(h, opts[i]);
-        snprintf(path, sizeof path, "%s/nv-%016" PRIx64 "-%s.cubin", dir, h, arch);
-        if (read_cached(path, out) == 0)
+    int num = 0, archs[256], want = atoi(arch + 3);
+    if (nvrtcGetNumSupportedArchs(&num) != NVRTC_SUCCESS || num <= 0 || num > 256 ||
+        nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS)
+        return 0;
+    char list[1024] = "";
+    size_t at = 0;
+    for (int i = 0; i < num; i++) {
+        if (archs[i] == want)
             return 0;
+        if (at < sizeof list)
+            at += (size_t)snprintf(list + at, sizeof list - at, "%ssm_%d", i ? " " : "", archs[i]);
     }
-    nvrtcProgram prog;
-    nvrtcResult r = nvrtcCreateProgram(&prog, src, "tcc_kernels.cu", 0, NULL, NULL);
-    if (r != NVRTC_SUCCESS)
-        return plan_errorf(err, n, "nvrtcCreateProgram: %s", nvrtcGetErrorString(r));
-    nvrtcResult rc = nvrtcCompileProgram(prog, nopts, opts);
-    size_t loglen = 0;
-    if (nvrtcGetProgramLogSize(prog, &loglen) == NVRTC_SUCCESS && (out->log = malloc(loglen + 1))) {
-        if (nvrtcGetProgramLog(prog, out->log) != NVRTC_SUCCESS)
-            out->log[0] = 0;
-        out->log[loglen] = 0;
-    }
-    if (rc != NVRTC_SUCCESS) {
-        char line[320];
-        first_error_line(out->log ? out->log : "", line, sizeof line);
-        nvrtcDestroyProgram(&prog);
-        rt_cubin_free(out);
-        return plan_errorf(err, n, "nvrtc (%s): %s: %s", arch, nvrtcGetErrorString(rc), line);
-    }
-    r = nvrtcGetCUBINSize(prog, &out->size);
+    return plan_errorf(err, n, "nvrtc: NVRTC %d.%d does not compile for %s (it does for %s)", major,
+                       minor, arch, list);
+}
+
+/* CACHE/nv-HASH-ARCH.cubin for this source, architecture, options and NVRTC
+ * into path[size]; 0, or -1 when the folder cannot be had. */
+static int cache_path(const char *cache_dir, const char *src, const char *arch,
+                      const char *const *opts, int nopts, char *path, size_t size, char *err,
+                      size_t n)
+{
+    char dir[4000], ver[32];
+    int major = 0, minor = 0;
+    if (rt_cache_dir(cache_dir, dir, sizeof dir, err, n))
+        return -1;
+    nvrtcVersion(&major, &minor);
+    snprintf(ver, sizeof ver, "nvrtc %d.%d", major, minor);
+    uint64_t h = fnv(fnv(fnv(0xcbf29ce484222325ULL, src), ver), arch);
+    for (int i = 0; i < nopts; i++)
+        h = fnv(h, opts[i]);
+    snprintf(path, size, "%s/nv-%016" PRIx64 "-%s.cubin", dir, h, arch);
+    return 0;
+}
+
+/* NVRTC's log of prog into out->log (malloc'ed; "" when it cannot be read). */
+static void take_log(nvrtcProgram prog, RtCubin *out)
+{
+    size_t len = 0;
+    if (nvrtcGetProgramLogSize(prog, &len) != NVRTC_SUCCESS)
+        len = 0;
+    if (!(out->log = malloc(len + 1)))
+        return;
+    if (len && nvrtcGetProgramLog(prog, out->log) != NVRTC_SUCCESS)
+        len = 0;
+    out->log[len] = 0;
+}
+
+/* The cubin of a compiled prog into out->image; 0, or -1 with a message. */
+static int take_cubin(nvrtcProgram prog, const char *arch, RtCubin *out, char *err, size_t n)
+{
+    nvrtcResult r = nvrtcGetCUBINSize(prog, &out->size);
     if (r == NVRTC_SUCCESS && !(out->image = malloc(out->size ? out->size : 1)))
         r = NVRTC_ERROR_OUT_OF_MEMORY;
     if (r == NVRTC_SUCCESS)
         r = nvrtcGetCUBIN(prog, out->image);
-    nvrtcDestroyProgram(&prog);
-    if (r != NVRTC_SUCCESS || !out->log) {
+    if (r == NVRTC_SUCCESS && out->log)
+        return 0;
+    return plan_errorf(err, n, "nvrtcGetCUBIN (%s): %s", arch,
+                       r != NVRTC_SUCCESS ? nvrtcGetErrorString(r) : "out of memory");
+}
+
+int rt_nvrtc_compile_with(const char *src, const char *arch, const char *const *extra, int nextra,
+                          const char *cache_dir, RtCubin *out, char *err, size_t n)
+{
+    memset(out, 0, sizeof *out);
+    int major = 0, minor = 0;
+    nvrtcVersion(&major, &minor);
+    if (!is_arch(arch))
+        return plan_errorf(err, n, "nvrtc: \"%s\" is not an architecture (sm_80, sm_90, ...)",
+                           arch);
+    if (nextra < 0 || nextra > 16)
+        return plan_errorf(err, n, "nvrtc: %d extra options (at most 16)", nextra);
+    if (supported_arch(arch, major, minor, err, n))
+        return -1;
+    char opt_arch[32], path[4096] = "";
+    snprintf(opt_arch, sizeof opt_arch, "--gpu-architecture=%s", arch);
+    const char *opts[20] = {opt_arch, "--std=c++17", "-default-device", "-Xptxas=-v"};
+    int nopts = 4;
+    for (int i = 0; i < nextra; i++)
+        opts[nopts++] = extra[i];
+    if (cache_dir && cache_path(cache_dir, src, arch, opts, nopts, path, sizeof path, err, n))
+        return -1;
+    if (*path && read_cached(path, out) == 0)
+        return 0;
+    nvrtcProgram prog;
+    nvrtcResult r = nvrtcCreateProgram(&prog, src, RT_NVRTC_PROGRAM, 0, NULL, NULL);
+    if (r != NVRTC_SUCCESS)
+        return plan_errorf(err, n, "nvrtcCreateProgram: %s", nvrtcGetErrorString(r));
+    r = nvrtcCompileProgram(prog, nopts, opts);
+    take_log(prog, out);
+    if (r != NVRTC_SUCCESS) {
+        char line[320];
+        first_error_line(out->log ? out->log : "", line, sizeof line);
+        nvrtcDestroyProgram(&prog);
         rt_cubin_free(out);
-        return plan_errorf(err, n, "nvrtcGetCUBIN (%s): %s", arch,
-                           r != NVRTC_SUCCESS ? nvrtcGetErrorString(r) : "out of memory");
+        return plan_errorf(err, n, "nvrtc (%s): %s: %s", arch, nvrtcGetErrorString(r), line);
+    }
+    int rc = take_cubin(prog, arch, out, err, n);
+    nvrtcDestroyProgram(&prog);
+    if (rc) {
+        rt_cubin_free(out);
+        return -1;
     }
     if (*path)
         write_cached(path, out);
     return 0;
+}
+
+int rt_nvrtc_compile(const char *src, const char *arch, const char *cache_dir, RtCubin *out,
+                     char *err, size_t n)
+{
+    return rt_nvrtc_compile_with(src, arch, NULL, 0, cache_dir, out, err, n);
+}
+
+void rt_nvrtc_version(int *major, int *minor)
+{
+    *major = *minor = 0;
+    nvrtcVersion(major, minor);
 }
 
 void rt_cubin_free(RtCubin *c)
@@ -155,43 +223,90 @@ static long number_before(const char *line, size_t len, const char *word)
     return -1;
 }
 
+/* The name in quotes after `key` on the line into name[128] ("Compiling entry
+ * function 'k0'"), or after it up to the line's end ("Function properties for
+ * k0"); 0, or -1 when the line does not have key. */
+static int name_after(const char *line, size_t len, const char *key, char *name)
+{
+    const char *at = strstr(line, key);
+    if (!at || at >= line + len)
+        return -1;
+    at += strlen(key);
+    size_t k = strcspn(at, "'\n");
+    snprintf(name, 128, "%.*s", (int)(k < 127 ? k : 127), at);
+    return 0;
+}
+
+/* A new zeroed record at the end of *u; NULL when out of memory. */
+static RtKernelUse *push_use(RtKernelUse **u, int *len, int *cap)
+{
+    if (*len == *cap) {
+        int bigger = *cap ? 2 * *cap : 16;
+        RtKernelUse *v = realloc(*u, sizeof **u * (size_t)bigger);
+        if (!v)
+            return NULL;
+        *u = v;
+        *cap = bigger;
+    }
+    RtKernelUse *c = &(*u)[(*len)++];
+    memset(c, 0, sizeof *c);
+    return c;
+}
+
+/* The frame line of a function ("0 bytes stack frame, 0 bytes spill stores, ..."). */
+static void frame_line(RtKernelUse *c, const char *line, size_t k)
+{
+    long v;
+    if ((v = number_before(line, k, "bytes stack frame")) >= 0)
+        c->stack = v;
+    if ((v = number_before(line, k, "bytes spill stores")) >= 0)
+        c->spill_stores = v;
+    if ((v = number_before(line, k, "bytes spill loads")) >= 0)
+        c->spill_loads = v;
+}
+
+/* The usage line of a kernel ("Used 10 registers, used 0 barriers, 1024 bytes smem, ..."). */
+static void used_line(RtKernelUse *c, const char *line, size_t k)
+{
+    long v;
+    if ((v = number_before(line, k, "registers")) >= 0)
+        c->regs = (int)v;
+    if ((v = number_before(line, k, "barriers")) >= 0)
+        c->barriers = (int)v;
+    if ((v = number_before(line, k, "bytes smem")) >= 0)
+        c->smem = v;
+    if ((v = number_before(line, k, "bytes cmem[0]")) >= 0)
+        c->cmem = v;
+}
+
+/* ptxas reports a kernel as "Compiling entry function 'K'", "Function
+ * properties for K", its frame line, "Used N registers, ..."; a device function
+ * that was not inlined only as "Function properties for F" and a frame line. */
 int rt_nvrtc_usage(const char *log, RtKernelUse **out)
 {
-    int len = 0, cap = 0;
+    int len = 0, cap = 0, entry = -1, props = -1;
     RtKernelUse *u = NULL;
+    char name[128];
     for (const char *line = log; *line;) {
         size_t k = strcspn(line, "\n");
-        const char *entry = strstr(line, "Compiling entry function '");
-        if (entry && entry < line + k) {
-            if (len == cap) {
-                cap = cap ? 2 * cap : 16;
-                RtKernelUse *bigger = realloc(u, sizeof *u * (size_t)cap);
-                if (!bigger)
-                    break;
-                u = bigger;
+        if (!name_after(line, k, "Compiling entry function '", name)) {
+            RtKernelUse *c = push_use(&u, &len, &cap);
+            if (!c)
+                break;
+            snprintf(c->name, sizeof c->name, "%s", name);
+            entry = props = len - 1;
+        } else if (!name_after(line, k, "Function properties for ", name)) {
+            props = entry >= 0 && !strcmp(u[entry].name, name) ? entry : -1;
+            RtKernelUse *c = props < 0 ? push_use(&u, &len, &cap) : NULL;
+            if (c) {
+                snprintf(c->name, sizeof c->name, "%s", name);
+                c->is_function = 1;
+                props = len - 1;
             }
-            RtKernelUse *c = &u[len++];
-            memset(c, 0, sizeof *c);
-            const char *name = entry + strlen("Compiling entry function '");
-            size_t nl = strcspn(name, "'\n");
-            snprintf(c->name, sizeof c->name, "%.*s", (int)(nl < 127 ? nl : 127), name);
-        } else if (len > 0) {
-            RtKernelUse *c = &u[len - 1];
-            long v;
-            if ((v = number_before(line, k, "bytes stack frame")) >= 0)
-                c->stack = v;
-            if ((v = number_before(line, k, "bytes spill stores")) >= 0)
-                c->spill_stores = v;
-            if ((v = number_before(line, k, "bytes spill loads")) >= 0)
-                c->spill_loads = v;
-            if ((v = number_before(line, k, "registers")) >= 0)
-                c->regs = (int)v;
-            if ((v = number_before(line, k, "barriers")) >= 0)
-                c->barriers = (int)v;
-            if ((v = number_before(line, k, "bytes smem")) >= 0)
-                c->smem = v;
-            if ((v = number_before(line, k, "bytes cmem[0]")) >= 0)
-                c->cmem = v;
+        } else if (props >= 0 && number_before(line, k, "bytes stack frame") >= 0) {
+            frame_line(&u[props], line, k);
+        } else if (entry >= 0 && number_before(line, k, "registers") >= 0) {
+            used_line(&u[entry], line, k);
         }
         line += k + (line[k] == '\n');
     }
@@ -199,16 +314,27 @@ int rt_nvrtc_usage(const char *log, RtKernelUse **out)
     return len;
 }
 
+/* NVRTC's "FILE(LINE): warning #N-D: ..." and ptxas' "ptxas warning : ...":
+ * the word warning after a blank or at the line's start, then a blank, ':' or
+ * '#' (not a kernel named warning_k in an info line). */
+static int is_warning_line(const char *line, size_t k)
+{
+    for (const char *p = line; p + 7 <= line + k; p++)
+        if (!strncmp(p, "warning", 7) && (p == line || p[-1] == ' ') &&
+            (p + 7 == line + k || strchr(" :#", p[7])))
+            return 1;
+    return 0;
+}
+
 char *rt_nvrtc_warnings(const char *log)
 {
     size_t total = strlen(log), at = 0;
-    char *w = malloc(total + 1);
+    char *w = malloc(total + 2);
     if (!w)
         return NULL;
     for (const char *line = log; *line;) {
         size_t k = strcspn(line, "\n");
-        const char *hit = strstr(line, "warning");
-        if (hit && hit < line + k) {
+        if (is_warning_line(line, k)) {
             memcpy(w + at, line, k);
             at += k;
             w[at++] = '\n';

@@ -3,9 +3,13 @@
 # own shell with these substitutions:
 #   %tcc        the sanitized compiler (build/tcc-san; --param tcc=PATH for another)
 #   %tccdata    the project's ./tccdata (make tccdata)
+#   %tccnvrtc   the project's ./tccnvrtc (built with the CUDA toolkit only)
 #   %FileCheck  llvm-14's FileCheck (plain `FileCheck` and `not` work too)
 #   %samples    the absolute path of samples/
 # Sanitizer errors abort, so `not %tcc` fails on a crash instead of passing.
+# Features: `cuda` when the CUDA toolkit is there ($CUDA_HOME, default
+# /usr/local/cuda, as the Makefile finds it): tests of the CUDA kernels say
+# `REQUIRES: cuda`. They need no GPU: NVRTC compiles anywhere.
 import os
 
 import lit.formats
@@ -32,9 +36,14 @@ config.environment['LSAN_OPTIONS'] = 'abort_on_error=1'
 config.environment['LC_ALL'] = 'C'
 config.environment.pop('TERM', None)
 
+cuda_home = os.environ.get('CUDA_HOME', '/usr/local/cuda')
+if os.path.exists(os.path.join(cuda_home, 'include', 'nvrtc.h')):
+    config.available_features.add('cuda')
+
 # These run before lit's own %s, %S, %t..., so %tcc and %samples win over %t and %s;
-# %tccdata comes before %tcc, which is a prefix of it.
+# %tccdata and %tccnvrtc come before %tcc, which is a prefix of them.
 config.substitutions.append(('%tccdata', os.path.join(root, 'tccdata')))
+config.substitutions.append(('%tccnvrtc', os.path.join(root, 'tccnvrtc')))
 config.substitutions.append(('%tcc', tcc))
 config.substitutions.append(('%FileCheck', os.path.join(llvm_bin, 'FileCheck')))
 config.substitutions.append(('%samples', os.path.join(root, 'samples')))

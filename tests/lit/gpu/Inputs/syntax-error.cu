@@ -1,0 +1,9 @@
+extern "C" __global__ void fine(float *y)
+{
+    y[threadIdx.x] = 1.0f;
+}
+
+extern "C" __global__ void missing_semicolon(float *y)
+{
+    y[threadIdx.x] = 2.0f
+}
