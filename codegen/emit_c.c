@@ -222,8 +222,10 @@ static void attention_fwd(Out *o)
 }
 
 /* Per (batch, kv head): for each query row of the group, first the row's
- * log-sum-exp and output (streamed as forward), then the gradients, tile by
- * tile. dk and dv of a kv head belong to one task, so nothing races. */
+ * log-sum-exp and output (streamed as forward), then the gradients, key by
+ * key, added into dk and dv (zeroed by a kernel before, as the GPU renderings
+ * add into them from many blocks). dk and dv of a kv head belong to one task,
+ * so nothing races. */
 static void attention_bwd(Out *o)
 {
     const char *T = ftype(o), *x = o->f32 ? "f" : "";
@@ -232,9 +234,6 @@ static void attention_bwd(Out *o)
             "    #pragma omp parallel for collapse(2) schedule(static)\n"
             "    for (int64_t b = 0; b < B; b++)\n"
             "    for (int64_t kh = 0; kh < KV; kh++) {\n"
-            "        for (int64_t j = 0; j < S; j++)\n"
-            "            for (int64_t d = 0; d < DH; d++)\n"
-            "                a5[(b * S + j) * KC + kh * DH + d] = a6[(b * S + j) * KC + kh * DH + d] = 0;\n"
             "        for (int64_t h = kh * (H / KV); h < (kh + 1) * (H / KV); h++)\n"
             "        for (int64_t i = 0; i < S; i++) {\n"
             "            const %s *qi = a0 + (b * S + i) * QC + h * DH, *doi = a3 + (b * S + i) * QC + h * DH;\n"

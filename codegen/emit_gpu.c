@@ -1,20 +1,970 @@
-/* emit_gpu.c: Kernel IR -> CUDA C and OpenCL C (work in progress). */
+/* emit_gpu.c: Kernel IR -> CUDA C (for NVRTC) and OpenCL C (for PoCL).
+ * Reads one Kernel; writes one kernel function. Both languages share one
+ * mapping and one scalar printer; only spellings differ (qualifiers, thread
+ * ids, barriers, math names) and one step: where CUDA reduces within a warp
+ * with shuffles, OpenCL goes through local memory (docs/codegen.md).
+ *
+ * The mappings:
+ * - pointwise: a thread per item, 256 a block. When every access is the
+ *   item's own f32 element, a thread takes 4 items with 16-byte loads and
+ *   stores (float4 / vload4).
+ * - row: a block per item; the inner loops at the top of the body are
+ *   strided over the block's threads (coalesced along the row), each loop's
+ *   reduction is a block reduction whose result every thread sees, and
+ *   stores outside loops are made by thread 0. A row kernel that adds into
+ *   memory inside a loop (the embedding gradient) is mapped a thread per
+ *   item instead, with its loops run by the thread: no two threads then add
+ *   into one element.
+ * - attention: a block per (batch, head, 4 query rows), a warp per row,
+ *   keys and values streamed through shared memory a tile at a time, with an
+ *   online softmax. The backward recomputes each row's statistics, then
+ *   per tile accumulates dq in registers and adds dk, dv into memory with
+ *   atomics (the plan zeroes them before). */
 #include "codegen.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { PW_BLOCK = 256, ROW_MAX_BLOCK = 256, ATT_ROWS = 4, ATT_SMEM = 40 * 1024 };
+
+typedef struct G {
+    FILE *f;
+    const Kernel *k;
+    CgLang lang;
+    int f32;     /* the float type is float */
+    int lane;    /* >= 0: temporaries are per vector lane (t5_2) */
+    int block;   /* row mapping: threads per block, else 0 */
+    char *toplv; /* by statement: a loop at the top of the body (strided over the block) */
+    char *used;  /* by node: something stored or reduced depends on it */
+    int i0_used; /* a node reads the parallel index */
+} G;
+
+static const char *ft(const G *g) { return g->f32 ? "float" : "double"; }
+
+static const char *storage(DType t)
+{
+    switch (t) {
+    case DT_F32: return "float";
+    case DT_F64: return "double";
+    case DT_I32: return "int";
+    default: return "unsigned short"; /* bf16 bits */
+    }
+}
+
+/* A math function's name: CUDA spells the float ones with an f. */
+static const char *mf(const G *g, const char *name)
+{
+    static char buf[16];
+    if (g->lang == CG_CUDA && g->f32) {
+        snprintf(buf, sizeof buf, "%sf", name);
+        return buf;
+    }
+    return name;
+}
+
+static const char *inf(const G *g) { return g->f32 ? "TCC_INF_F" : "TCC_INF_D"; }
+
+static void literal(G *g, double x)
+{
+    char buf[48];
+    if (x != x)
+        fprintf(g->f, "(%s)(%s - %s)", ft(g), inf(g), inf(g));
+    else if (x == 1.0 / 0.0 || x == -1.0 / 0.0)
+        fprintf(g->f, "%s%s", x < 0 ? "-" : "", inf(g));
+    else {
+        fmt_double(buf, sizeof buf, x);
+        fprintf(g->f, "%s%s", buf, g->f32 ? "f" : "");
+    }
+}
+
+static void tmp(G *g, int node)
+{
+    if (g->lane >= 0)
+        fprintf(g->f, "t%d_%d", node, g->lane);
+    else
+        fprintf(g->f, "t%d", node);
+}
+
+/* The load of slot s at index node i, widened to the arithmetic type. */
+static void load(G *g, int s, int i, int fl)
+{
+    DType t = g->k->arg_dtype[s];
+    if (!fl) {
+        fprintf(g->f, "(tcc_i64)a%d[", s);
+        tmp(g, i);
+        fputs("]", g->f);
+    } else if (t == DT_BF16) {
+        fprintf(g->f, "(%s)tcc_bf2f(a%d[", ft(g), s);
+        tmp(g, i);
+        fputs("])", g->f);
+    } else {
+        fprintf(g->f, "(%s)a%d[", ft(g), s);
+        tmp(g, i);
+        fputs("]", g->f);
+    }
+}
+
+static void bin(G *g, int a, const char *op, int b)
+{
+    tmp(g, a);
+    fprintf(g->f, " %s ", op);
+    tmp(g, b);
+}
+
+static void call(G *g, const char *fn, int a, int b)
+{
+    fprintf(g->f, "%s(", mf(g, fn));
+    tmp(g, a);
+    if (b >= 0) {
+        fputs(", ", g->f);
+        tmp(g, b);
+    }
+    fputs(")", g->f);
+}
+
+static void expr(G *g, const KNode *n, int vec)
+{
+    FILE *f = g->f;
+    int fl = n->type == KT_FLOAT;
+    switch (n->kind) {
+    case KN_CONST: literal(g, n->imm); return;
+    case KN_ICONST: fprintf(f, "(tcc_i64)%lldLL", (long long)n->iimm); return;
+    case KN_IDX:
+        if (vec && n->a == 0)
+            fprintf(f, "4 * q + %d", g->lane);
+        else
+            fprintf(f, "i%d", n->a);
+        return;
+    case KN_LOAD:
+        if (vec && fl)
+            fprintf(f, "v%d.%c", n->a, "xyzw"[g->lane]);
+        else
+            load(g, n->a, n->b, fl);
+        return;
+    case KN_ACC: fprintf(f, "acc%d", n->a); return;
+    case KN_ADD: bin(g, n->a, "+", n->b); return;
+    case KN_SUB: bin(g, n->a, "-", n->b); return;
+    case KN_MUL: bin(g, n->a, "*", n->b); return;
+    case KN_DIV: case KN_IDIV: bin(g, n->a, "/", n->b); return;
+    case KN_IMOD: bin(g, n->a, "%", n->b); return;
+    case KN_MAX: case KN_MIN:
+        if (fl) {
+            call(g, n->kind == KN_MAX ? "fmax" : "fmin", n->a, n->b);
+        } else {
+            bin(g, n->a, n->kind == KN_MAX ? ">" : "<", n->b);
+            fputs(" ? ", f);
+            bin(g, n->a, ":", n->b);
+        }
+        return;
+    case KN_POW: call(g, "pow", n->a, n->b); return;
+    case KN_NEG: fputs("-", f), tmp(g, n->a); return;
+    case KN_EXP: call(g, "exp", n->a, -1); return;
+    case KN_LOG: call(g, "log", n->a, -1); return;
+    case KN_SQRT: call(g, "sqrt", n->a, -1); return;
+    case KN_RSQRT: call(g, "rsqrt", n->a, -1); return;
+    case KN_TANH: call(g, "tanh", n->a, -1); return;
+    case KN_COS: call(g, "cos", n->a, -1); return;
+    case KN_SIN: call(g, "sin", n->a, -1); return;
+    case KN_ABS: call(g, "fabs", n->a, -1); return;
+    case KN_LT: fputs("(tcc_i64)(", f), bin(g, n->a, "<", n->b), fputs(")", f); return;
+    case KN_EQ: fputs("(tcc_i64)(", f), bin(g, n->a, "==", n->b), fputs(")", f); return;
+    case KN_SELECT:
+        tmp(g, n->a), fputs(" ? ", f), bin(g, n->b, ":", n->c);
+        return;
+    case KN_TOFLOAT: fprintf(f, "(%s)", ft(g)), tmp(g, n->a); return;
+    case KN_TOINT: fputs("(tcc_i64)", f), tmp(g, n->a); return;
+    case KN_COUNT: break;
+    }
+    UNREACHABLE();
+}
+
+static void indent(G *g, int depth)
+{
+    for (int i = 0; i < depth; i++)
+        fputs("    ", g->f);
+}
+
+static void node(G *g, int n, int depth, int vec)
+{
+    const KNode *nd = &g->k->nodes.data[n];
+    if (!g->used[n])
+        return;
+    indent(g, depth);
+    fprintf(g->f, "const %s ", nd->type == KT_FLOAT ? ft(g) : "tcc_i64");
+    tmp(g, n);
+    fputs(" = ", g->f);
+    expr(g, nd, vec);
+    fputs(";\n", g->f);
+}
+
+/* The value v of the arithmetic type as slot s stores it. */
+static void stored(G *g, int s, int v)
+{
+    if (g->k->arg_dtype[s] == DT_BF16) {
+        fputs("tcc_f2bf((float)", g->f);
+        tmp(g, v);
+        fputs(")", g->f);
+    } else {
+        fprintf(g->f, "(%s)", storage(g->k->arg_dtype[s]));
+        tmp(g, v);
+    }
+}
+
+static void store(G *g, const KStmt *t)
+{
+    FILE *f = g->f;
+    fprintf(f, "a%d[", t->a);
+    tmp(g, t->b);
+    fputs("] = ", f);
+    if (t->kind == KS_STORE) {
+        stored(g, t->a, t->c);
+    } else if (g->k->arg_dtype[t->a] == DT_BF16) {
+        fprintf(f, "tcc_f2bf(tcc_bf2f(a%d[", t->a);
+        tmp(g, t->b);
+        fputs("]) + (float)", f);
+        tmp(g, t->c);
+        fputs(")", f);
+    } else {
+        fprintf(f, "a%d[", t->a);
+        tmp(g, t->b);
+        fprintf(f, "] + (%s)", storage(g->k->arg_dtype[t->a]));
+        tmp(g, t->c);
+    }
+    fputs(";\n", f);
+}
+
+/* Which nodes a store or a reduction needs, walking the statements back
+ * (a node's operands come before it). In the 4-lane form a load of the
+ * item's own element reads its vector, not its index. */
+static void mark_used(G *g, int vec)
+{
+    const Kernel *k = g->k;
+    g->used = calloc((size_t)k->nodes.len + 1, 1);
+    if (!g->used)
+        BUG("out of memory");
+    for (int s = k->body.len - 1; s >= 0; s--) {
+        const KStmt *t = &k->body.data[s];
+        if (t->kind == KS_STORE || t->kind == KS_STORE_ADD)
+            g->used[t->b] = !vec, g->used[t->c] = 1;
+        else if (t->kind == KS_REDUCE)
+            g->used[t->b] = 1;
+        if (t->kind != KS_NODE || !g->used[t->a])
+            continue;
+        const KNode *n = &k->nodes.data[t->a];
+        switch (n->kind) {
+        case KN_CONST: case KN_ICONST: case KN_ACC: break;
+        case KN_IDX: g->i0_used |= n->a == 0; break;
+        case KN_LOAD:
+            if (!vec || n->type != KT_FLOAT)
+                g->used[n->b] = 1;
+            break;
+        case KN_SELECT: g->used[n->c] = 1; /* fall through */
+        case KN_ADD: case KN_SUB: case KN_MUL: case KN_DIV: case KN_MAX: case KN_MIN:
+        case KN_POW: case KN_LT: case KN_EQ: case KN_IDIV: case KN_IMOD:
+            g->used[n->b] = 1; /* fall through */
+        default: g->used[n->a] = 1; break;
+        }
+    }
+}
+
+/* The reduction of the loop opened by statement s, or -1. */
+static int reduce_op(const Kernel *k, int s)
+{
+    for (int i = s + 1, depth = 1; i < k->body.len && depth > 0; i++) {
+        const KStmt *t = &k->body.data[i];
+        depth += t->kind == KS_LOOP ? 1 : t->kind == KS_END ? -1 : 0;
+        if (t->kind == KS_REDUCE && t->a == s)
+            return t->c;
+    }
+    return -1;
+}
+
+static const char *red_name(int r) { return r == KR_SUM ? "sum" : r == KR_MAX ? "max" : "min"; }
+
+/* The body: loops at the top strided over the block in the row mapping,
+ * every other loop run by the thread. */
+static void body(G *g, int depth0)
+{
+    const Kernel *k = g->k;
+    int depth = depth0, level = 0, open[64], nopen = 0;
+    for (int s = 0; s < k->body.len; s++) {
+        const KStmt *t = &k->body.data[s];
+        switch (t->kind) {
+        case KS_NODE: node(g, t->a, depth, 0); break;
+        case KS_LOOP: {
+            int r = reduce_op(k, s);
+            if (r >= 0) {
+                indent(g, depth);
+                fprintf(g->f, "%s acc%d = ", ft(g), s);
+                literal(g, r == KR_SUM ? 0.0 : r == KR_MAX ? -1.0 / 0.0 : 1.0 / 0.0);
+                fputs(";\n", g->f);
+            }
+            level++;
+            indent(g, depth);
+            if (g->toplv && g->toplv[s])
+                fprintf(g->f, "for (tcc_i64 i%d = TCC_TID; i%d < %lldLL; i%d += %d) {\n", level,
+                        level, (long long)t->extent, level, g->block);
+            else
+                fprintf(g->f, "for (tcc_i64 i%d = 0; i%d < %lldLL; i%d++) {\n", level, level,
+                        (long long)t->extent, level);
+            open[nopen++] = s;
+            depth++;
+            break;
+        }
+        case KS_REDUCE:
+            indent(g, depth);
+            if (t->c == KR_SUM)
+                fprintf(g->f, "acc%d += t%d;\n", t->a, t->b);
+            else
+                fprintf(g->f, "acc%d = %s(acc%d, t%d);\n", t->a,
+                        mf(g, t->c == KR_MAX ? "fmax" : "fmin"), t->a, t->b);
+            break;
+        case KS_END: {
+            int s0 = open[--nopen];
+            level--;
+            depth--;
+            indent(g, depth);
+            fputs("}\n", g->f);
+            if (g->toplv && g->toplv[s0]) {
+                int r = reduce_op(k, s0);
+                indent(g, depth);
+                if (r >= 0)
+                    fprintf(g->f, "acc%d = tcc_block_%s_%c(acc%d, tcc_red);\n", s0, red_name(r),
+                            g->f32 ? 'f' : 'd', s0);
+                else
+                    fputs("TCC_BARRIER();\n", g->f); /* its stores before later loads */
+            }
+            break;
+        }
+        case KS_STORE:
+        case KS_STORE_ADD:
+            indent(g, depth);
+            if (g->block && nopen == 0)
+                fputs("if (TCC_TID == 0) ", g->f);
+            store(g, t);
+            break;
+        }
+    }
+}
+
+/* ---- mappings ---- */
+
+typedef enum { M_THREAD, M_VEC4, M_ROW, M_ATTN } Mapping;
+
+/* A pointwise kernel all of whose accesses are the item's own f32 element,
+ * with no load of a slot after a store to it, and 4 | extent. */
+static int vec4_ok(const Kernel *k)
+{
+    if (k->pattern != KP_POINTWISE || k->levels || k->extent % 4)
+        return 0;
+    char stored_[64] = {0};
+    int any = 0;
+    for (int s = 0; s < k->body.len; s++) {
+        const KStmt *t = &k->body.data[s];
+        if (t->kind == KS_LOOP || t->kind == KS_STORE_ADD)
+            return 0;
+        if (t->kind == KS_STORE) {
+            const KNode *ix = &k->nodes.data[t->b];
+            if (ix->kind != KN_IDX || ix->a != 0 || k->arg_dtype[t->a] != DT_F32)
+                return 0;
+            stored_[t->a] = 1;
+            any = 1;
+        }
+        if (t->kind == KS_NODE) {
+            const KNode *n = &k->nodes.data[t->a];
+            if (n->kind != KN_LOAD)
+                continue;
+            const KNode *ix = &k->nodes.data[n->b];
+            if (ix->kind != KN_IDX || ix->a != 0 || k->arg_dtype[n->a] != DT_F32 || stored_[n->a])
+                return 0;
+        }
+    }
+    return any;
+}
+
+/* Some loop adds into memory: threads of a block would race. */
+static int adds_in_loop(const Kernel *k)
+{
+    int depth = 0;
+    for (int s = 0; s < k->body.len; s++) {
+        const KStmt *t = &k->body.data[s];
+        depth += t->kind == KS_LOOP ? 1 : t->kind == KS_END ? -1 : 0;
+        if (t->kind == KS_STORE_ADD && depth > 0)
+            return 1;
+    }
+    return 0;
+}
+
+static Mapping mapping(const Kernel *k)
+{
+    if (k->pattern == KP_ATTENTION || k->pattern == KP_ATTENTION_BWD)
+        return M_ATTN;
+    if (vec4_ok(k))
+        return M_VEC4;
+    if (k->levels && !adds_in_loop(k))
+        return M_ROW;
+    return M_THREAD;
+}
+
+/* Threads of a row block: a power of two from 32 to 256 that covers the
+ * longest loop at the top of the body. */
+static int row_block(const Kernel *k)
+{
+    int64_t longest = 1;
+    int depth = 0;
+    for (int s = 0; s < k->body.len; s++) {
+        const KStmt *t = &k->body.data[s];
+        if (t->kind == KS_LOOP && depth == 0 && t->extent > longest)
+            longest = t->extent;
+        depth += t->kind == KS_LOOP ? 1 : t->kind == KS_END ? -1 : 0;
+    }
+    int b = 32;
+    while (b < ROW_MAX_BLOCK && b < longest)
+        b *= 2;
+    return b;
+}
+
+/* Keys per tile: 32 (a key per lane) unless shared memory is short. */
+static int att_tile(const Kernel *k)
+{
+    int64_t dh = k->attn.head_dim, size = k->ftype == DT_F64 ? 8 : 4;
+    int kt = 32;
+    int64_t rows = k->pattern == KP_ATTENTION ? 1 : 2; /* q (and dout) rows */
+    while (kt > 1 && (rows * ATT_ROWS * dh + 2 * kt * (dh + 1) + 2 * ATT_ROWS * 32) * size > ATT_SMEM)
+        kt /= 2;
+    return kt;
+}
 
 CgLaunch cg_gpu_launch(const Kernel *k)
 {
-    (void)k;
-    return (CgLaunch){1, 1};
+    switch (mapping(k)) {
+    case M_ATTN: {
+        const KAttention *a = &k->attn;
+        return (CgLaunch){a->batch * a->heads * ((a->seq + ATT_ROWS - 1) / ATT_ROWS), ATT_ROWS * 32};
+    }
+    case M_VEC4: return (CgLaunch){(k->extent / 4 + PW_BLOCK - 1) / PW_BLOCK, PW_BLOCK};
+    case M_ROW: return (CgLaunch){k->extent, row_block(k)};
+    case M_THREAD: break;
+    }
+    return (CgLaunch){(k->extent + PW_BLOCK - 1) / PW_BLOCK, PW_BLOCK};
 }
 
-const char *cg_gpu_prelude(CgLang lang)
+static void signature(G *g, int block)
 {
-    (void)lang;
-    return "";
+    const Kernel *k = g->k;
+    if (g->lang == CG_CUDA)
+        fprintf(g->f, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", block, k->name);
+    else
+        fprintf(g->f, "__kernel __attribute__((reqd_work_group_size(%d, 1, 1))) void %s(", block,
+                k->name);
+    for (int i = 0; i < k->nargs; i++)
+        fprintf(g->f, "%s%s%s *%sa%d", i ? ", " : "", g->lang == CG_OPENCL ? "__global " : "",
+                storage(k->arg_dtype[i]), g->lang == CG_CUDA ? "__restrict__ " : "restrict ", i);
+    fputs(")\n{\n", g->f);
+}
+
+static void thread_kernel(G *g)
+{
+    fprintf(g->f, "    const tcc_i64 i0 = TCC_BID * %dLL + TCC_TID;\n    if (i0 >= %lldLL)\n"
+                  "        return;\n", PW_BLOCK, (long long)g->k->extent);
+    body(g, 1);
+}
+
+static void row_kernel(G *g)
+{
+    const Kernel *k = g->k;
+    g->toplv = calloc((size_t)k->body.len + 1, 1);
+    if (!g->toplv)
+        BUG("out of memory");
+    int reduces = 0;
+    for (int s = 0, depth = 0; s < k->body.len; s++) {
+        const KStmt *t = &k->body.data[s];
+        if (t->kind == KS_LOOP && depth == 0) {
+            g->toplv[s] = 1;
+            reduces |= reduce_op(k, s) >= 0;
+        }
+        depth += t->kind == KS_LOOP ? 1 : t->kind == KS_END ? -1 : 0;
+    }
+    if (reduces)
+        fprintf(g->f, "    TCC_SHARED %s tcc_red[%d];\n", ft(g), g->lang == CG_CUDA ? 32 : g->block);
+    if (g->i0_used)
+        fputs("    const tcc_i64 i0 = TCC_BID;\n", g->f);
+    body(g, 1);
+    free(g->toplv);
+    g->toplv = NULL;
+}
+
+/* Four items a thread: one 16-byte load per argument read, the body once per
+ * lane on its component, one 16-byte store per argument written. */
+static void vec4_kernel(G *g)
+{
+    const Kernel *k = g->k;
+    FILE *f = g->f;
+    char loaded[64] = {0}, written[64] = {0};
+    for (int s = 0; s < k->body.len; s++) {
+        const KStmt *t = &k->body.data[s];
+        if (t->kind == KS_NODE && k->nodes.data[t->a].kind == KN_LOAD)
+            loaded[k->nodes.data[t->a].a] = 1;
+        if (t->kind == KS_STORE)
+            written[t->a] = 1;
+    }
+    fprintf(f, "    const tcc_i64 q = TCC_BID * %dLL + TCC_TID;\n    if (q >= %lldLL)\n        return;\n",
+            PW_BLOCK, (long long)k->extent / 4);
+    for (int s = 0; s < k->nargs; s++) {
+        if (loaded[s] && g->lang == CG_CUDA)
+            fprintf(f, "    const float4 v%d = reinterpret_cast<const float4 *>(a%d)[q];\n", s, s);
+        else if (loaded[s])
+            fprintf(f, "    const float4 v%d = vload4(q, a%d);\n", s, s);
+        if (written[s])
+            fprintf(f, "    float4 w%d;\n", s);
+    }
+    for (g->lane = 0; g->lane < 4; g->lane++)
+        for (int s = 0; s < k->body.len; s++) {
+            const KStmt *t = &k->body.data[s];
+            if (t->kind == KS_NODE) {
+                node(g, t->a, 1, 1);
+            } else if (t->kind == KS_STORE) {
+                fprintf(f, "    w%d.%c = ", t->a, "xyzw"[g->lane]);
+                tmp(g, t->c);
+                fputs(";\n", f);
+            }
+        }
+    g->lane = -1;
+    for (int s = 0; s < k->nargs; s++)
+        if (written[s] && g->lang == CG_CUDA)
+            fprintf(f, "    reinterpret_cast<float4 *>(a%d)[q] = w%d;\n", s, s);
+        else if (written[s])
+            fprintf(f, "    vstore4(w%d, q, a%d);\n", s, s);
+}
+
+/* ---- attention: templates with $NAME words filled per language and type ---- */
+
+typedef struct Sub {
+    const char *key, *val;
+} Sub;
+
+static void fill(G *g, const char *tmpl, const Sub *subs, int nsubs)
+{
+    for (const char *p = tmpl; *p;) {
+        if (*p != '$') {
+            fputc(*p++, g->f);
+            continue;
+        }
+        size_t n = 1;
+        while ((p[n] >= 'A' && p[n] <= 'Z') || (p[n] >= '0' && p[n] <= '9'))
+            n++;
+        int found = 0;
+        for (int i = 0; i < nsubs && !found; i++)
+            if (strlen(subs[i].key) == n - 1 && !strncmp(subs[i].key, p + 1, n - 1)) {
+                fputs(subs[i].val, g->f);
+                found = 1;
+            }
+        if (!found)
+            BUG("attention template: no value for %.*s", (int)n, p);
+        p += n;
+    }
+}
+
+/* The block's query rows; then, tile by tile, the keys a lane each: scores,
+ * the row's running max and sum, the output rescaled and accumulated. */
+static const char *att_common =
+    "    enum { B = $B, S = $S, H = $H, KV = $KV, DH = $DH, CAUSAL = $CAUSAL, ROWS = $ROWS,\n"
+    "           KT = $KT, NA = (DH + 31) / 32 };\n"
+    "    const $T scale = $SCALE;\n"
+    "    const int tid = TCC_TID, lane = tid & 31, w = tid >> 5;\n"
+    "    const tcc_i64 nqb = (S + ROWS - 1) / ROWS, blk = TCC_BID;\n"
+    "    const tcc_i64 qb = blk % nqb, h = blk / nqb % H, b = blk / nqb / H, kh = h / (H / KV);\n"
+    "    const tcc_i64 QC = (tcc_i64)H * DH, KC = (tcc_i64)KV * DH, i = qb * ROWS + w;\n"
+    "    const int live = i < S;\n"
+    "    const tcc_i64 last = CAUSAL && qb * ROWS + ROWS - 1 < S - 1 ? qb * ROWS + ROWS - 1 : S - 1;\n"
+    "    TCC_SHARED $T Qs[ROWS][DH], Ks[KT][DH + 1], Vs[KT][DH + 1];\n"
+    "$RPDECL"
+    "$DOSDECL"
+    "    for (int e = tid; e < ROWS * DH; e += ROWS * 32) {\n"
+    "        const tcc_i64 r = qb * ROWS + e / DH;\n"
+    "        Qs[e / DH][e % DH] = r < S ? $LD0(a0[(b * S + r) * QC + h * DH + e % DH]) : 0;\n"
+    "$DOSLOAD"
+    "    }\n"
+    "    $T m = -$INF, l = 0, acc[NA];\n"
+    "    for (int r = 0; r < NA; r++)\n"
+    "        acc[r] = 0;\n"
+    "    for (tcc_i64 j0 = 0; j0 <= last; j0 += KT) {\n"
+    "        TCC_BARRIER();\n"
+    "        for (int e = tid; e < KT * DH; e += ROWS * 32) {\n"
+    "            const int jj = e / DH, d = e % DH;\n"
+    "            const tcc_i64 j = j0 + jj, at = (b * S + j) * KC + kh * DH + d;\n"
+    "            Ks[jj][d] = j < S ? $LD1(a1[at]) : 0;\n"
+    "            Vs[jj][d] = j < S ? $LD2(a2[at]) : 0;\n"
+    "        }\n"
+    "        TCC_BARRIER();\n"
+    "        const tcc_i64 j = j0 + lane;\n"
+    "        $T s = -$INF;\n"
+    "        if (live && lane < KT && j < S && (!CAUSAL || j <= i)) {\n"
+    "            $T dot = 0;\n"
+    "            for (int d = 0; d < DH; d++)\n"
+    "                dot += Qs[w][d] * Ks[lane][d];\n"
+    "            s = dot * scale;\n"
+    "        }\n"
+    "        const $T nm = $FMAX(m, $RMAX(s));\n"
+    "        const $T p = s == -$INF ? 0 : $EXP(s - nm), corr = m == -$INF ? 0 : $EXP(m - nm);\n"
+    "        l = l * corr + $RSUM(p);\n"
+    "$BCAST"
+    "        for (int jj = 0; jj < KT; jj++) {\n"
+    "            const $T pj = TCC_PJ(p, jj);\n"
+    "            for (int r = 0; r < NA; r++)\n"
+    "                if (lane + 32 * r < DH)\n"
+    "                    acc[r] = (jj ? acc[r] : acc[r] * corr) + pj * Vs[jj][lane + 32 * r];\n"
+    "        }\n"
+    "        m = nm;\n"
+    "    }\n";
+
+static const char *att_fwd_tail =
+    "    if (live)\n"
+    "        for (int r = 0; r < NA; r++)\n"
+    "            if (lane + 32 * r < DH)\n"
+    "                a3[(b * S + i) * QC + h * DH + lane + 32 * r] = $ST3(acc[r] / l);\n";
+
+/* The row's statistics are those of the forward above; then each tile again:
+ * p and ds for the block's rows through shared memory, dq in registers, and
+ * the tile's dk, dv rows summed over the block's rows and added to memory. */
+static const char *att_bwd_tail =
+    "    $T part = 0;\n"
+    "    for (int r = 0; r < NA; r++)\n"
+    "        if (lane + 32 * r < DH)\n"
+    "            part += DOs[w][lane + 32 * r] * acc[r] / l;\n"
+    "    const $T dot_o = $RSUM(part), lse = live ? m + $LOG(l) : 0;\n"
+    "    $T dq[NA];\n"
+    "    for (int r = 0; r < NA; r++)\n"
+    "        dq[r] = 0;\n"
+    "    for (tcc_i64 j0 = 0; j0 <= last; j0 += KT) {\n"
+    "        TCC_BARRIER();\n"
+    "        for (int e = tid; e < KT * DH; e += ROWS * 32) {\n"
+    "            const int jj = e / DH, d = e % DH;\n"
+    "            const tcc_i64 j = j0 + jj, at = (b * S + j) * KC + kh * DH + d;\n"
+    "            Ks[jj][d] = j < S ? $LD1(a1[at]) : 0;\n"
+    "            Vs[jj][d] = j < S ? $LD2(a2[at]) : 0;\n"
+    "        }\n"
+    "        TCC_BARRIER();\n"
+    "        const tcc_i64 j = j0 + lane;\n"
+    "        $T p = 0, ds = 0;\n"
+    "        if (live && lane < KT && j < S && (!CAUSAL || j <= i)) {\n"
+    "            $T s = 0, dp = 0;\n"
+    "            for (int d = 0; d < DH; d++) {\n"
+    "                s += Qs[w][d] * Ks[lane][d];\n"
+    "                dp += DOs[w][d] * Vs[lane][d];\n"
+    "            }\n"
+    "            p = $EXP(s * scale - lse);\n"
+    "            ds = p * (dp - dot_o) * scale;\n"
+    "        }\n"
+    "        Ps[w][lane] = p;\n"
+    "        Red[w][lane] = ds;\n"
+    "        TCC_BARRIER();\n"
+    "        for (int jj = 0; jj < KT; jj++)\n"
+    "            for (int r = 0; r < NA; r++)\n"
+    "                if (lane + 32 * r < DH)\n"
+    "                    dq[r] += Red[w][jj] * Ks[jj][lane + 32 * r];\n"
+    "        for (int e = tid; e < KT * DH; e += ROWS * 32) {\n"
+    "            const int jj = e / DH, d = e % DH;\n"
+    "            const tcc_i64 j = j0 + jj, at = (b * S + j) * KC + kh * DH + d;\n"
+    "            $T dk = 0, dv = 0;\n"
+    "            for (int rr = 0; rr < ROWS; rr++) {\n"
+    "                dv += Ps[rr][jj] * DOs[rr][d];\n"
+    "                dk += Red[rr][jj] * Qs[rr][d];\n"
+    "            }\n"
+    "            if (j < S) {\n"
+    "                $ADD5(&a5[at], dk);\n"
+    "                $ADD6(&a6[at], dv);\n"
+    "            }\n"
+    "        }\n"
+    "    }\n"
+    "    if (live)\n"
+    "        for (int r = 0; r < NA; r++)\n"
+    "            if (lane + 32 * r < DH)\n"
+    "                a4[(b * S + i) * QC + h * DH + lane + 32 * r] = $ST4(dq[r]);\n";
+
+static const char *ld_of(G *g, Arena *a, int s)
+{
+    return g->k->arg_dtype[s] == DT_BF16 ? "tcc_bf2f" : arena_printf(a, "(%s)", ft(g));
+}
+
+static const char *st_of(G *g, Arena *a, int s)
+{
+    return g->k->arg_dtype[s] == DT_BF16 ? "tcc_f2bf" : arena_printf(a, "(%s)", storage(g->k->arg_dtype[s]));
+}
+
+static const char *atomic_of(G *g, int s)
+{
+    switch (g->k->arg_dtype[s]) {
+    case DT_F32: return "tcc_atomic_add_f";
+    case DT_F64: return "tcc_atomic_add_d";
+    default: return "tcc_atomic_add_bf16";
+    }
+}
+
+static void attention(G *g, Arena *a)
+{
+    const Kernel *k = g->k;
+    const KAttention *at = &k->attn;
+    char scale[48];
+    fmt_double(scale, sizeof scale, at->scale);
+    int bwd = k->pattern == KP_ATTENTION_BWD, cuda = g->lang == CG_CUDA;
+    char tp = g->f32 ? 'f' : 'd';
+    (void)cuda;
+    Sub subs[] = {
+        {"B", arena_printf(a, "%lld", (long long)at->batch)},
+        {"S", arena_printf(a, "%lld", (long long)at->seq)},
+        {"H", arena_printf(a, "%lld", (long long)at->heads)},
+        {"KV", arena_printf(a, "%lld", (long long)at->kv_heads)},
+        {"DH", arena_printf(a, "%lld", (long long)at->head_dim)},
+        {"CAUSAL", at->causal ? "1" : "0"},
+        {"ROWS", arena_printf(a, "%d", ATT_ROWS)},
+        {"KT", arena_printf(a, "%d", att_tile(k))},
+        {"T", ft(g)},
+        {"SCALE", arena_printf(a, "%s%s", scale, g->f32 ? "f" : "")},
+        {"INF", inf(g)},
+        {"FMAX", arena_strdup(a, mf(g, "fmax"))},
+        {"EXP", arena_strdup(a, mf(g, "exp"))},
+        {"LOG", arena_strdup(a, mf(g, "log"))},
+        {"RMAX", arena_printf(a, "TCC_ROW_MAX_%c", tp - 32)},
+        {"RSUM", arena_printf(a, "TCC_ROW_SUM_%c", tp - 32)},
+        {"BCAST", cuda ? "" : "        Ps[w][lane] = p;\n        TCC_BARRIER();\n"},
+        {"RPDECL", bwd || !cuda ? arena_printf(a, "    TCC_SHARED %s Red[ROWS][32], Ps[ROWS][32];\n", ft(g)) : ""},
+        {"LD0", ld_of(g, a, 0)},
+        {"LD1", ld_of(g, a, 1)},
+        {"LD2", ld_of(g, a, 2)},
+        {"ST3", st_of(g, a, 3)},
+        {"ST4", bwd ? st_of(g, a, 4) : ""},
+        {"ADD5", bwd ? atomic_of(g, 5) : ""},
+        {"ADD6", bwd ? atomic_of(g, 6) : ""},
+        {"DOSDECL", bwd ? arena_printf(a, "    TCC_SHARED %s DOs[ROWS][DH];\n", ft(g)) : ""},
+        {"DOSLOAD", bwd ? "        DOs[e / DH][e % DH] = r < S ? $LD3(a3[(b * S + r) * QC + h * DH + e % DH]) : 0;\n" : ""},
+        {"LD3", ld_of(g, a, 3)},
+    };
+    int nsubs = (int)(sizeof subs / sizeof subs[0]);
+    char *common = NULL, *tail = NULL;
+    size_t len;
+    FILE *save = g->f, *m1 = open_memstream(&common, &len);
+    if (!m1)
+        BUG("open_memstream failed");
+    g->f = m1;
+    fill(g, att_common, subs, nsubs);
+    fclose(m1);
+    FILE *m2 = open_memstream(&tail, &len);
+    if (!m2)
+        BUG("open_memstream failed");
+    g->f = m2;
+    fill(g, bwd ? att_bwd_tail : att_fwd_tail, subs, nsubs);
+    fclose(m2);
+    g->f = save;
+    /* "$DOSLOAD" brought a "$LD3" of its own: fill once more. */
+    fill(g, common, subs, nsubs);
+    fputs(tail, g->f);
+    free(common);
+    free(tail);
 }
 
 char *cg_emit_gpu(Arena *a, const Kernel *k, CgLang lang)
 {
-    (void)a, (void)k, (void)lang;
-    return NULL;
+    for (int i = 0; i < k->nargs; i++)
+        if (k->arg_dtype[i] == DT_F16)
+            return NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    G g = {open_memstream(&buf, &len), k, lang, k->ftype != DT_F64, -1, 0, NULL, NULL, 0};
+    if (!g.f)
+        BUG("open_memstream failed");
+    Mapping m = mapping(k);
+    CgLaunch l = cg_gpu_launch(k);
+    mark_used(&g, m == M_VEC4);
+    signature(&g, l.block);
+    switch (m) {
+    case M_ATTN: attention(&g, a); break;
+    case M_VEC4: vec4_kernel(&g); break;
+    case M_ROW:
+        g.block = l.block;
+        row_kernel(&g);
+        break;
+    case M_THREAD: thread_kernel(&g); break;
+    }
+    fputs("}\n\n", g.f);
+    fclose(g.f);
+    free(g.used);
+    char *s = arena_strdup(a, buf);
+    free(buf);
+    return s;
 }
+
+/* ---- preludes: the spellings and the reductions ---- */
+
+static const char *cuda_prelude =
+    "/* generated by tcc: the kernels of one training step, CUDA C for NVRTC */\n"
+    "typedef long long tcc_i64;\n"
+    "#define TCC_TID ((int)threadIdx.x)\n"
+    "#define TCC_BID ((tcc_i64)blockIdx.x)\n"
+    "#define TCC_BARRIER() __syncthreads()\n"
+    "#define TCC_SHARED __shared__\n"
+    "#define TCC_INF_F __int_as_float(0x7f800000)\n"
+    "#define TCC_INF_D __longlong_as_double(0x7ff0000000000000LL)\n"
+    "__device__ __forceinline__ float tcc_bf2f(unsigned short h)\n"
+    "{\n"
+    "    return __uint_as_float((unsigned)h << 16);\n"
+    "}\n"
+    "__device__ __forceinline__ unsigned short tcc_f2bf(float x)\n"
+    "{\n"
+    "    unsigned u = __float_as_uint(x);\n"
+    "    if ((u & 0x7fffffffu) > 0x7f800000u)\n"
+    "        return (unsigned short)((u >> 16) | 0x40u);\n"
+    "    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
+    "}\n"
+    "#define TCC_WARP(NAME, T, OP) \\\n"
+    "    __device__ __forceinline__ T NAME(T v) \\\n"
+    "    { \\\n"
+    "        for (int o = 16; o > 0; o >>= 1) { \\\n"
+    "            T x = __shfl_xor_sync(0xffffffffu, v, o); \\\n"
+    "            v = OP; \\\n"
+    "        } \\\n"
+    "        return v; \\\n"
+    "    }\n"
+    "TCC_WARP(tcc_warp_sum_f, float, v + x)\n"
+    "TCC_WARP(tcc_warp_max_f, float, fmaxf(v, x))\n"
+    "TCC_WARP(tcc_warp_min_f, float, fminf(v, x))\n"
+    "TCC_WARP(tcc_warp_sum_d, double, v + x)\n"
+    "TCC_WARP(tcc_warp_max_d, double, fmax(v, x))\n"
+    "TCC_WARP(tcc_warp_min_d, double, fmin(v, x))\n"
+    "/* Warps reduce with shuffles, warp results meet in red[32], every warp\n"
+    " * reduces those again: each thread returns the block's value. */\n"
+    "#define TCC_BLOCK(NAME, T, WARP, ID) \\\n"
+    "    __device__ __forceinline__ T NAME(T v, T *red) \\\n"
+    "    { \\\n"
+    "        v = WARP(v); \\\n"
+    "        __syncthreads(); \\\n"
+    "        if ((threadIdx.x & 31) == 0) \\\n"
+    "            red[threadIdx.x >> 5] = v; \\\n"
+    "        __syncthreads(); \\\n"
+    "        return WARP((threadIdx.x & 31) < (blockDim.x >> 5) ? red[threadIdx.x & 31] : (ID)); \\\n"
+    "    }\n"
+    "TCC_BLOCK(tcc_block_sum_f, float, tcc_warp_sum_f, 0.0f)\n"
+    "TCC_BLOCK(tcc_block_max_f, float, tcc_warp_max_f, -TCC_INF_F)\n"
+    "TCC_BLOCK(tcc_block_min_f, float, tcc_warp_min_f, TCC_INF_F)\n"
+    "TCC_BLOCK(tcc_block_sum_d, double, tcc_warp_sum_d, 0.0)\n"
+    "TCC_BLOCK(tcc_block_max_d, double, tcc_warp_max_d, -TCC_INF_D)\n"
+    "TCC_BLOCK(tcc_block_min_d, double, tcc_warp_min_d, TCC_INF_D)\n"
+    "/* attention: a row is a warp */\n"
+    "#define TCC_ROW_MAX_F(v) tcc_warp_max_f(v)\n"
+    "#define TCC_ROW_SUM_F(v) tcc_warp_sum_f(v)\n"
+    "#define TCC_ROW_MAX_D(v) tcc_warp_max_d(v)\n"
+    "#define TCC_ROW_SUM_D(v) tcc_warp_sum_d(v)\n"
+    "#define TCC_PJ(p, jj) __shfl_sync(0xffffffffu, (p), (jj))\n"
+    "__device__ __forceinline__ void tcc_atomic_add_f(float *p, float v) { atomicAdd(p, v); }\n"
+    "__device__ __forceinline__ void tcc_atomic_add_d(double *p, double v) { atomicAdd(p, v); }\n"
+    "/* bf16 has no atomic add here: compare-and-swap on the aligned word holding it. */\n"
+    "__device__ void tcc_atomic_add_bf16(unsigned short *p, float v)\n"
+    "{\n"
+    "    unsigned *word = (unsigned *)((unsigned long long)p & ~3ULL);\n"
+    "    const unsigned shift = ((unsigned long long)p & 2ULL) ? 16u : 0u;\n"
+    "    unsigned old = *word, seen;\n"
+    "    do {\n"
+    "        seen = old;\n"
+    "        const unsigned short h = tcc_f2bf(tcc_bf2f((unsigned short)(seen >> shift)) + v);\n"
+    "        const unsigned next = (seen & ~(0xffffu << shift)) | ((unsigned)h << shift);\n"
+    "        old = atomicCAS(word, seen, next);\n"
+    "    } while (old != seen);\n"
+    "}\n\n";
+
+static const char *opencl_prelude =
+    "/* generated by tcc: the kernels of one training step, OpenCL C */\n"
+    "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+    "#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable\n"
+    "typedef long tcc_i64;\n"
+    "#define TCC_TID ((int)get_local_id(0))\n"
+    "#define TCC_BID ((tcc_i64)get_group_id(0))\n"
+    "#define TCC_BARRIER() barrier(CLK_LOCAL_MEM_FENCE)\n"
+    "#define TCC_SHARED __local\n"
+    "#define TCC_INF_F INFINITY\n"
+    "#define TCC_INF_D ((double)INFINITY)\n"
+    "float tcc_bf2f(ushort h) { return as_float((uint)h << 16); }\n"
+    "ushort tcc_f2bf(float x)\n"
+    "{\n"
+    "    uint u = as_uint(x);\n"
+    "    if ((u & 0x7fffffffu) > 0x7f800000u)\n"
+    "        return (ushort)((u >> 16) | 0x40u);\n"
+    "    return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
+    "}\n"
+    "/* No shuffles: the block's values meet in red[block] and halve in a tree. */\n"
+    "#define TCC_BLOCK(NAME, T, OP) \\\n"
+    "    T NAME(T v, __local T *red) \\\n"
+    "    { \\\n"
+    "        const int t = get_local_id(0); \\\n"
+    "        barrier(CLK_LOCAL_MEM_FENCE); \\\n"
+    "        red[t] = v; \\\n"
+    "        barrier(CLK_LOCAL_MEM_FENCE); \\\n"
+    "        for (int s = (int)get_local_size(0) >> 1; s > 0; s >>= 1) { \\\n"
+    "            if (t < s) { \\\n"
+    "                T a = red[t], x = red[t + s]; \\\n"
+    "                red[t] = OP; \\\n"
+    "            } \\\n"
+    "            barrier(CLK_LOCAL_MEM_FENCE); \\\n"
+    "        } \\\n"
+    "        return red[0]; \\\n"
+    "    }\n"
+    "TCC_BLOCK(tcc_block_sum_f, float, a + x)\n"
+    "TCC_BLOCK(tcc_block_max_f, float, fmax(a, x))\n"
+    "TCC_BLOCK(tcc_block_min_f, float, fmin(a, x))\n"
+    "TCC_BLOCK(tcc_block_sum_d, double, a + x)\n"
+    "TCC_BLOCK(tcc_block_max_d, double, fmax(a, x))\n"
+    "TCC_BLOCK(tcc_block_min_d, double, fmin(a, x))\n"
+    "/* A row's 32 values through its slice of local memory (a warp's shuffle). */\n"
+    "#define TCC_ROW(NAME, T, OP) \\\n"
+    "    T NAME(__local T *row, int lane, T v) \\\n"
+    "    { \\\n"
+    "        barrier(CLK_LOCAL_MEM_FENCE); \\\n"
+    "        row[lane] = v; \\\n"
+    "        barrier(CLK_LOCAL_MEM_FENCE); \\\n"
+    "        T a = row[0]; \\\n"
+    "        for (int j = 1; j < 32; j++) { \\\n"
+    "            T x = row[j]; \\\n"
+    "            a = OP; \\\n"
+    "        } \\\n"
+    "        return a; \\\n"
+    "    }\n"
+    "TCC_ROW(tcc_row_sum_f, float, a + x)\n"
+    "TCC_ROW(tcc_row_max_f, float, fmax(a, x))\n"
+    "TCC_ROW(tcc_row_sum_d, double, a + x)\n"
+    "TCC_ROW(tcc_row_max_d, double, fmax(a, x))\n"
+    "/* attention: a row's values meet in Red[w], its p in Ps[w] */\n"
+    "#define TCC_ROW_MAX_F(v) tcc_row_max_f(Red[w], lane, (v))\n"
+    "#define TCC_ROW_SUM_F(v) tcc_row_sum_f(Red[w], lane, (v))\n"
+    "#define TCC_ROW_MAX_D(v) tcc_row_max_d(Red[w], lane, (v))\n"
+    "#define TCC_ROW_SUM_D(v) tcc_row_sum_d(Red[w], lane, (v))\n"
+    "#define TCC_PJ(p, jj) (Ps[w][jj])\n"
+    "void tcc_atomic_add_f(__global float *p, float v)\n"
+    "{\n"
+    "    volatile __global uint *w = (volatile __global uint *)p;\n"
+    "    uint seen, old = *w;\n"
+    "    do {\n"
+    "        seen = old;\n"
+    "        old = atomic_cmpxchg(w, seen, as_uint(as_float(seen) + v));\n"
+    "    } while (old != seen);\n"
+    "}\n"
+    "void tcc_atomic_add_d(__global double *p, double v)\n"
+    "{\n"
+    "    volatile __global ulong *w = (volatile __global ulong *)p;\n"
+    "    ulong seen, old = *w;\n"
+    "    do {\n"
+    "        seen = old;\n"
+    "        old = atom_cmpxchg(w, seen, as_ulong(as_double(seen) + v));\n"
+    "    } while (old != seen);\n"
+    "}\n"
+    "void tcc_atomic_add_bf16(__global ushort *p, float v)\n"
+    "{\n"
+    "    volatile __global uint *w = (volatile __global uint *)((ulong)p & ~(ulong)3);\n"
+    "    const uint shift = ((ulong)p & 2) ? 16u : 0u;\n"
+    "    uint seen, old = *w;\n"
+    "    do {\n"
+    "        seen = old;\n"
+    "        const ushort h = tcc_f2bf(tcc_bf2f((ushort)(seen >> shift)) + v);\n"
+    "        old = atomic_cmpxchg(w, seen, (seen & ~(0xffffu << shift)) | ((uint)h << shift));\n"
+    "    } while (old != seen);\n"
+    "}\n\n";
+
+const char *cg_gpu_prelude(CgLang lang) { return lang == CG_CUDA ? cuda_prelude : opencl_prelude; }

@@ -818,6 +818,12 @@ static void attention(Gen *gen, const Op *op)
 {
     const Value *q = op->args[0];
     int64_t H = ir_op_attr_int(op, "heads", 1), Dh = q->shape[2] / H;
+    if (op->kind == OP_ATTENTION_GRAD) /* the kernel adds into dk and dv */
+        for (int i = 1; i <= 2; i++) {
+            Kernel *z = kb_new(gen, KP_POINTWISE, numel(op->res[i]), ftype_of(op));
+            kb_store(z, kb_arg(z, gen, T(gen, op->res[i])), kb_idx(z, 0), kb_const(z, 0));
+            kb_finish(gen, z);
+        }
     Kernel *k = kb_new(gen, op->kind == OP_ATTENTION ? KP_ATTENTION : KP_ATTENTION_BWD, 1,
                        ftype_of(op));
     k->attn = (KAttention){q->shape[0], q->shape[1], H, ir_op_attr_int(op, "kv_heads", H), Dh,

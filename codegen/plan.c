@@ -753,6 +753,25 @@ static char *kernel_source(Gen *gen)
     return src;
 }
 
+/* The CUDA rendering of every kernel after its prelude; "" when one has no
+ * rendering (f16). */
+static char *gpu_source(Gen *gen)
+{
+    const char *pre = cg_gpu_prelude(CG_CUDA);
+    size_t total = strlen(pre) + 1;
+    char **parts = arena_alloc(gen->a, sizeof(char *) * (size_t)(gen->kernels.len + 1));
+    for (int i = 0; i < gen->kernels.len; i++) {
+        if (!(parts[i] = cg_emit_gpu(gen->a, gen->kernels.data[i], CG_CUDA)))
+            return "";
+        total += strlen(parts[i]);
+    }
+    char *src = arena_alloc(gen->a, total), *p = src;
+    p = stpcpy(p, pre);
+    for (int i = 0; i < gen->kernels.len; i++)
+        p = stpcpy(p, parts[i]);
+    return src;
+}
+
 static int output_tensor(Gen *gen, const char *name, int index)
 {
     const Graph *g = gen->g;
@@ -789,6 +808,7 @@ static void fill_plan(Gen *gen, Plan *p)
         p->kernels[i] = (PlanKernel){(char *)k->name, k->nargs, (int)k->pattern, l.grid, l.block};
     }
     p->kernel_source = kernel_source(gen);
+    p->gpu_source = gen->kernels.len ? gpu_source(gen) : "";
     p->loss = output_tensor(gen, NULL, 0);
     p->lr = output_tensor(gen, "lr", -1);
     p->grad_norm = output_tensor(gen, "grad_norm", -1);
