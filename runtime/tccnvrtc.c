@@ -164,25 +164,37 @@ static char *read_text(const char *path)
     return buf;
 }
 
+static int is_ident(char c)
+{
+    return c == '_' || (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z');
+}
+
 /* The name of the __global__ function declared on this line ("extern \"C\"
- * __global__ void NAME(...") into name[128]; 0, or -1 when there is none. */
+ * __global__ void __launch_bounds__(256) NAME(...") into name[128]: the first
+ * identifier before a '(' that is not an attribute (__NAME__); 0, or -1. */
 static int global_on_line(const char *line, size_t len, char *name)
 {
-    const char *g = strstr(line, "__global__");
-    const char *paren = g && g < line + len ? memchr(g, '(', (size_t)(line + len - g)) : NULL;
-    if (!paren)
+    const char *g = strstr(line, "__global__"), *end = line + len;
+    if (!g || g >= end)
         return -1;
-    const char *end = paren;
-    while (end > g && end[-1] == ' ')
-        end--;
-    const char *start = end;
-    while (start > g && (start[-1] == '_' || (start[-1] >= '0' && start[-1] <= '9') ||
-                         ((start[-1] | 32) >= 'a' && (start[-1] | 32) <= 'z')))
-        start--;
-    if (start == end)
-        return -1;
-    snprintf(name, 128, "%.*s", (int)(end - start < 127 ? end - start : 127), start);
-    return 0;
+    for (const char *p = g + 10; p < end; p++) {
+        if (*p != '(')
+            continue;
+        const char *stop = p;
+        while (stop > g && stop[-1] == ' ')
+            stop--;
+        const char *start = stop;
+        while (start > g && is_ident(start[-1]))
+            start--;
+        size_t k = (size_t)(stop - start);
+        if (k > 4 && !strncmp(start, "__", 2) && !strncmp(stop - 2, "__", 2))
+            continue; /* an attribute: its arguments may not hold a '(' of ours */
+        if (!k)
+            return -1;
+        snprintf(name, 128, "%.*s", (int)(k < 127 ? k : 127), start);
+        return 0;
+    }
+    return -1;
 }
 
 /* The kernel a source line (1-based) belongs to: the last __global__ declared
