@@ -9,7 +9,8 @@
  * warning or spills registers to local memory; each is a defect of the kernel
  * (or of the emitter that wrote it), so each fails the run (exit status 1)
  * with the kernel named. A kernel of the plan that ptxas did not report was
- * not compiled at all and fails it too. */
+ * not compiled at all, and one whose block of threads needs more registers
+ * than a GPU block has would not launch: both fail it too. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,8 +35,9 @@ static const char *USAGE =
     "  --report=FILE       write the report to FILE too\n"
     "  --maxrregcount=N    at most N registers per thread (ptxas spills the rest)\n"
     "Exits 1, with a line naming the kernel, when a kernel does not compile, the\n"
-    "compile log has a warning, a kernel spills (any bytes), or a kernel of the plan\n"
-    "was not compiled.\n";
+    "compile log has a warning, a kernel spills (any bytes), a kernel of the plan\n"
+    "was not compiled, or its launch (threads a block) needs more registers than a\n"
+    "block has.\n";
 
 typedef struct Options {
     const char *input, *report;
@@ -51,6 +53,7 @@ typedef struct Input {
     char what[4400];  /* the report's title: the file, and the plan's model */
     char *src;        /* malloc'ed */
     char **names;     /* the kernels in order: the plan's, else the source's __global__ */
+    int *blocks;      /* a plan's: each kernel's threads per block */
     int nnames, from_plan;
 } Input;
 
@@ -255,13 +258,16 @@ static int load_plan(Input *in, const char *path)
                       path, p->nkernels);
     in->src = rc ? NULL : strdup(p->gpu_source ? p->gpu_source : "");
     in->names = rc ? NULL : calloc((size_t)p->nkernels + 1, sizeof *in->names);
-    for (int i = 0; in->names && i < p->nkernels; i++)
+    in->blocks = rc ? NULL : calloc((size_t)p->nkernels + 1, sizeof *in->blocks);
+    for (int i = 0; in->names && in->blocks && i < p->nkernels; i++) {
+        in->blocks[i] = p->kernels[i].block;
         in->names[in->nnames++] = strdup(p->kernels[i].name);
+    }
     snprintf(in->where, sizeof in->where, "%s:gpu_source", path);
     snprintf(in->what, sizeof in->what, "plan %s (model %s, %d kernel%s)", path, p->model,
              p->nkernels, p->nkernels == 1 ? "" : "s");
     plan_free(p);
-    if (!rc && (!in->src || !in->names))
+    if (!rc && (!in->src || !in->names || !in->blocks))
         rc = -problem("out of memory");
     return rc;
 }
@@ -296,6 +302,7 @@ static void free_input(Input *in)
     for (int i = 0; i < in->nnames; i++)
         free(in->names[i]);
     free(in->names);
+    free(in->blocks);
     free(in->src);
 }
 
@@ -358,7 +365,29 @@ static const RtKernelUse *find_use(const ArchRun *r, const char *name)
     return NULL;
 }
 
-/* Spills, and kernels of the plan that ptxas did not report. */
+/* sm_80 and sm_90 alike: 64K registers for a block, given to warps in units of 256. */
+#define BLOCK_REGISTERS 65536
+#define REGISTER_UNIT 256
+
+/* A plan's launch of u with `block` threads, which the GPU refuses ("too many
+ * resources requested for launch") when the block needs more registers than
+ * there are, or more than 1024 threads: 1 problem, or 0. */
+static int launch_problem(const RtKernelUse *u, int block, const char *arch)
+{
+    long per_warp = ((long)u->regs * 32 + REGISTER_UNIT - 1) / REGISTER_UNIT * REGISTER_UNIT;
+    long need = per_warp * ((block + 31) / 32);
+    if (block > 1024)
+        return problem("kernel '%s' is launched with %d threads a block, more than 1024", u->name,
+                       block);
+    if (need > BLOCK_REGISTERS)
+        return problem("kernel '%s' cannot be launched with %d threads a block on %s: "
+                       "%d registers a thread need %ld registers, a block has %d",
+                       u->name, block, arch, u->regs, need, BLOCK_REGISTERS);
+    return 0;
+}
+
+/* Spills, kernels of the plan that ptxas did not report, and launches the
+ * kernels' registers do not allow. */
 static int usage_problems(const Input *in, const ArchRun *r)
 {
     int bad = 0;
@@ -369,11 +398,15 @@ static int usage_problems(const Input *in, const ArchRun *r)
                            u->is_function ? "device function" : "kernel", u->name, r->arch,
                            u->spill_stores, u->spill_loads);
     }
-    for (int i = 0; in->from_plan && i < in->nnames; i++)
-        if (!find_use(r, in->names[i]))
+    for (int i = 0; in->from_plan && i < in->nnames; i++) {
+        const RtKernelUse *u = find_use(r, in->names[i]);
+        if (!u)
             bad += problem("kernel '%s' of the plan was not compiled for %s: ptxas did not "
                            "report it (is it in gpu_source?)",
                            in->names[i], r->arch);
+        else
+            bad += launch_problem(u, in->blocks[i], r->arch);
+    }
     return bad;
 }
 

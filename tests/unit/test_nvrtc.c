@@ -324,8 +324,8 @@ Test(nvrtc, unreferenced_variable_draws_a_real_warning)
 /* ---- ./tccnvrtc on a plan ---- */
 
 /* DIR/plan.json: y = 2 x over 256 floats, one kernel "k_twice" launched as one
- * block of 256 threads, with gpu_source as given. */
-static void write_plan(const char *gpu_source)
+ * block of `block` threads, with gpu_source as given. */
+static void write_plan_block(const char *gpu_source, int block)
 {
     Plan p = {.version = PLAN_VERSION, .loss = -1, .lr = -1, .grad_norm = -1};
     PlanTensor t[2] = {{0}};
@@ -341,7 +341,7 @@ static void write_plan(const char *gpu_source)
                             .layer = -1,
                             .value = i,
                             .stage = -1};
-    PlanKernel k = {.name = "k_twice", .nargs = 2, .grid = 1, .block = 256};
+    PlanKernel k = {.name = "k_twice", .nargs = 2, .grid = 1, .block = block};
     PlanInstr in = {.kind = PI_KERNEL, .nargs = 2, .args = (int[]){1, 0}, .layer = -1};
     p.model = "twice", p.slab_bytes = 2048, p.ntensors = 2, p.tensors = t;
     p.ninstrs = 1, p.instrs = &in, p.nkernels = 1, p.kernels = &k;
@@ -352,6 +352,11 @@ static void write_plan(const char *gpu_source)
     char path[128], err[512] = "";
     snprintf(path, sizeof path, "%s/plan.json", dir);
     cr_assert_eq(plan_write(path, &p, err, sizeof err), 0, "%s", err);
+}
+
+static void write_plan(const char *gpu_source)
+{
+    write_plan_block(gpu_source, 256);
 }
 
 /* Run ./tccnvrtc with args; its exit status, stdout and stderr in out. */
@@ -431,6 +436,26 @@ Test(nvrtc, tccnvrtc_names_the_kernel_of_a_compile_error_in_a_plan)
                           "sm_80)"),
               "%s", out);
     cr_assert(strstr(out, "total sm_90: did not compile"), "%s", out);
+}
+
+/* SPILL's 72 registers (rounded to 2304 a warp) for 32 warps are 73728 of a
+ * block's 65536: the launch would fail. 16 warps (36864) fit. */
+Test(nvrtc, tccnvrtc_refuses_a_launch_with_more_registers_than_a_block_has)
+{
+    char out[8192], *heavy = strdup(SPILL);
+    memcpy(strstr(heavy, "tcc_spill"), "k_twice__", 9);
+    char *pad = strstr(heavy, "k_twice__");
+    memmove(pad + 7, pad + 9, strlen(pad + 9) + 1);
+    write_plan_block(heavy, 1024);
+    cr_assert_eq(tccnvrtc(dir, out, sizeof out), 1, "%s", out);
+    /* 72 registers with this NVRTC: more would need more; 64 or less would fit. */
+    cr_assert(strstr(out, "tccnvrtc: error: kernel 'k_twice' cannot be launched with 1024 threads "
+                          "a block on sm_80: ") &&
+                  strstr(out, "registers, a block has 65536\n"),
+              "%s", out);
+    write_plan_block(heavy, 512);
+    cr_assert_eq(tccnvrtc(dir, out, sizeof out), 0, "%s", out);
+    free(heavy);
 }
 
 #else
