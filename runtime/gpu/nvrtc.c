@@ -2,7 +2,7 @@
  * Reads: the source, the cache folder. Writes: CACHE/nv-HASH-ARCH.cubin.
  * Key idea: the cache key is the source, the architecture, the options and
  * NVRTC's version, so a cubin is reused only where it was built for exactly
- * this; a cached file that is not an ELF image is compiled again. */
+ * this; a cached file that is not a whole ELF image is compiled again. */
 #include "runtime/gpu/nvrtc.h"
 
 #include <errno.h>
@@ -30,24 +30,46 @@ static int is_arch(const char *arch)
            strspn(arch + 3, "0123456789abf") == k - 3;
 }
 
+/* A little-endian field of the ELF header. */
+static uint64_t elf_field(const unsigned char *b, size_t at, size_t bytes)
+{
+    uint64_t v = 0;
+    for (size_t i = bytes; i-- > 0;)
+        v = v << 8 | b[at + i];
+    return v;
+}
+
+/* A 64-bit ELF image whose header's tables of program and section headers lie
+ * inside it: a file cut short, or any other file, is not a cubin. */
+static int elf_whole(const unsigned char *b, size_t size)
+{
+    if (size < 64 || memcmp(b, "\177ELF", 4) || b[4] != 2 || b[5] != 1)
+        return 0;
+    uint64_t phoff = elf_field(b, 0x20, 8), shoff = elf_field(b, 0x28, 8);
+    uint64_t ph = elf_field(b, 0x36, 2) * elf_field(b, 0x38, 2);
+    uint64_t sh = elf_field(b, 0x3a, 2) * elf_field(b, 0x3c, 2);
+    return phoff <= size && ph <= size - phoff && shoff <= size && sh <= size - shoff;
+}
+
 static int read_cached(const char *path, RtCubin *out)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
         return -1;
     long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    char *buf = size > 4 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)size) : NULL;
-    int ok = buf && fread(buf, 1, (size_t)size, f) == (size_t)size && !memcmp(buf, "\177ELF", 4);
+    unsigned char *buf = size > 0 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)size) : NULL;
+    int ok = buf && fread(buf, 1, (size_t)size, f) == (size_t)size && elf_whole(buf, (size_t)size);
     fclose(f);
-    if (!ok) {
+    char *log = ok ? calloc(1, 1) : NULL;
+    if (!log) {
         free(buf);
         return -1;
     }
     out->image = buf;
     out->size = (size_t)size;
-    out->log = calloc(1, 1);
+    out->log = log;
     out->from_cache = 1;
-    return out->log ? 0 : -1;
+    return 0;
 }
 
 /* Best effort: a cache that cannot be written costs a compile next time. */

@@ -204,6 +204,20 @@ Test(nvrtc, corrupt_cache_file_is_compiled_again)
     rt_cubin_free(&c), rt_cubin_free(&first);
 }
 
+Test(nvrtc, cache_file_cut_short_is_compiled_again)
+{
+    RtCubin first, c;
+    char err[512] = "", path[256];
+    cr_assert_eq(rt_nvrtc_compile(REVERSE, "sm_90", dir, &first, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cached_files(path, sizeof path), 1);
+    cr_assert_eq(truncate(path, (off_t)first.size / 2), 0);
+    cr_assert_eq(rt_nvrtc_compile(REVERSE, "sm_90", dir, &c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.from_cache, 0, "half a cubin (its ELF header whole) is not loaded");
+    cr_assert_eq(c.size, first.size);
+    cr_assert_eq(memcmp(c.image, first.image, c.size), 0);
+    rt_cubin_free(&c), rt_cubin_free(&first);
+}
+
 /* ---- refusals ---- */
 
 Test(nvrtc, bad_architecture_is_refused_with_a_message)
