@@ -162,6 +162,31 @@ static int take_cubin(nvrtcProgram prog, const char *arch, RtCubin *out, char *e
                        r != NVRTC_SUCCESS ? nvrtcGetErrorString(r) : "out of memory");
 }
 
+/* Compile src with opts into out (image and log); 0, or -1 with NVRTC's first
+ * error line and out freed. */
+static int compile(const char *src, const char *arch, const char **opts, int nopts, RtCubin *out,
+                   char *err, size_t n)
+{
+    nvrtcProgram prog;
+    nvrtcResult r = nvrtcCreateProgram(&prog, src, RT_NVRTC_PROGRAM, 0, NULL, NULL);
+    if (r != NVRTC_SUCCESS)
+        return plan_errorf(err, n, "nvrtcCreateProgram: %s", nvrtcGetErrorString(r));
+    r = nvrtcCompileProgram(prog, nopts, opts);
+    take_log(prog, out);
+    int rc = 0;
+    if (r != NVRTC_SUCCESS) {
+        char line[320];
+        first_error_line(out->log ? out->log : "", line, sizeof line);
+        rc = plan_errorf(err, n, "nvrtc (%s): %s: %s", arch, nvrtcGetErrorString(r), line);
+    } else {
+        rc = take_cubin(prog, arch, out, err, n);
+    }
+    nvrtcDestroyProgram(&prog);
+    if (rc)
+        rt_cubin_free(out);
+    return rc;
+}
+
 int rt_nvrtc_compile_with(const char *src, const char *arch, const char *const *extra, int nextra,
                           const char *cache_dir, RtCubin *out, char *err, size_t n)
 {
@@ -185,25 +210,8 @@ int rt_nvrtc_compile_with(const char *src, const char *arch, const char *const *
         return -1;
     if (*path && read_cached(path, out) == 0)
         return 0;
-    nvrtcProgram prog;
-    nvrtcResult r = nvrtcCreateProgram(&prog, src, RT_NVRTC_PROGRAM, 0, NULL, NULL);
-    if (r != NVRTC_SUCCESS)
-        return plan_errorf(err, n, "nvrtcCreateProgram: %s", nvrtcGetErrorString(r));
-    r = nvrtcCompileProgram(prog, nopts, opts);
-    take_log(prog, out);
-    if (r != NVRTC_SUCCESS) {
-        char line[320];
-        first_error_line(out->log ? out->log : "", line, sizeof line);
-        nvrtcDestroyProgram(&prog);
-        rt_cubin_free(out);
-        return plan_errorf(err, n, "nvrtc (%s): %s: %s", arch, nvrtcGetErrorString(r), line);
-    }
-    int rc = take_cubin(prog, arch, out, err, n);
-    nvrtcDestroyProgram(&prog);
-    if (rc) {
-        rt_cubin_free(out);
+    if (compile(src, arch, opts, nopts, out, err, n))
         return -1;
-    }
     if (*path)
         write_cached(path, out);
     return 0;
