@@ -142,7 +142,7 @@ $(B)/fuzz/%: tests/fuzz/%.c $(FUZZ_OBJS) $(HDRS)
 # (tests/run_suites.py reports it) and the other suites still run.
 test: $(DEPS)
 	@$(MAKE) --no-print-directory -j$(JOBS) tcc $(B)/tcc-san
-	@$(MAKE) --no-print-directory -j$(JOBS) -k $(UNIT_BINS) $(FUZZ_BINS) || \
+	@$(MAKE) --no-print-directory -j$(JOBS) -k $(UNIT_BINS) $(FUZZ_BINS) $(B)/oclcheck || \
 	    echo "tcc: some test binaries did not build; each counts as a failed test"
 	@$(PYTHON) tests/run_suites.py --fuzz-seconds=$(FUZZ_SHORT)
 

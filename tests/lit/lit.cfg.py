@@ -5,7 +5,10 @@
 #   %tccdata    the project's ./tccdata (make tccdata)
 #   %FileCheck  llvm-14's FileCheck (plain `FileCheck` and `not` work too)
 #   %samples    the absolute path of samples/
+#   %oclcheck   build/oclcheck (tests/kernels/oclcheck.c); feature `opencl` when an
+#               OpenCL platform is installed (an ICD file in /etc/OpenCL/vendors)
 # Sanitizer errors abort, so `not %tcc` fails on a crash instead of passing.
+import glob
 import os
 
 import lit.formats
@@ -38,3 +41,6 @@ config.substitutions.append(('%tccdata', os.path.join(root, 'tccdata')))
 config.substitutions.append(('%tcc', tcc))
 config.substitutions.append(('%FileCheck', os.path.join(llvm_bin, 'FileCheck')))
 config.substitutions.append(('%samples', os.path.join(root, 'samples')))
+config.substitutions.append(('%oclcheck', os.path.join(root, 'build', 'oclcheck')))
+if glob.glob('/etc/OpenCL/vendors/*.icd'):
+    config.available_features.add('opencl')
