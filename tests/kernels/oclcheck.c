@@ -45,8 +45,9 @@ typedef struct Cl {
 typedef struct Cmp {
     double err, tol;
     int slot;
-    int64_t at;
+    int64_t at; /* the worst element */
     double got, want;
+    int64_t first; /* the first element beyond tolerance, or -1 */
 } Cmp;
 
 /* ---- random inputs ---- */
@@ -59,7 +60,10 @@ static uint64_t rng_next(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static double rng_unit(uint64_t *s) { return (double)(rng_next(s) >> 11) * 0x1p-53; }
+static double rng_unit(uint64_t *s)
+{
+    return (double)(rng_next(s) >> 11) * 0x1p-53;
+}
 
 static uint16_t f2bf(float x)
 {
@@ -100,21 +104,28 @@ static int64_t int_limit(const Plan *p, const PlanTensor *t)
  * sums of inputs do not cancel. The step number (PT_STEP, a whole number the
  * runtime writes) is set apart by the caller: 1 - beta^step cancels for steps
  * near 0 (at 0.25, 1 - 0.999^0.25 keeps 4 digits fewer than its operands), a
- * loss of the f32 arithmetic itself, not of any rendering. values[] holds what the kernel sees (bf16
- * inputs rounded), as double, for the reference. */
+ * loss of the f32 arithmetic itself, not of any rendering. values[] holds what the kernel sees
+ * (bf16 inputs rounded), as double, for the reference. */
 static void fill(uint64_t *s, DType dt, int64_t lim, int64_t n, void *buf, double *values)
 {
     for (int64_t i = 0; i < n; i++) {
         double x = 0.25 + 0.75 * rng_unit(s);
         switch (dt) {
-        case DT_F32: values[i] = ((float *)buf)[i] = (float)x; break;
-        case DT_F64: values[i] = ((double *)buf)[i] = x; break;
+        case DT_F32:
+            values[i] = ((float *)buf)[i] = (float)x;
+            break;
+        case DT_F64:
+            values[i] = ((double *)buf)[i] = x;
+            break;
         case DT_BF16:
             ((uint16_t *)buf)[i] = f2bf((float)x);
             values[i] = bf2d(((uint16_t *)buf)[i]);
             break;
-        case DT_I32: values[i] = ((int32_t *)buf)[i] = (int32_t)(rng_next(s) % (uint64_t)lim); break;
-        default: BUG("no inputs for dtype %d", (int)dt);
+        case DT_I32:
+            values[i] = ((int32_t *)buf)[i] = (int32_t)(rng_next(s) % (uint64_t)lim);
+            break;
+        default:
+            BUG("no inputs for dtype %d", (int)dt);
         }
     }
 }
@@ -122,22 +133,36 @@ static void fill(uint64_t *s, DType dt, int64_t lim, int64_t n, void *buf, doubl
 static double load(DType dt, const void *buf, int64_t i)
 {
     switch (dt) {
-    case DT_F32: return ((const float *)buf)[i];
-    case DT_F64: return ((const double *)buf)[i];
-    case DT_BF16: return bf2d(((const uint16_t *)buf)[i]);
-    case DT_I32: return ((const int32_t *)buf)[i];
-    default: BUG("no values for dtype %d", (int)dt);
+    case DT_F32:
+        return ((const float *)buf)[i];
+    case DT_F64:
+        return ((const double *)buf)[i];
+    case DT_BF16:
+        return bf2d(((const uint16_t *)buf)[i]);
+    case DT_I32:
+        return ((const int32_t *)buf)[i];
+    default:
+        BUG("no values for dtype %d", (int)dt);
     }
 }
 
 static void store(DType dt, void *buf, int64_t i, double x)
 {
     switch (dt) {
-    case DT_F32: ((float *)buf)[i] = (float)x; return;
-    case DT_F64: ((double *)buf)[i] = x; return;
-    case DT_BF16: ((uint16_t *)buf)[i] = f2bf((float)x); return;
-    case DT_I32: ((int32_t *)buf)[i] = (int32_t)x; return;
-    default: BUG("no values for dtype %d", (int)dt);
+    case DT_F32:
+        ((float *)buf)[i] = (float)x;
+        return;
+    case DT_F64:
+        ((double *)buf)[i] = x;
+        return;
+    case DT_BF16:
+        ((uint16_t *)buf)[i] = f2bf((float)x);
+        return;
+    case DT_I32:
+        ((int32_t *)buf)[i] = (int32_t)x;
+        return;
+    default:
+        BUG("no values for dtype %d", (int)dt);
     }
 }
 
@@ -198,14 +223,14 @@ static const char *cl_err(cl_int e)
     return buf;
 }
 
-#define CL_CHECK(call)                                                                      \
-    do {                                                                                    \
-        cl_int e_ = (call);                                                                 \
-        if (e_ != CL_SUCCESS) {                                                             \
-            fprintf(stderr, "oclcheck: error: %s at %s:%d: %s\n", #call, __FILE__, __LINE__, \
-                    cl_err(e_));                                                            \
-            return -1;                                                                      \
-        }                                                                                   \
+#define CL_CHECK(call)                                                                             \
+    do {                                                                                           \
+        cl_int e_ = (call);                                                                        \
+        if (e_ != CL_SUCCESS) {                                                                    \
+            fprintf(stderr, "oclcheck: error: %s at %s:%d: %s\n", #call, __FILE__, __LINE__,       \
+                    cl_err(e_));                                                                   \
+            return -1;                                                                             \
+        }                                                                                          \
     } while (0)
 
 /* The first device of the first platform; 1 when there is none, -1 on error. */
@@ -273,9 +298,8 @@ static int cl_run(Cl *cl, const Kernel *k, void **bufs, const size_t *bytes, con
         CL_SUCCESS)
         goto out;
     for (int u = 0; u < 64; u++)
-        if (mem[u] &&
-            (e = clEnqueueReadBuffer(cl->q, mem[u], CL_TRUE, 0, bytes[u], bufs[u], 0, NULL,
-                                     NULL)) != CL_SUCCESS)
+        if (mem[u] && (e = clEnqueueReadBuffer(cl->q, mem[u], CL_TRUE, 0, bytes[u], bufs[u], 0,
+                                               NULL, NULL)) != CL_SUCCESS)
             goto out;
     rc = 0;
 out:
@@ -370,9 +394,10 @@ static void compare(Cmp *c, int j, DType gdt, const void *got, DType wdt, const 
             e = (g == w || (isnan(g) && isnan(w))) ? 0 : INFINITY;
         else
             e = g == w ? 0 : fabs(g - w) / (fabs(w) + m / 64.0);
-        if (e > c->err || (isnan(e) && !isnan(c->err))) {
-            *c = (Cmp){e, c->tol, j, i, g, w};
-        }
+        if (e > c->tol && c->first < 0)
+            c->first = i;
+        if (e > c->err)
+            *c = (Cmp){e, c->tol, j, i, g, w, c->first};
     }
 }
 
@@ -418,8 +443,8 @@ typedef struct Run {
 } Run;
 
 typedef struct Result {
-    Cmp c, ocl, oc; /* C vs reference, OpenCL vs reference, OpenCL vs C */
-    double worst;   /* the largest err / tol of the three */
+    Cmp c, ocl, oc;  /* C vs reference, OpenCL vs reference, OpenCL vs C */
+    double worst;    /* the largest err / tol of the three */
     const char *why; /* why it could not run, or NULL */
 } Result;
 
@@ -498,24 +523,24 @@ static void compare_all(const Kernel *k, Bufs *b, int with_ocl, Result *res)
         while (b->uniq[j] != u)
             j++;
         double tol = tolerance(k, k->ftype, dt);
-        Cmp c = {0, tol, 0, 0, 0, 0}, o = c, oc = c;
+        Cmp c = {0, tol, 0, 0, 0, 0, -1}, o = c, oc = c;
         oc.tol = 2 * tol; /* both sides err against the exact result */
         compare(&c, j, dt, b->c[u], rdt, b->ref[u], b->count[u]);
-        if (res->c.tol < 0 || c.err / c.tol > res->c.err / res->c.tol || isnan(c.err))
+        if (res->c.tol < 0 || c.err / c.tol > res->c.err / res->c.tol)
             res->c = c;
         if (with_ocl) {
             compare(&o, j, dt, b->ocl[u], rdt, b->ref[u], b->count[u]);
             compare(&oc, j, dt, b->ocl[u], dt, b->c[u], b->count[u]);
-            if (res->ocl.tol < 0 || o.err / o.tol > res->ocl.err / res->ocl.tol || isnan(o.err))
+            if (res->ocl.tol < 0 || o.err / o.tol > res->ocl.err / res->ocl.tol)
                 res->ocl = o;
-            if (res->oc.tol < 0 || oc.err / oc.tol > res->oc.err / res->oc.tol || isnan(oc.err))
+            if (res->oc.tol < 0 || oc.err / oc.tol > res->oc.err / res->oc.tol)
                 res->oc = oc;
         }
     }
     const Cmp *all[3] = {&res->c, &res->ocl, &res->oc};
     for (int i = 0; i < 3; i++) {
         double q = all[i]->tol > 0 ? all[i]->err / all[i]->tol : 0; /* tol < 0: not run */
-        res->worst = isnan(q) || q > res->worst ? (isnan(q) ? INFINITY : q) : res->worst;
+        res->worst = fmax(res->worst, q);
     }
 }
 
@@ -550,8 +575,9 @@ static void print_cmp(const char *what, const Kernel *k, const Cmp *c)
     if (c->tol < 0 || c->err <= c->tol) /* not run, or within tolerance */
         return;
     printf("    %s: argument %d (tensor %d) element %lld: %.9g against %.17g (error %.2e > "
-           "tolerance %.2e)\n",
-           what, c->slot, k->args[c->slot], (long long)c->at, c->got, c->want, c->err, c->tol);
+           "tolerance %.2e; first bad element %lld)\n",
+           what, c->slot, k->args[c->slot], (long long)c->at, c->got, c->want, c->err, c->tol,
+           (long long)c->first);
 }
 
 static void print_kernel(const Run *r, const Kernel *k, const Result *res)
@@ -658,15 +684,18 @@ static int check_all(Run *r, Kernel **ks, int n, const int *has)
             worst_q = res.worst;
         }
     }
-    printf("oclcheck: %d kernels, %d failed (seed %llu%s)\n", n, failed,
-           (unsigned long long)r->o->seed, r->cl ? "" : ", no OpenCL");
+    printf("oclcheck: %d kernels, %d failed (seed %llu%s); largest error %.3g of its tolerance "
+           "(%s)\n",
+           n, failed, (unsigned long long)r->o->seed, r->cl ? "" : ", no OpenCL", worst_q,
+           n ? ks[worst]->name : "none");
     if (failed)
         printf("oclcheck: FAIL: worst kernel %s (error %.3g times its tolerance)\n",
                ks[worst]->name, worst_q);
     return failed ? 1 : 0;
 }
 
-static int run(Ctx *c, const Opts *o, const char *dir)
+/* Checks every kernel; sets o->keep when the sources are worth keeping (a failed build). */
+static int run(Ctx *c, Opts *o, const char *dir)
 {
     Plan plan;
     Kernel **ks;
@@ -683,12 +712,18 @@ static int run(Ctx *c, const Opts *o, const char *dir)
             printf("oclcheck: no OpenCL platform: skipped\n");
             return 77;
         }
-        if (rc < 0 || cl_build(&cl, c->arena, dir, opencl_source(c->arena, ks, plan.nkernels, has)))
+        if (rc < 0)
             return 1;
+        if (cl_build(&cl, c->arena, dir, opencl_source(c->arena, ks, plan.nkernels, has)) != 0) {
+            o->keep = 1;
+            return 1;
+        }
         r.cl = &cl;
     }
-    if (!(r.so = build_c(c->arena, dir, ks, plan.nkernels)))
+    if (!(r.so = build_c(c->arena, dir, ks, plan.nkernels))) {
+        o->keep = 1;
         return 1;
+    }
     int rc = check_all(&r, ks, plan.nkernels, has);
     /* r.so stays loaded: dlclose would unload the OpenMP runtime under its idle threads */
     if (r.cl) {
