@@ -284,8 +284,9 @@ static int cl_run(Cl *cl, const Kernel *k, void **bufs, const size_t *bytes, con
     for (int j = 0; j < k->nargs; j++) {
         int u = uniq[j];
         if (!mem[u]) {
-            mem[u] = clCreateBuffer(cl->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes[u],
-                                    bufs[u], &e);
+            /* OpenCL has no empty buffers: an empty tensor gets the spare byte of its copy */
+            mem[u] = clCreateBuffer(cl->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                                    bytes[u] ? bytes[u] : 1, bufs[u], &e);
             if (e != CL_SUCCESS)
                 goto out;
         }
@@ -294,12 +295,12 @@ static int cl_run(Cl *cl, const Kernel *k, void **bufs, const size_t *bytes, con
     }
     CgLaunch l = cg_gpu_launch(k);
     size_t global = (size_t)l.grid * (size_t)l.block, local = (size_t)l.block;
-    if ((e = clEnqueueNDRangeKernel(cl->q, kern, 1, NULL, &global, &local, 0, NULL, NULL)) !=
-        CL_SUCCESS)
+    if (global && (e = clEnqueueNDRangeKernel(cl->q, kern, 1, NULL, &global, &local, 0, NULL,
+                                              NULL)) != CL_SUCCESS) /* OpenCL 1.2: no empty range */
         goto out;
     for (int u = 0; u < 64; u++)
-        if (mem[u] && (e = clEnqueueReadBuffer(cl->q, mem[u], CL_TRUE, 0, bytes[u], bufs[u], 0,
-                                               NULL, NULL)) != CL_SUCCESS)
+        if (mem[u] && (e = clEnqueueReadBuffer(cl->q, mem[u], CL_TRUE, 0, bytes[u] ? bytes[u] : 1,
+                                               bufs[u], 0, NULL, NULL)) != CL_SUCCESS)
             goto out;
     rc = 0;
 out:
