@@ -9,10 +9,12 @@
  * exit 1 naming the worst kernel when a comparison fails, 77 when there is no
  * OpenCL platform.
  *
- *   oclcheck [--seed N] [--perturb] [--no-opencl] [--keep] FILE.tir
+ *   oclcheck [--seed N] [--perturb] [--drop-group] [--no-opencl] [--keep] FILE.tir
  *
  * --perturb changes one output element of each kernel's checked result (the
- * OpenCL one, or the C one under --no-opencl) by 1%: every kernel must fail. */
+ * OpenCL one, or the C one under --no-opencl) by 1%; --drop-group launches
+ * every OpenCL kernel without its last work-group. Either way every kernel
+ * must fail. */
 #define CL_TARGET_OPENCL_VERSION 120
 #include "codegen/codegen.h"
 
@@ -30,7 +32,7 @@ typedef void (*KernelFn)(char *const *args);
 
 typedef struct Opts {
     uint64_t seed;
-    int perturb, no_opencl, keep;
+    int perturb, drop_group, no_opencl, keep;
     const char *path;
 } Opts;
 
@@ -273,8 +275,10 @@ static int cl_build(Cl *cl, Arena *a, const char *dir, const char *src)
     return -1;
 }
 
-/* Run kernel k on the OpenCL device: buffers in, launch, buffers back. */
-static int cl_run(Cl *cl, const Kernel *k, void **bufs, const size_t *bytes, const int *uniq)
+/* Run kernel k on the OpenCL device: buffers in, launch (drop: without the last
+ * work-group), buffers back. */
+static int cl_run(Cl *cl, const Kernel *k, void **bufs, const size_t *bytes, const int *uniq,
+                  int drop)
 {
     cl_int e;
     cl_kernel kern = clCreateKernel(cl->prog, k->name, &e);
@@ -294,7 +298,7 @@ static int cl_run(Cl *cl, const Kernel *k, void **bufs, const size_t *bytes, con
             goto out;
     }
     CgLaunch l = cg_gpu_launch(k);
-    size_t global = (size_t)l.grid * (size_t)l.block, local = (size_t)l.block;
+    size_t global = (size_t)(l.grid - drop) * (size_t)l.block, local = (size_t)l.block;
     if (global && (e = clEnqueueNDRangeKernel(cl->q, kern, 1, NULL, &global, &local, 0, NULL,
                                               NULL)) != CL_SUCCESS) /* OpenCL 1.2: no empty range */
         goto out;
@@ -557,7 +561,7 @@ static void check_kernel(Run *r, const Kernel *k, int has_ocl, Result *res)
         res->why = "no C symbol";
     } else if (r->cl && !has_ocl) {
         res->why = "no OpenCL rendering";
-    } else if (r->cl && cl_run(r->cl, k, b.ocl, b.bytes, b.uniq) != 0) {
+    } else if (r->cl && cl_run(r->cl, k, b.ocl, b.bytes, b.uniq, r->o->drop_group) != 0) {
         res->why = "the OpenCL run failed";
     } else {
         if (r->o->perturb)
@@ -600,7 +604,9 @@ static void print_kernel(const Run *r, const Kernel *k, const Result *res)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: oclcheck [--seed N] [--perturb] [--no-opencl] [--keep] FILE.tir\n");
+    fprintf(
+        stderr,
+        "usage: oclcheck [--seed N] [--perturb] [--drop-group] [--no-opencl] [--keep] FILE.tir\n");
     return 2;
 }
 
@@ -617,6 +623,8 @@ static int parse_args(int argc, char **argv, Opts *o)
             }
         } else if (!strcmp(argv[i], "--perturb")) {
             o->perturb = 1;
+        } else if (!strcmp(argv[i], "--drop-group")) {
+            o->drop_group = 1;
         } else if (!strcmp(argv[i], "--no-opencl")) {
             o->no_opencl = 1;
         } else if (!strcmp(argv[i], "--keep")) {
