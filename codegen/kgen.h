@@ -17,6 +17,7 @@ typedef struct Gen {
     int *tensor_of; /* by Value.id: plan tensor, -1 when none */
     char *fused;    /* by Value.id: computed inside its only user's kernel, no memory */
     char *dead;     /* by op index: no result is read, nothing to run */
+    char *bias_add; /* by op index: an add of a bias that its matmul's GEMM does (epilogue) */
     uint64_t slab;
     const Op *op;   /* the op being lowered: phase, layer, name */
     VEC(int) owner; /* by instruction: the index of the op it was lowered from */

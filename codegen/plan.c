@@ -279,6 +279,41 @@ static void set_limits(Gen *gen)
 static int gemm_folds(const Op *op);
 static const Value *transposed_from(const Value *v);
 
+/* The matmul result m of add(m, b) or add(b, m) that the GEMM can finish with
+ * its bias epilogue: m read by the add only, b a vector along m's last dim,
+ * one dtype, one stage, a plain weight matrix (no batch of products). */
+static const Value *bias_matmul(const Op *add, const int *uses, const Value **bias)
+{
+    if (add->kind != OP_ADD || add->nargs != 2)
+        return NULL;
+    for (int j = 0; j < 2; j++) {
+        const Value *m = add->args[j], *b = add->args[1 - j], *out = add->res[0];
+        const Op *mm = m->def;
+        if (!mm || mm->kind != OP_MATMUL || (uses && uses[m->id] != 1) || mm->stage != add->stage ||
+            mm->args[1]->rank != 2 || m->rank < 2 || b->rank != 1 ||
+            b->shape[0] != m->shape[m->rank - 1] || b->dtype != m->dtype ||
+            out->dtype != m->dtype || out->rank != m->rank ||
+            memcmp(out->shape, m->shape, sizeof(int64_t) * (size_t)m->rank))
+            continue;
+        *bias = b;
+        return m;
+    }
+    return NULL;
+}
+
+static void find_bias_adds(Gen *gen, const int *uses)
+{
+    const Graph *g = gen->g;
+    gen->bias_add = arena_alloc(gen->a, (size_t)g->ops.len + 1);
+    for (int i = 0; i < g->ops.len; i++) {
+        const Value *b, *m = bias_matmul(g->ops.data[i], uses, &b);
+        if (m) {
+            gen->bias_add[i] = 1;
+            gen->fused[m->id] = 1; /* no memory of its own: the GEMM writes the sum */
+        }
+    }
+}
+
 static void find_fusions(Gen *gen, int flags)
 {
     const Graph *g = gen->g;
@@ -298,10 +333,11 @@ static void find_fusions(Gen *gen, int flags)
     }
     for (int i = 0; i < g->outputs.len; i++)
         uses[g->outputs.data[i]->id] += 2;
+    find_bias_adds(gen, uses);
     int *leaves = arena_alloc(gen->a, sizeof(int) * (size_t)(g->values.len + 1));
     for (int i = 0; i < g->ops.len; i++) {
         const Op *op = g->ops.data[i];
-        if (!cg_fusable(op) || op->nres != 1 || uses[op->res[0]->id] != 1)
+        if (!cg_fusable(op) || op->nres != 1 || uses[op->res[0]->id] != 1 || gen->bias_add[op->id])
             continue;
         int n = 0; /* the loads it brings along: a bound keeps kernels small */
         for (int j = 0; j < op->nargs; j++)
@@ -391,13 +427,15 @@ static int gemm_folds(const Op *op)
     return fa | (transposed_from(b) ? 2 : 0);
 }
 
-static void gemm(Gen *gen, const Op *op)
+/* The GEMM of matmul op into the tensor of c, plus bias (a vector) when not NULL. */
+static void gemm_into(Gen *gen, const Op *op, const Value *c, const Value *bias)
 {
-    const Value *a = op->args[0], *b = op->args[1], *c = op->res[0];
+    const Value *a = op->args[0], *b = op->args[1];
     int folds = gemm_folds(op);
     const Value *ta = folds & 1 ? transposed_from(a) : a, *tb = folds & 2 ? transposed_from(b) : b;
     PlanGemm g = {.a = gen_tensor(gen, ta), .b = gen_tensor(gen, tb), .c = gen_tensor(gen, c),
-                  .alpha = 1, .beta = 0, .batch = 1, .trans_a = folds & 1, .trans_b = folds >> 1};
+                  .alpha = 1, .beta = 0, .batch = 1, .trans_a = folds & 1, .trans_b = folds >> 1,
+                  .epilogue = bias ? PE_BIAS : PE_NONE, .bias = bias ? gen_tensor(gen, bias) : 0};
     int64_t K = a->shape[a->rank - 1], N = b->shape[b->rank - 1];
     g.k = K;
     g.n = N;
@@ -420,6 +458,8 @@ static void gemm(Gen *gen, const Op *op)
     VEC_PUSH(gen->a, gen->instrs, in);
     gen->flops += 2.0 * (double)g.m * (double)g.n * (double)g.k * (double)g.batch;
 }
+
+static void gemm(Gen *gen, const Op *op) { gemm_into(gen, op, op->res[0], NULL); }
 
 static void copy(Gen *gen, const Op *op)
 {
@@ -483,6 +523,13 @@ static int lower_op(Gen *gen, const Op *op)
         return 0;
     case OP_MATMUL: gemm(gen, op); return 0;
     case OP_UPDATE: copy(gen, op); return 0;
+    case OP_ADD:
+        if (gen->bias_add && gen->bias_add[op->id]) {
+            const Value *bias, *m = bias_matmul(op, NULL, &bias);
+            gemm_into(gen, m->def, op->res[0], bias);
+            return 0;
+        }
+        /* fall through */
     default:
         if (cg_op_kernels(gen, op) == 0)
             return 0;
@@ -527,6 +574,8 @@ static int *first_readers(const Gen *gen)
                 first[in->args[a]] = i;
         if (in->kind == PI_GEMM)
             first[in->gemm.a] = first[in->gemm.b] = first[in->gemm.c] = i;
+        if (in->kind == PI_GEMM && in->gemm.epilogue == PE_BIAS)
+            first[in->gemm.bias] = i;
     }
     return first;
 }
@@ -650,6 +699,8 @@ static void lifetimes(const Gen *gen, int *first, int *last)
             touch(first, last, in->gemm.a, i);
             touch(first, last, in->gemm.b, i);
             touch(first, last, in->gemm.c, i);
+            if (in->gemm.epilogue == PE_BIAS)
+                touch(first, last, in->gemm.bias, i);
         }
     }
     for (int i = 0; i < gen->g->outputs.len; i++) {
@@ -844,6 +895,8 @@ static int touched(PlanInstr *in, int **out)
         out[n++] = &in->gemm.a;
         out[n++] = &in->gemm.b;
         out[n++] = &in->gemm.c;
+        if (in->gemm.epilogue == PE_BIAS)
+            out[n++] = &in->gemm.bias;
     }
     return n;
 }

@@ -75,10 +75,15 @@ static int is_output(const Graph *g, int value)
 /* One step of g's plan (built with flags) against the interpreter. With
  * CG_KEEP_VALUES every value is compared; otherwise temporaries share memory
  * and fused values have none, so parameters, state and outputs are. */
+static int bias_gemms; /* GEMMs with the bias epilogue in the last plan built */
+
 static void one_step(Ctx *c, Graph *g, int flags, int wide, int64_t vocab)
 {
     Plan plan;
     cr_assert_eq(cg_build_plan(c, g, flags, &plan), 0);
+    bias_gemms = 0;
+    for (int i = 0; i < plan.ninstrs; i++)
+        bias_gemms += plan.instrs[i].kind == PI_GEMM && plan.instrs[i].gemm.epilogue == PE_BIAS;
     char err[512];
     cr_assert_eq(plan_check(&plan, err, sizeof err), 0, "%s", err);
     Runtime *rt = rt_open(&plan, cache, err, sizeof err);
@@ -229,7 +234,12 @@ Test(codegen, tiny_gpt2_step_f64) { check_step(sample("gpt2.tdl", TINY_GPT), 1, 
 /* float32 without the update: AdamW turns rounding noise in a gradient that
  * is zero in exact arithmetic (a key bias: softmax ignores a shift) into a
  * step of lr * noise / (|noise| + eps), which no tolerance can bound. */
-Test(codegen, tiny_gpt2_step_f32) { check_step(sample("gpt2.tdl", TINY_GPT), 0, 0, 11); }
+Test(codegen, tiny_gpt2_step_f32)
+{
+    check_step(sample("gpt2.tdl", TINY_GPT), 0, 0, 11);
+    /* the fused plan's q/k/v and MLP products add their biases in the GEMM */
+    cr_assert_gt(bias_gemms, 0);
+}
 Test(codegen, tiny_llama_step_f64) { check_step(sample("llama.tdl", TINY_LLAMA), 1, 1, 13); }
 Test(codegen, tiny_llama_step_f32) { check_step(sample("llama.tdl", TINY_LLAMA), 0, 0, 13); }
 Test(codegen, mlp_step_f64)

@@ -1122,3 +1122,56 @@ Test(plan, random_byte_edits_never_crash_and_never_pass)
     free(copy);
     free(text);
 }
+
+/* Format 4: a kernel's GPU launch, the CUDA source and a GEMM's bias
+ * epilogue come back from the file, and nonsense in them is refused. */
+Test(plan, gpu_launch_source_and_bias_epilogue_survive_a_round_trip)
+{
+    char err[512] = "";
+    Plan *p = sample();
+    p->kernels[0].grid = 3000000000LL / 2;
+    p->kernels[0].block = 1024;
+    free(p->gpu_source);
+    p->gpu_source = strdup("extern \"C\" __global__ void k0(float *a0, float *a1) {}\n");
+    p->tensors = realloc(p->tensors, sizeof *p->tensors * 8);
+    memset(&p->tensors[7], 0, sizeof p->tensors[7]);
+    tensor(p, 7, "bias", PD_F32, PT_TEMP, 1, (int64_t[]){5}, 512);
+    p->ntensors = 8;
+    p->slab_bytes = 576;
+    p->instrs[0].gemm.epilogue = PE_BIAS;
+    p->instrs[0].gemm.bias = 7;
+    cr_assert_eq(plan_check(p, err, sizeof err), 0, "%s", err);
+    write_ok(p);
+    Plan *q = plan_load(path, err, sizeof err);
+    cr_assert_not_null(q, "%s", err);
+    cr_assert_eq(q->kernels[0].grid, 1500000000LL);
+    cr_assert_eq(q->kernels[0].block, 1024);
+    cr_assert_str_eq(q->gpu_source, p->gpu_source);
+    cr_assert_eq(q->instrs[0].gemm.epilogue, PE_BIAS);
+    cr_assert_eq(q->instrs[0].gemm.bias, 7);
+    cr_assert_eq(q->instrs[2].gemm.epilogue, PE_NONE);
+    plan_free(q);
+
+    p->kernels[0].block = 1025;
+    cr_assert_eq(plan_check(p, err, sizeof err), -1);
+    cr_assert(strstr(err, "kernels[0]: grid 1500000000 of block 1025"), "%s", err);
+    p->kernels[0].block = 0;
+    cr_assert_eq(plan_check(p, err, sizeof err), -1, "grid without block passed");
+    p->kernels[0].grid = 0; /* no launch at all is fine */
+    cr_assert_eq(plan_check(p, err, sizeof err), 0, "%s", err);
+
+    p->tensors[7].shape[0] = 4;
+    p->tensors[7].bytes = 16;
+    cr_assert_eq(plan_check(p, err, sizeof err), -1);
+    cr_assert(strstr(err, "instrs[0].gemm.bias: tensors[7] must be 5 elements of f32, with beta 0"),
+              "%s", err);
+    p->tensors[7].shape[0] = 5;
+    p->tensors[7].bytes = 20;
+    p->instrs[0].gemm.beta = 1;
+    cr_assert_eq(plan_check(p, err, sizeof err), -1, "a bias with beta 1 passed");
+    p->instrs[0].gemm.beta = 0;
+    p->instrs[0].gemm.epilogue = 7;
+    cr_assert_eq(plan_check(p, err, sizeof err), -1);
+    cr_assert(strstr(err, "gemm.epilogue: 7 is not an epilogue"), "%s", err);
+    plan_free(p);
+}
