@@ -24,7 +24,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,7 +42,7 @@ typedef struct Cl {
     cl_program prog;
 } Cl;
 
-/* The errors of one comparison: the metric (see rel_err) and where it peaked. */
+/* The errors of one comparison: the metric (see compare) and where it peaked. */
 typedef struct Cmp {
     double err, tol;
     int slot;
