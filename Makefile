@@ -125,6 +125,13 @@ $(B)/unit/%: tests/unit/%.c $(SAN_OBJS) $(SUPPORT_OBJS) $(HDRS)
 	$(CC) $(CFLAGS) $(SANFLAGS) $(BASEFLAGS) -o $@ $< $(SAN_OBJS) $(SUPPORT_OBJS) \
 	    $(RT_SAN_LIB) -lcriterion $(RT_LIBS) $(LIB_LIBS)
 
+# The check of every kernel's C and OpenCL renderings against a float64
+# reference under PoCL (tests/kernels/oclcheck.c); on the plain objects, as
+# PoCL's compiler does not run under the sanitizers.
+$(B)/oclcheck: tests/kernels/oclcheck.c $(LIB_OBJS) $(HDRS)
+	@mkdir -p $(dir $@) && rm -f $@
+	$(CC) $(CFLAGS) $(BASEFLAGS) -o $@ $< $(LIB_OBJS) $(LIB_LIBS) -lOpenCL -ldl
+
 $(B)/fuzz/%: tests/fuzz/%.c $(FUZZ_OBJS) $(HDRS)
 	@mkdir -p $(dir $@) && rm -f $@
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) $(LIB_LIBS)
@@ -135,7 +142,7 @@ $(B)/fuzz/%: tests/fuzz/%.c $(FUZZ_OBJS) $(HDRS)
 # (tests/run_suites.py reports it) and the other suites still run.
 test: $(DEPS)
 	@$(MAKE) --no-print-directory -j$(JOBS) tcc $(B)/tcc-san
-	@$(MAKE) --no-print-directory -j$(JOBS) -k $(UNIT_BINS) $(FUZZ_BINS) || \
+	@$(MAKE) --no-print-directory -j$(JOBS) -k $(UNIT_BINS) $(FUZZ_BINS) $(B)/oclcheck || \
 	    echo "tcc: some test binaries did not build; each counts as a failed test"
 	@$(PYTHON) tests/run_suites.py --fuzz-seconds=$(FUZZ_SHORT)
 

@@ -14,7 +14,9 @@
  *   stores outside loops are made by thread 0. A row kernel that adds into
  *   memory inside a loop (the embedding gradient) is mapped a thread per
  *   item instead, with its loops run by the thread: no two threads then add
- *   into one element.
+ *   into one element. A row kernel whose loops walk down columns (a sum over
+ *   rows) takes 32 neighbouring items a block, 8 threads each, so that a
+ *   row's 32 elements are read together.
  * - attention: a block per (batch, head, 4 query rows), a warp per row,
  *   keys and values streamed through shared memory a tile at a time, with an
  *   online softmax. The backward recomputes each row's statistics, then
@@ -26,6 +28,7 @@
 #include <string.h>
 
 enum { PW_BLOCK = 256, ROW_MAX_BLOCK = 256, ATT_ROWS = 4, ATT_SMEM = 40 * 1024 };
+enum { COL_ITEMS = 32, COL_THREADS = 8 }; /* the column mapping's block: 32 x 8 */
 
 typedef struct G {
     FILE *f;
@@ -34,12 +37,19 @@ typedef struct G {
     int f32;     /* the float type is float */
     int lane;    /* >= 0: temporaries are per vector lane (t5_2) */
     int block;   /* row mapping: threads per block, else 0 */
+    int cols;    /* column mapping: 32 items a block, 8 threads an item */
     char *toplv; /* by statement: a loop at the top of the body (strided over the block) */
     char *used;  /* by node: something stored or reduced depends on it */
     int i0_used; /* a node reads the parallel index */
 } G;
 
 static const char *ft(const G *g) { return g->f32 ? "float" : "double"; }
+
+/* Node n is the parallel index itself. */
+static int is_item(const Kernel *k, int n)
+{
+    return k->nodes.data[n].kind == KN_IDX && k->nodes.data[n].a == 0;
+}
 
 static const char *storage(DType t)
 {
@@ -136,7 +146,7 @@ static void expr(G *g, const KNode *n, int vec)
             fprintf(f, "i%d", n->a);
         return;
     case KN_LOAD:
-        if (vec && fl)
+        if (vec && is_item(g->k, n->b))
             fprintf(f, "v%d.%c", n->a, "xyzw"[g->lane]);
         else
             load(g, n->a, n->b, fl);
@@ -255,7 +265,7 @@ static void mark_used(G *g, int vec)
         case KN_CONST: case KN_ICONST: case KN_ACC: break;
         case KN_IDX: g->i0_used |= n->a == 0; break;
         case KN_LOAD:
-            if (!vec || n->type != KT_FLOAT)
+            if (!vec || !is_item(k, n->b))
                 g->used[n->b] = 1;
             break;
         case KN_SELECT: g->used[n->c] = 1; /* fall through */
@@ -301,7 +311,10 @@ static void body(G *g, int depth0)
             }
             level++;
             indent(g, depth);
-            if (g->toplv && g->toplv[s])
+            if (g->toplv && g->toplv[s] && g->cols)
+                fprintf(g->f, "for (tcc_i64 i%d = ty; i%d < (valid ? %lldLL : 0); i%d += %d) {\n",
+                        level, level, (long long)t->extent, level, COL_THREADS);
+            else if (g->toplv && g->toplv[s])
                 fprintf(g->f, "for (tcc_i64 i%d = TCC_TID; i%d < %lldLL; i%d += %d) {\n", level,
                         level, (long long)t->extent, level, g->block);
             else
@@ -329,7 +342,8 @@ static void body(G *g, int depth0)
                 int r = reduce_op(k, s0);
                 indent(g, depth);
                 if (r >= 0)
-                    fprintf(g->f, "acc%d = tcc_block_%s_%c(acc%d, tcc_red);\n", s0, red_name(r),
+                    fprintf(g->f, "acc%d = tcc_%s_%s_%c(acc%d, tcc_red);\n", s0,
+                            g->cols ? "cols" : "block", red_name(r),
                             g->f32 ? 'f' : 'd', s0);
                 else
                     fputs("TCC_BARRIER();\n", g->f); /* its stores before later loads */
@@ -340,7 +354,7 @@ static void body(G *g, int depth0)
         case KS_STORE_ADD:
             indent(g, depth);
             if (g->block && nopen == 0)
-                fputs("if (TCC_TID == 0) ", g->f);
+                fputs(g->cols ? "if (valid && ty == 0) " : "if (TCC_TID == 0) ", g->f);
             store(g, t);
             break;
         }
@@ -349,10 +363,14 @@ static void body(G *g, int depth0)
 
 /* ---- mappings ---- */
 
-typedef enum { M_THREAD, M_VEC4, M_ROW, M_ATTN } Mapping;
+typedef enum { M_THREAD, M_VEC4, M_ROW, M_COLS, M_ATTN } Mapping;
 
-/* A pointwise kernel all of whose accesses are the item's own f32 element,
- * with no load of a slot after a store to it, and 4 | extent. */
+static int64_t eval_at(const Kernel *k, int n, int64_t x0, int64_t x1, int *ok);
+
+/* A pointwise kernel, 4 | extent, whose stores are to the item's own f32
+ * element and whose loads are of the item's own f32 element or of one
+ * element for all items (a hyperparameter), with no load of a slot after a
+ * store to it. */
 static int vec4_ok(const Kernel *k)
 {
     if (k->pattern != KP_POINTWISE || k->levels || k->extent % 4)
@@ -364,8 +382,7 @@ static int vec4_ok(const Kernel *k)
         if (t->kind == KS_LOOP || t->kind == KS_STORE_ADD)
             return 0;
         if (t->kind == KS_STORE) {
-            const KNode *ix = &k->nodes.data[t->b];
-            if (ix->kind != KN_IDX || ix->a != 0 || k->arg_dtype[t->a] != DT_F32)
+            if (!is_item(k, t->b) || k->arg_dtype[t->a] != DT_F32)
                 return 0;
             stored_[t->a] = 1;
             any = 1;
@@ -374,8 +391,8 @@ static int vec4_ok(const Kernel *k)
             const KNode *n = &k->nodes.data[t->a];
             if (n->kind != KN_LOAD)
                 continue;
-            const KNode *ix = &k->nodes.data[n->b];
-            if (ix->kind != KN_IDX || ix->a != 0 || k->arg_dtype[n->a] != DT_F32 || stored_[n->a])
+            int ok = 1, same = eval_at(k, n->b, 0, 0, &ok) == eval_at(k, n->b, 1, 0, &ok);
+            if (stored_[n->a] || !(is_item(k, n->b) ? k->arg_dtype[n->a] == DT_F32 : ok && same))
                 return 0;
         }
     }
@@ -395,6 +412,61 @@ static int adds_in_loop(const Kernel *k)
     return 0;
 }
 
+/* The value of int node n at i0 = x0, i1 = x1 (deeper loop indices 0); 0
+ * with *ok cleared where it depends on memory or is not integer arithmetic. */
+static int64_t eval_at(const Kernel *k, int n, int64_t x0, int64_t x1, int *ok)
+{
+    const KNode *d = &k->nodes.data[n];
+    if (d->type != KT_INT || !*ok) {
+        *ok = 0;
+        return 0;
+    }
+    int64_t a = 0, b = 0;
+    switch (d->kind) {
+    case KN_ICONST: return d->iimm;
+    case KN_IDX: return d->a == 0 ? x0 : d->a == 1 ? x1 : 0;
+    case KN_ADD: case KN_SUB: case KN_MUL: case KN_IDIV: case KN_IMOD: case KN_MAX: case KN_MIN:
+        a = eval_at(k, d->a, x0, x1, ok);
+        b = eval_at(k, d->b, x0, x1, ok);
+        break;
+    default: *ok = 0; return 0;
+    }
+    switch (d->kind) {
+    case KN_ADD: return a + b;
+    case KN_SUB: return a - b;
+    case KN_MUL: return a * b;
+    case KN_IDIV: return b ? a / b : (*ok = 0);
+    case KN_IMOD: return b ? a % b : (*ok = 0);
+    case KN_MAX: return a > b ? a : b;
+    default: return a < b ? a : b;
+    }
+}
+
+/* A row kernel whose loops walk down columns: the first float load in a top
+ * level loop steps by more than one element along the loop and by one along
+ * the items (a reduction over rows: sum_to of a bias gradient). A block per
+ * item would read a column with a stride; 32 neighbouring items a block
+ * read 32 neighbouring elements per row instead. */
+static int column_walk(const Kernel *k)
+{
+    if (k->extent < COL_ITEMS)
+        return 0;
+    for (int s = 0, depth = 0; s < k->body.len; s++) {
+        const KStmt *t = &k->body.data[s];
+        depth += t->kind == KS_LOOP ? 1 : t->kind == KS_END ? -1 : 0;
+        if (t->kind != KS_NODE || depth != 1)
+            continue;
+        const KNode *n = &k->nodes.data[t->a];
+        if (n->kind != KN_LOAD || n->type != KT_FLOAT)
+            continue;
+        int ok = 1;
+        int64_t base = eval_at(k, n->b, 0, 0, &ok), d0 = eval_at(k, n->b, 1, 0, &ok) - base,
+                d1 = eval_at(k, n->b, 0, 1, &ok) - base;
+        return ok && d0 == 1 && (d1 > 1 || d1 < -1);
+    }
+    return 0;
+}
+
 static Mapping mapping(const Kernel *k)
 {
     if (k->pattern == KP_ATTENTION || k->pattern == KP_ATTENTION_BWD)
@@ -402,7 +474,7 @@ static Mapping mapping(const Kernel *k)
     if (vec4_ok(k))
         return M_VEC4;
     if (k->levels && !adds_in_loop(k))
-        return M_ROW;
+        return column_walk(k) ? M_COLS : M_ROW;
     return M_THREAD;
 }
 
@@ -444,6 +516,7 @@ CgLaunch cg_gpu_launch(const Kernel *k)
     }
     case M_VEC4: return (CgLaunch){(k->extent / 4 + PW_BLOCK - 1) / PW_BLOCK, PW_BLOCK};
     case M_ROW: return (CgLaunch){k->extent, row_block(k)};
+    case M_COLS: return (CgLaunch){(k->extent + COL_ITEMS - 1) / COL_ITEMS, COL_ITEMS * COL_THREADS};
     case M_THREAD: break;
     }
     return (CgLaunch){(k->extent + PW_BLOCK - 1) / PW_BLOCK, PW_BLOCK};
@@ -486,8 +559,15 @@ static void row_kernel(G *g)
         depth += t->kind == KS_LOOP ? 1 : t->kind == KS_END ? -1 : 0;
     }
     if (reduces)
-        fprintf(g->f, "    TCC_SHARED %s tcc_red[%d];\n", ft(g), g->lang == CG_CUDA ? 32 : g->block);
-    if (g->i0_used)
+        fprintf(g->f, "    TCC_SHARED %s tcc_red[%d];\n", ft(g),
+                g->cols || g->lang == CG_OPENCL ? g->block : 32);
+    if (g->cols) /* items past the end run along to the barriers, touching nothing */
+        fprintf(g->f, "    const int ty = TCC_TID / %d;\n"
+                      "    const tcc_i64 item = TCC_BID * %dLL + TCC_TID %% %d;\n"
+                      "    const int valid = item < %lldLL;\n"
+                      "    const tcc_i64 i0 = valid ? item : %lldLL;\n",
+                COL_ITEMS, COL_ITEMS, COL_ITEMS, (long long)k->extent, (long long)k->extent - 1);
+    else if (g->i0_used)
         fputs("    const tcc_i64 i0 = TCC_BID;\n", g->f);
     body(g, 1);
     free(g->toplv);
@@ -503,7 +583,8 @@ static void vec4_kernel(G *g)
     char loaded[64] = {0}, written[64] = {0};
     for (int s = 0; s < k->body.len; s++) {
         const KStmt *t = &k->body.data[s];
-        if (t->kind == KS_NODE && k->nodes.data[t->a].kind == KN_LOAD)
+        if (t->kind == KS_NODE && k->nodes.data[t->a].kind == KN_LOAD &&
+            is_item(k, k->nodes.data[t->a].b))
             loaded[k->nodes.data[t->a].a] = 1;
         if (t->kind == KS_STORE)
             written[t->a] = 1;
@@ -770,7 +851,7 @@ char *cg_emit_gpu(Arena *a, const Kernel *k, CgLang lang)
             return NULL;
     char *buf = NULL;
     size_t len = 0;
-    G g = {open_memstream(&buf, &len), k, lang, k->ftype != DT_F64, -1, 0, NULL, NULL, 0};
+    G g = {open_memstream(&buf, &len), k, lang, k->ftype != DT_F64, -1, 0, 0, NULL, NULL, 0};
     if (!g.f)
         BUG("open_memstream failed");
     Mapping m = mapping(k);
@@ -781,7 +862,9 @@ char *cg_emit_gpu(Arena *a, const Kernel *k, CgLang lang)
     case M_ATTN: attention(&g, a); break;
     case M_VEC4: vec4_kernel(&g); break;
     case M_ROW:
+    case M_COLS:
         g.block = l.block;
+        g.cols = m == M_COLS;
         row_kernel(&g);
         break;
     case M_THREAD: thread_kernel(&g); break;
@@ -855,6 +938,26 @@ static const char *cuda_prelude =
     "#define TCC_ROW_MAX_D(v) tcc_warp_max_d(v)\n"
     "#define TCC_ROW_SUM_D(v) tcc_warp_sum_d(v)\n"
     "#define TCC_PJ(p, jj) __shfl_sync(0xffffffffu, (p), (jj))\n"
+    "/* The column mapping: thread t serves item t % 32; an item's 8 threads meet in red[256]. */\n"
+    "#define TCC_COLS(NAME, T, OP) \\\n"
+    "    __device__ __forceinline__ T NAME(T v, T *red) \\\n"
+    "    { \\\n"
+    "        __syncthreads(); \\\n"
+    "        red[threadIdx.x] = v; \\\n"
+    "        __syncthreads(); \\\n"
+    "        T a = red[threadIdx.x & 31]; \\\n"
+    "        for (int j = 1; j < 8; j++) { \\\n"
+    "            T x = red[(threadIdx.x & 31) + 32 * j]; \\\n"
+    "            a = OP; \\\n"
+    "        } \\\n"
+    "        return a; \\\n"
+    "    }\n"
+    "TCC_COLS(tcc_cols_sum_f, float, a + x)\n"
+    "TCC_COLS(tcc_cols_max_f, float, fmaxf(a, x))\n"
+    "TCC_COLS(tcc_cols_min_f, float, fminf(a, x))\n"
+    "TCC_COLS(tcc_cols_sum_d, double, a + x)\n"
+    "TCC_COLS(tcc_cols_max_d, double, fmax(a, x))\n"
+    "TCC_COLS(tcc_cols_min_d, double, fmin(a, x))\n"
     "__device__ __forceinline__ void tcc_atomic_add_f(float *p, float v) { atomicAdd(p, v); }\n"
     "__device__ __forceinline__ void tcc_atomic_add_d(double *p, double v) { atomicAdd(p, v); }\n"
     "/* bf16 has no atomic add here: compare-and-swap on the aligned word holding it. */\n"
@@ -913,6 +1016,27 @@ static const char *opencl_prelude =
     "TCC_BLOCK(tcc_block_sum_d, double, a + x)\n"
     "TCC_BLOCK(tcc_block_max_d, double, fmax(a, x))\n"
     "TCC_BLOCK(tcc_block_min_d, double, fmin(a, x))\n"
+    "/* The column mapping: work-item t serves item t % 32; an item's 8 meet in red[256]. */\n"
+    "#define TCC_COLS(NAME, T, OP) \\\n"
+    "    T NAME(T v, __local T *red) \\\n"
+    "    { \\\n"
+    "        const int t = get_local_id(0); \\\n"
+    "        barrier(CLK_LOCAL_MEM_FENCE); \\\n"
+    "        red[t] = v; \\\n"
+    "        barrier(CLK_LOCAL_MEM_FENCE); \\\n"
+    "        T a = red[t & 31]; \\\n"
+    "        for (int j = 1; j < 8; j++) { \\\n"
+    "            T x = red[(t & 31) + 32 * j]; \\\n"
+    "            a = OP; \\\n"
+    "        } \\\n"
+    "        return a; \\\n"
+    "    }\n"
+    "TCC_COLS(tcc_cols_sum_f, float, a + x)\n"
+    "TCC_COLS(tcc_cols_max_f, float, fmax(a, x))\n"
+    "TCC_COLS(tcc_cols_min_f, float, fmin(a, x))\n"
+    "TCC_COLS(tcc_cols_sum_d, double, a + x)\n"
+    "TCC_COLS(tcc_cols_max_d, double, fmax(a, x))\n"
+    "TCC_COLS(tcc_cols_min_d, double, fmin(a, x))\n"
     "/* A row's 32 values through its slice of local memory (a warp's shuffle). */\n"
     "#define TCC_ROW(NAME, T, OP) \\\n"
     "    T NAME(__local T *row, int lane, T v) \\\n"

@@ -27,6 +27,10 @@ REQUIRED=(
     "openmpi-bin        mpirun"
     "openmpi-bin        mpicc"
     "libopenmpi-dev     /usr/lib/*/openmpi/include/mpi.h"
+    "pocl-opencl-icd    /etc/OpenCL/vendors/pocl.icd"
+    "ocl-icd-opencl-dev /usr/lib/*/libOpenCL.so"
+    "opencl-headers     /usr/include/CL/cl.h"
+    "clinfo             clinfo"
 )
 
 # Is the package installed (when dpkg exists) and is its file or command there?

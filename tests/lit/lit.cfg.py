@@ -6,10 +6,13 @@
 #   %tccnvrtc   the project's ./tccnvrtc (built with the CUDA toolkit only)
 #   %FileCheck  llvm-14's FileCheck (plain `FileCheck` and `not` work too)
 #   %samples    the absolute path of samples/
+#   %oclcheck   build/oclcheck (tests/kernels/oclcheck.c); feature `opencl` when an
+#               OpenCL platform is installed (an ICD file in /etc/OpenCL/vendors)
 # Sanitizer errors abort, so `not %tcc` fails on a crash instead of passing.
 # Features: `cuda` when the CUDA toolkit is there ($CUDA_HOME, default
 # /usr/local/cuda, as the Makefile finds it): tests of the CUDA kernels say
 # `REQUIRES: cuda`. They need no GPU: NVRTC compiles anywhere.
+import glob
 import os
 
 import lit.formats
@@ -47,3 +50,6 @@ config.substitutions.append(('%tccnvrtc', os.path.join(root, 'tccnvrtc')))
 config.substitutions.append(('%tcc', tcc))
 config.substitutions.append(('%FileCheck', os.path.join(llvm_bin, 'FileCheck')))
 config.substitutions.append(('%samples', os.path.join(root, 'samples')))
+config.substitutions.append(('%oclcheck', os.path.join(root, 'build', 'oclcheck')))
+if glob.glob('/etc/OpenCL/vendors/*.icd'):
+    config.available_features.add('opencl')
