@@ -68,6 +68,9 @@ static int local_ordinal(void)
 static int open_gpu(Runtime *rt, const char *cache_dir, char *err, size_t n)
 {
     char msg[512];
+    if (rt->p->nkernels > 0 && (!rt->p->gpu_source || !*rt->p->gpu_source))
+        return plan_errorf(err, n, "the plan has no CUDA kernels: rebuild it with a tcc that "
+                                   "renders them");
     int count = rt_cuda_devices(msg, sizeof msg), ordinal = local_ordinal();
     if (count < 1)
         return plan_errorf(err, n, "no CUDA device found (%s)", msg);
