@@ -331,6 +331,9 @@ static int save(Loop *L, int64_t step)
 {
     char err[512];
     CkptMeta m = {step, L->train ? rt_data_tell(L->train) : -1, L->o->seed};
+    /* on the cuda device the slab comes to the host here, where a failure can be told */
+    if (agree(L, rt_sync_host(L->rt, err, sizeof err) ? fail(L, "checkpoint: %s", err) : 0))
+        return 1;
     if (agree(L, rt_ckpt_save(L->rt, L->o->ckpt, &m, err, sizeof err) ? fail(L, "%s", err) : 0))
         return 1;
     if (L->lead)

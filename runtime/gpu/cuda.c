@@ -29,17 +29,17 @@ int cuda_fail(cudaError_t e, const char *call, char *err, size_t n)
 }
 
 /* A CUDA runtime call: on failure return -1 with "NAME: text". */
-#define CUDA(name, ...)                                                                  \
-    do {                                                                                 \
-        cudaError_t e_ = name(__VA_ARGS__);                                              \
-        if (e_ != cudaSuccess)                                                           \
-            return cuda_fail(e_, #name, err, n);                                         \
+#define CUDA(name, ...)                                                                            \
+    do {                                                                                           \
+        cudaError_t e_ = name(__VA_ARGS__);                                                        \
+        if (e_ != cudaSuccess)                                                                     \
+            return cuda_fail(e_, #name, err, n);                                                   \
     } while (0)
-#define LT(name, ...)                                                                    \
-    do {                                                                                 \
-        cublasStatus_t s_ = name(__VA_ARGS__);                                           \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                 \
-            return plan_errorf(err, n, "%s: %s", #name, cublasLtGetStatusString(s_));    \
+#define LT(name, ...)                                                                              \
+    do {                                                                                           \
+        cublasStatus_t s_ = name(__VA_ARGS__);                                                     \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return plan_errorf(err, n, "%s: %s", #name, cublasLtGetStatusString(s_));              \
     } while (0)
 
 int rt_cuda_count(char *err, size_t n)
@@ -93,16 +93,16 @@ static int load_kernels(CudaDevice *d, const char *cache_dir, char *err, size_t 
     if (p->nkernels == 0)
         return 0;
     if (!p->gpu_source || !*p->gpu_source)
-        return plan_errorf(err, n, "the plan has no CUDA kernels: rebuild it with a tcc that "
-                                   "renders them");
+        return plan_errorf(err, n,
+                           "the plan has no CUDA kernels: rebuild it with a tcc that "
+                           "renders them");
     int major = 0, minor = 0;
     CUDA(cudaDeviceGetAttribute, &major, cudaDevAttrComputeCapabilityMajor, d->ordinal);
     CUDA(cudaDeviceGetAttribute, &minor, cudaDevAttrComputeCapabilityMinor, d->ordinal);
     char arch[16], msg[400];
     snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
     RtCubin cubin = {0};
-    if (rt_nvrtc_compile(p->gpu_source, arch, cache_dir ? cache_dir : "", &cubin, msg,
-                         sizeof msg))
+    if (rt_nvrtc_compile(p->gpu_source, arch, cache_dir ? cache_dir : "", &cubin, msg, sizeof msg))
         return plan_errorf(err, n, "NVRTC for %s: %s", arch, msg);
     cudaError_t e = cudaLibraryLoadData(&d->lib, cubin.image, NULL, NULL, 0, NULL, NULL, 0);
     rt_cubin_free(&cubin);
@@ -141,16 +141,24 @@ static int bind_params(CudaDevice *d, char *err, size_t n)
             pv[k] = &d->dptr[k];
         }
     }
+    d->params[0] = pv; /* also with no instructions: rt_cuda_close frees it there */
     return 0;
 }
 
 static int lt_type(PlanDType t, cudaDataType_t *out)
 {
     switch (t) {
-    case PD_F32: *out = CUDA_R_32F; return 0;
-    case PD_F64: *out = CUDA_R_64F; return 0;
-    case PD_BF16: *out = CUDA_R_16BF; return 0;
-    default: return -1;
+    case PD_F32:
+        *out = CUDA_R_32F;
+        return 0;
+    case PD_F64:
+        *out = CUDA_R_64F;
+        return 0;
+    case PD_BF16:
+        *out = CUDA_R_16BF;
+        return 0;
+    default:
+        return -1;
     }
 }
 
@@ -204,8 +212,8 @@ static int lt_gemm(CudaDevice *d, int i, char *err, size_t n)
     LtGemm *G = &d->gemms[i];
     RtLtGemm lt = rt_lt_gemm(g);
     cudaDataType_t ta, tb, tc;
-    if (lt_type(p->tensors[lt.a.tensor].dtype, &ta) || lt_type(p->tensors[lt.b.tensor].dtype, &tb)
-        || lt_type(p->tensors[g->c].dtype, &tc))
+    if (lt_type(p->tensors[lt.a.tensor].dtype, &ta) ||
+        lt_type(p->tensors[lt.b.tensor].dtype, &tb) || lt_type(p->tensors[g->c].dtype, &tc))
         return plan_errorf(err, n, "GEMM of %s x %s -> %s: not a cuBLASLt type here",
                            plan_dtype_name(p->tensors[g->a].dtype),
                            plan_dtype_name(p->tensors[g->b].dtype),
@@ -230,8 +238,9 @@ static int lt_gemm(CudaDevice *d, int i, char *err, size_t n)
         return plan_errorf(err, n, "cublasLtMatmulAlgoGetHeuristic: %s",
                            cublasLtGetStatusString(s));
     if (found < 1)
-        return plan_errorf(err, n, "cublasLtMatmulAlgoGetHeuristic: no algorithm for m %" PRId64
-                                   " n %" PRId64 " k %" PRId64 " batch %" PRId64,
+        return plan_errorf(err, n,
+                           "cublasLtMatmulAlgoGetHeuristic: no algorithm for m %" PRId64
+                           " n %" PRId64 " k %" PRId64 " batch %" PRId64,
                            lt.m, lt.n, lt.k, lt.batch);
     G->algo = best.algo;
     return 0;
@@ -303,20 +312,31 @@ void rt_cuda_close(CudaDevice *d)
     nccl_close(d);
     for (int i = 0; d->gemms && i < d->p->ninstrs; i++) {
         LtGemm *G = &d->gemms[i];
-        if (G->la) cublasLtMatrixLayoutDestroy(G->la);
-        if (G->lb) cublasLtMatrixLayoutDestroy(G->lb);
-        if (G->lc) cublasLtMatrixLayoutDestroy(G->lc);
-        if (G->desc) cublasLtMatmulDescDestroy(G->desc);
+        if (G->la)
+            cublasLtMatrixLayoutDestroy(G->la);
+        if (G->lb)
+            cublasLtMatrixLayoutDestroy(G->lb);
+        if (G->lc)
+            cublasLtMatrixLayoutDestroy(G->lc);
+        if (G->desc)
+            cublasLtMatmulDescDestroy(G->desc);
     }
     for (int i = 0; d->before && i < d->p->ninstrs; i++) {
-        if (d->before[i]) cudaEventDestroy(d->before[i]);
-        if (d->done[i]) cudaEventDestroy(d->done[i]);
+        if (d->before[i])
+            cudaEventDestroy(d->before[i]);
+        if (d->done[i])
+            cudaEventDestroy(d->done[i]);
     }
-    if (d->lt) cublasLtDestroy(d->lt);
-    if (d->compute) cudaStreamDestroy(d->compute);
-    if (d->comm) cudaStreamDestroy(d->comm);
-    if (d->lib) cudaLibraryUnload(d->lib);
-    if (d->mem) cudaFree(d->mem);
+    if (d->lt)
+        cublasLtDestroy(d->lt);
+    if (d->compute)
+        cudaStreamDestroy(d->compute);
+    if (d->comm)
+        cudaStreamDestroy(d->comm);
+    if (d->lib)
+        cudaLibraryUnload(d->lib);
+    if (d->mem)
+        cudaFree(d->mem);
     if (d->params)
         free(d->params[0]);
     free(d->params), free(d->dptr), free(d->kernels), free(d->gemms);
@@ -326,8 +346,7 @@ void rt_cuda_close(CudaDevice *d)
 
 /* ---- transfers ---- */
 
-int rt_cuda_put(CudaDevice *d, const char *host, uint64_t off, uint64_t bytes, char *err,
-                size_t n)
+int rt_cuda_put(CudaDevice *d, const char *host, uint64_t off, uint64_t bytes, char *err, size_t n)
 {
     CUDA(cudaMemcpyAsync, d->mem + off, host + off, bytes, cudaMemcpyHostToDevice, d->compute);
     return 0;
@@ -390,8 +409,8 @@ static int wait_for_colls(CudaDevice *d, int i, char *err, size_t n)
 static int run_gemm(CudaDevice *d, int i, char *err, size_t n)
 {
     const LtGemm *G = &d->gemms[i];
-    LT(cublasLtMatmul, d->lt, G->desc, &G->alpha, G->a, G->la, G->b, G->lb, &G->beta, G->c,
-       G->lc, G->c, G->lc, &G->algo, d->ws, d->ws_bytes, d->compute);
+    LT(cublasLtMatmul, d->lt, G->desc, &G->alpha, G->a, G->la, G->b, G->lb, &G->beta, G->c, G->lc,
+       G->c, G->lc, &G->algo, d->ws, d->ws_bytes, d->compute);
     return 0;
 }
 

@@ -32,8 +32,7 @@ void rt_cuda_close(CudaDevice *d); /* d may be NULL */
 
 /* bytes at slab offset off from the host mirror to the device (put) or back;
  * queued on the compute stream after the work before it. */
-int rt_cuda_put(CudaDevice *d, const char *host, uint64_t off, uint64_t bytes, char *err,
-                size_t n);
+int rt_cuda_put(CudaDevice *d, const char *host, uint64_t off, uint64_t bytes, char *err, size_t n);
 int rt_cuda_get(CudaDevice *d, char *host, uint64_t off, uint64_t bytes, char *err, size_t n);
 /* Wait for both streams: afterwards the host mirror holds what was gotten. */
 int rt_cuda_sync(CudaDevice *d, char *err, size_t n);

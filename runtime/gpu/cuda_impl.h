@@ -14,25 +14,28 @@ typedef struct LtGemm { /* a GEMM instruction, resolved at open */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
-    union { float f; double d; } alpha, beta;
+    union {
+        float f;
+        double d;
+    } alpha, beta;
     char *a, *b, *c; /* device pointers: cuBLASLt's A (the plan's B), B, C */
 } LtGemm;
 
 struct CudaDevice {
     const Plan *p;
     int ordinal;
-    char *mem;              /* the one cudaMalloc: slab, then workspace, then scratch */
+    char *mem; /* the one cudaMalloc: slab, then workspace, then scratch */
     size_t slab_bytes, ws_bytes, scratch_bytes;
     char *ws, *scratch;
     cudaStream_t compute, comm;
     cudaLibrary_t lib;
-    cudaKernel_t *kernels;  /* by plan kernel */
-    char **dptr;            /* every instruction's argument pointers on the device, back to back */
-    void ***params;         /* by instruction: cudaLaunchKernel's args (pointers into dptr) */
+    cudaKernel_t *kernels; /* by plan kernel */
+    char **dptr;           /* every instruction's argument pointers on the device, back to back */
+    void ***params;        /* by instruction: cudaLaunchKernel's args (pointers into dptr) */
     cublasLtHandle_t lt;
-    LtGemm *gemms;          /* by instruction (only the PI_GEMMs are set) */
+    LtGemm *gemms;              /* by instruction (only the PI_GEMMs are set) */
     cudaEvent_t *before, *done; /* by instruction: compute before a collective, its end */
-    int *pending;           /* collectives not yet waited for by compute, npending of them */
+    int *pending;               /* collectives not yet waited for by compute, npending of them */
     int npending;
     ncclComm_t nccl[RT_MAX_GROUPS]; /* by group slot (mesh.c) */
 };

@@ -21,13 +21,13 @@
 
 /* One operand of cuBLASLt: the column-major matrix as stored (before its op). */
 typedef struct RtLtMatrix {
-    int tensor;      /* the plan tensor */
+    int tensor; /* the plan tensor */
     int64_t rows, cols, ld, stride;
 } RtLtMatrix;
 
 typedef struct RtLtGemm {
-    int trans_a, trans_b;   /* cuBLASLt's ops of its A and B */
-    int64_t m, n, k;        /* cuBLASLt's: op(A) m x k, op(B) k x n, D m x n */
+    int trans_a, trans_b; /* cuBLASLt's ops of its A and B */
+    int64_t m, n, k;      /* cuBLASLt's: op(A) m x k, op(B) k x n, D m x n */
     RtLtMatrix a, b, c;
     int64_t batch;
 } RtLtGemm;
@@ -35,13 +35,17 @@ typedef struct RtLtGemm {
 /* The column-major problem of the row-major g (see above). */
 static inline RtLtGemm rt_lt_gemm(const PlanGemm *g)
 {
-    RtLtGemm lt = {.trans_a = g->trans_b, .trans_b = g->trans_a, .m = g->n, .n = g->m,
-                   .k = g->k, .batch = g->batch};
+    RtLtGemm lt = {.trans_a = g->trans_b,
+                   .trans_b = g->trans_a,
+                   .m = g->n,
+                   .n = g->m,
+                   .k = g->k,
+                   .batch = g->batch};
     /* plan B stored k x n (row-major) is n x k column-major; transposed, n x k is k x n */
-    lt.a = (RtLtMatrix){g->b, g->trans_b ? g->k : g->n, g->trans_b ? g->n : g->k, g->ldb,
-                        g->stride_b};
-    lt.b = (RtLtMatrix){g->a, g->trans_a ? g->m : g->k, g->trans_a ? g->k : g->m, g->lda,
-                        g->stride_a};
+    lt.a =
+        (RtLtMatrix){g->b, g->trans_b ? g->k : g->n, g->trans_b ? g->n : g->k, g->ldb, g->stride_b};
+    lt.b =
+        (RtLtMatrix){g->a, g->trans_a ? g->m : g->k, g->trans_a ? g->k : g->m, g->lda, g->stride_a};
     lt.c = (RtLtMatrix){g->c, g->n, g->m, g->ldc, g->stride_c};
     return lt;
 }

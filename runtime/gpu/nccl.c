@@ -15,17 +15,17 @@
 
 #include "runtime/gpu/gpumap.h"
 
-#define NCCL(name, ...)                                                                  \
-    do {                                                                                 \
-        ncclResult_t r_ = name(__VA_ARGS__);                                             \
-        if (r_ != ncclSuccess)                                                           \
-            return plan_errorf(err, n, "%s: %s", #name, ncclGetErrorString(r_));         \
+#define NCCL(name, ...)                                                                            \
+    do {                                                                                           \
+        ncclResult_t r_ = name(__VA_ARGS__);                                                       \
+        if (r_ != ncclSuccess)                                                                     \
+            return plan_errorf(err, n, "%s: %s", #name, ncclGetErrorString(r_));                   \
     } while (0)
-#define CUDA(name, ...)                                                                  \
-    do {                                                                                 \
-        cudaError_t e_ = name(__VA_ARGS__);                                              \
-        if (e_ != cudaSuccess)                                                           \
-            return cuda_fail(e_, #name, err, n);                                         \
+#define CUDA(name, ...)                                                                            \
+    do {                                                                                           \
+        cudaError_t e_ = name(__VA_ARGS__);                                                        \
+        if (e_ != cudaSuccess)                                                                     \
+            return cuda_fail(e_, #name, err, n);                                                   \
     } while (0)
 
 int rt_cuda_group(CudaDevice *d, int slot, RtComm *c, char *err, size_t n)
@@ -54,12 +54,23 @@ void nccl_close(CudaDevice *d)
 static int nccl_type(PlanDType t, ncclDataType_t *out)
 {
     switch (t) {
-    case PD_F32: *out = ncclFloat32; return 0;
-    case PD_F64: *out = ncclFloat64; return 0;
-    case PD_BF16: *out = ncclBfloat16; return 0;
-    case PD_F16: *out = ncclFloat16; return 0;
-    case PD_I32: *out = ncclInt32; return 0;
-    default: return -1;
+    case PD_F32:
+        *out = ncclFloat32;
+        return 0;
+    case PD_F64:
+        *out = ncclFloat64;
+        return 0;
+    case PD_BF16:
+        *out = ncclBfloat16;
+        return 0;
+    case PD_F16:
+        *out = ncclFloat16;
+        return 0;
+    case PD_I32:
+        *out = ncclInt32;
+        return 0;
+    default:
+        return -1;
     }
 }
 
@@ -112,9 +123,10 @@ static int all_gather(CudaDevice *d, const PlanInstr *in, ncclComm_t c, char *er
     }
     NCCL(ncclAllGather, x, d->scratch, a->bytes, ncclChar, c, d->comm);
     for (int r = 0; r < size; r++)
-        if (copy2d(d, y, d->scratch + (size_t)r * a->bytes,
-                   rt_along_copy(pre, chunk, (size_t)size * chunk, post, elem, (size_t)r * chunk, 1),
-                   err, n))
+        if (copy2d(
+                d, y, d->scratch + (size_t)r * a->bytes,
+                rt_along_copy(pre, chunk, (size_t)size * chunk, post, elem, (size_t)r * chunk, 1),
+                err, n))
             return -1;
     return 0;
 }
@@ -204,12 +216,18 @@ static int dispatch(CudaDevice *d, const PlanInstr *in, ncclComm_t c, int64_t bl
         return plan_errorf(err, n, "%s: no NCCL communicator for its group (rt_attach)",
                            plan_coll_name(in->coll.op));
     switch (in->coll.op) {
-    case PC_ALL_REDUCE: return all_reduce(d, in, c, ncclSum, t, err, n);
-    case PC_ALL_REDUCE_MAX: return all_reduce(d, in, c, ncclMax, t, err, n);
-    case PC_ALL_GATHER: return all_gather(d, in, c, err, n);
-    case PC_REDUCE_SCATTER: return reduce_scatter(d, in, c, t, err, n);
-    case PC_ALL_TO_ALL: return all_to_all(d, in, c, err, n);
-    case PC_SLICE: return slice(d, in, blk, err, n);
+    case PC_ALL_REDUCE:
+        return all_reduce(d, in, c, ncclSum, t, err, n);
+    case PC_ALL_REDUCE_MAX:
+        return all_reduce(d, in, c, ncclMax, t, err, n);
+    case PC_ALL_GATHER:
+        return all_gather(d, in, c, err, n);
+    case PC_REDUCE_SCATTER:
+        return reduce_scatter(d, in, c, t, err, n);
+    case PC_ALL_TO_ALL:
+        return all_to_all(d, in, c, err, n);
+    case PC_SLICE:
+        return slice(d, in, blk, err, n);
     case PC_SEND:
         NCCL(ncclSend, cuda_tensor(d, in->args[0]), a->bytes, ncclChar, in->coll.peer, c, d->comm);
         return 0;

@@ -46,17 +46,33 @@ static Plan *gemm_plan(int with_kernel)
     const char *names[] = {"a", "b", "c"};
     for (int i = 0; i < 3; i++) {
         PlanTensor *t = &p->tensors[i];
-        *t = (PlanTensor){.name = strdup(names[i]), .dtype = PD_F32, .rank = 2,
-                          .shape = {2, 2}, .offset = (uint64_t)i * PLAN_ALIGN, .bytes = 16,
-                          .role = i < 2 ? PT_INPUT : PT_TEMP, .init = strdup(""), .layer = -1,
-                          .value = -1, .stage = -1};
+        *t = (PlanTensor){.name = strdup(names[i]),
+                          .dtype = PD_F32,
+                          .rank = 2,
+                          .shape = {2, 2},
+                          .offset = (uint64_t)i * PLAN_ALIGN,
+                          .bytes = 16,
+                          .role = i < 2 ? PT_INPUT : PT_TEMP,
+                          .init = strdup(""),
+                          .layer = -1,
+                          .value = -1,
+                          .stage = -1};
     }
     p->slab_bytes = 3 * PLAN_ALIGN;
     p->ninstrs = with_kernel ? 2 : 1;
     p->instrs = calloc(2, sizeof *p->instrs);
     p->instrs[0] = (PlanInstr){.kind = PI_GEMM, .layer = -1};
-    p->instrs[0].gemm = (PlanGemm){.a = 0, .b = 1, .c = 2, .m = 2, .n = 2, .k = 2, .lda = 2,
-                                   .ldb = 2, .ldc = 2, .batch = 1, .alpha = 1};
+    p->instrs[0].gemm = (PlanGemm){.a = 0,
+                                   .b = 1,
+                                   .c = 2,
+                                   .m = 2,
+                                   .n = 2,
+                                   .k = 2,
+                                   .lda = 2,
+                                   .ldb = 2,
+                                   .ldc = 2,
+                                   .batch = 1,
+                                   .alpha = 1};
     if (with_kernel) {
         p->nkernels = 1;
         p->kernels = calloc(1, sizeof *p->kernels);
@@ -80,8 +96,8 @@ Test(cuda, device_count_says_why_there_is_none)
     char err[512] = "";
     skip_with_gpu();
     cr_assert_eq(rt_cuda_devices(err, sizeof err), 0);
-    cr_assert(!strncmp(err, "cudaGetDeviceCount: ", 20) || !strcmp(err, "built without CUDA"),
-              "%s", err);
+    cr_assert(!strncmp(err, "cudaGetDeviceCount: ", 20) || !strcmp(err, "built without CUDA"), "%s",
+              err);
     cr_assert(strlen(err) > 20 && !strchr(err, '\n'), "not one line of reason: '%s'", err);
 }
 
@@ -125,8 +141,8 @@ Test(cuda, the_cpu_device_still_runs_the_plan)
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++) { /* products of small binary fractions: exact */
             double ref = -((double)a[i * 2] * b[j] + (double)a[i * 2 + 1] * b[2 + j]);
-            cr_assert_eq(c[i * 2 + j], (float)ref, "c[%d][%d] = %g, want %g", i, j,
-                         c[i * 2 + j], ref);
+            cr_assert_eq(c[i * 2 + j], (float)ref, "c[%d][%d] = %g, want %g", i, j, c[i * 2 + j],
+                         ref);
         }
     rt_close(rt);
     plan_free(p);

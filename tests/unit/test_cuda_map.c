@@ -52,16 +52,25 @@ static void check_gemm(int ta, int tb, int64_t batch, int shared_b, int bias, un
 {
     unsigned s = seed;
     int64_t m = 1 + rand_r(&s) % 7, n = 1 + rand_r(&s) % 7, k = 1 + rand_r(&s) % 9;
-    PlanGemm g = {.a = 0, .b = 1, .c = 2, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
-                  .batch = batch, .alpha = 1.5, .epilogue = bias ? PE_BIAS : PE_NONE};
+    PlanGemm g = {.a = 0,
+                  .b = 1,
+                  .c = 2,
+                  .trans_a = ta,
+                  .trans_b = tb,
+                  .m = m,
+                  .n = n,
+                  .k = k,
+                  .batch = batch,
+                  .alpha = 1.5,
+                  .epilogue = bias ? PE_BIAS : PE_NONE};
     g.lda = (ta ? m : k) + rand_r(&s) % 3;
     g.ldb = (tb ? k : n) + rand_r(&s) % 3;
     g.ldc = n + rand_r(&s) % 3;
     g.stride_a = g.lda * (ta ? k : m);
     g.stride_b = shared_b ? 0 : g.ldb * (tb ? n : k);
     g.stride_c = g.ldc * m;
-    size_t na = (size_t)(g.stride_a * batch), nb = (size_t)(shared_b ? g.ldb * (tb ? n : k)
-                                                                       : g.stride_b * batch);
+    size_t na = (size_t)(g.stride_a * batch),
+           nb = (size_t)(shared_b ? g.ldb * (tb ? n : k) : g.stride_b * batch);
     size_t nc = (size_t)(g.stride_c * batch);
     double *A = malloc(na * sizeof *A), *B = malloc(nb * sizeof *B), *C = calloc(nc, sizeof *C);
     double *bv = malloc((size_t)n * sizeof *bv);
@@ -162,8 +171,8 @@ Test(cuda_map, all_gather_along_any_dim_through_contiguous_chunks)
                 for (size_t j = 0; j < post; j++) {
                     int32_t want = in[c / chunk][(i * chunk + c % chunk) * post + j];
                     cr_assert_eq(out[(i * SIZE * chunk + c) * post + j], want,
-                                 "seed %u: [%zu][%zu][%zu] of [%zu][%zu][%zu]", seed, i, c, j,
-                                 pre, SIZE * chunk, post);
+                                 "seed %u: [%zu][%zu][%zu] of [%zu][%zu][%zu]", seed, i, c, j, pre,
+                                 SIZE * chunk, post);
                 }
     }
 }
@@ -192,8 +201,8 @@ Test(cuda_map, reduce_scatter_along_any_dim_through_contiguous_chunks)
                             got += packed[m][(size_t)r * cnt + (i * chunk + c) * post + j];
                             want += in[m][(i * SIZE * chunk + (size_t)r * chunk + c) * post + j];
                         }
-                        cr_assert_eq(got, want, "seed %u: member %d [%zu][%zu][%zu]", seed, r, i,
-                                     c, j);
+                        cr_assert_eq(got, want, "seed %u: member %d [%zu][%zu][%zu]", seed, r, i, c,
+                                     j);
                     }
     }
 }
