@@ -376,16 +376,32 @@ static int overlaps(const PlanTensor *a, const PlanTensor *b)
     return a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
 }
 
+/* The tensors instruction i reads or writes: its args, and a GEMM's operands
+ * (a GEMM names them in its PlanGemm, not in args). At most 4 for a GEMM. */
+static int tensors_of(const Plan *p, int i, const int **list, int buf[4])
+{
+    const PlanInstr *in = &p->instrs[i];
+    if (in->kind != PI_GEMM) {
+        *list = in->args;
+        return in->nargs;
+    }
+    int k = 0;
+    buf[k++] = in->gemm.a, buf[k++] = in->gemm.b, buf[k++] = in->gemm.c;
+    if (in->gemm.epilogue == PE_BIAS)
+        buf[k++] = in->gemm.bias;
+    *list = buf;
+    return k;
+}
+
+/* Whether instructions i and j share a byte of the slab. */
 static int touches(const Plan *p, int i, int j)
 {
-    const PlanInstr *x = &p->instrs[i], *y = &p->instrs[j];
-    for (int a = 0; a < x->nargs; a++)
-        for (int b = 0; b < y->nargs; b++)
-            if (overlaps(&p->tensors[x->args[a]], &p->tensors[y->args[b]]))
-                return 1;
-    if (x->kind == PI_GEMM && x->gemm.epilogue == PE_BIAS)
-        for (int b = 0; b < y->nargs; b++)
-            if (overlaps(&p->tensors[x->gemm.bias], &p->tensors[y->args[b]]))
+    int bi[4], bj[4];
+    const int *x, *y;
+    int nx = tensors_of(p, i, &x, bi), ny = tensors_of(p, j, &y, bj);
+    for (int a = 0; a < nx; a++)
+        for (int b = 0; b < ny; b++)
+            if (overlaps(&p->tensors[x[a]], &p->tensors[y[b]]))
                 return 1;
     return 0;
 }
