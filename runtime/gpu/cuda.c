@@ -371,41 +371,6 @@ int rt_cuda_sync(CudaDevice *d, char *err, size_t n)
 
 /* ---- instructions ---- */
 
-static int overlaps(const PlanTensor *a, const PlanTensor *b)
-{
-    return a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
-}
-
-/* The tensors instruction i reads or writes: its args, and a GEMM's operands
- * (a GEMM names them in its PlanGemm, not in args). At most 4 for a GEMM. */
-static int tensors_of(const Plan *p, int i, const int **list, int buf[4])
-{
-    const PlanInstr *in = &p->instrs[i];
-    if (in->kind != PI_GEMM) {
-        *list = in->args;
-        return in->nargs;
-    }
-    int k = 0;
-    buf[k++] = in->gemm.a, buf[k++] = in->gemm.b, buf[k++] = in->gemm.c;
-    if (in->gemm.epilogue == PE_BIAS)
-        buf[k++] = in->gemm.bias;
-    *list = buf;
-    return k;
-}
-
-/* Whether instructions i and j share a byte of the slab. */
-static int touches(const Plan *p, int i, int j)
-{
-    int bi[4], bj[4];
-    const int *x, *y;
-    int nx = tensors_of(p, i, &x, bi), ny = tensors_of(p, j, &y, bj);
-    for (int a = 0; a < nx; a++)
-        for (int b = 0; b < ny; b++)
-            if (overlaps(&p->tensors[x[a]], &p->tensors[y[b]]))
-                return 1;
-    return 0;
-}
-
 /* Compute waits for each pending collective that shares memory with instruction
  * i (it reads what the collective writes, or writes what it still reads). */
 static int wait_for_colls(CudaDevice *d, int i, char *err, size_t n)
@@ -413,7 +378,7 @@ static int wait_for_colls(CudaDevice *d, int i, char *err, size_t n)
     int kept = 0;
     for (int j = 0; j < d->npending; j++) {
         int c = d->pending[j];
-        if (touches(d->p, i, c))
+        if (rt_instr_touches(d->p, i, c))
             CUDA(cudaStreamWaitEvent, d->compute, d->done[c], 0);
         else
             d->pending[kept++] = c;
@@ -439,7 +404,7 @@ static int run_copy(CudaDevice *d, int i, char *err, size_t n)
     char *to = cuda_tensor(d, in->args[0]), *from = cuda_tensor(d, in->args[1]);
     if (to == from)
         return 0;
-    if (overlaps(dst, src)) {
+    if (rt_tensors_overlap(dst, src)) {
         CUDA(cudaMemcpyAsync, d->scratch, from, dst->bytes, cudaMemcpyDeviceToDevice, d->compute);
         from = d->scratch;
     }

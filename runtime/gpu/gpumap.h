@@ -10,7 +10,9 @@
  *   CUBLASLT_EPILOGUE_BIAS adds bias[i] to row i of the column-major D, i.e. to
  *   column i of every row of the row-major C, as PE_BIAS says.
  * - rt_along_copy: NCCL moves contiguous chunks; a block along a dim other
- *   than the first is a strided 2D copy (cudaMemcpy2DAsync's arguments). */
+ *   than the first is a strided 2D copy (cudaMemcpy2DAsync's arguments).
+ * - rt_instr_touches: whether two instructions share a byte of the slab, which
+ *   decides where compute waits for a collective on the other stream. */
 #ifndef TCC_GPUMAP_H
 #define TCC_GPUMAP_H
 
@@ -67,6 +69,42 @@ static inline RtCopy2D rt_along_copy(size_t pre, size_t k, size_t full, size_t p
     if (put)
         return (RtCopy2D){off, pitch, 0, run, run, pre};
     return (RtCopy2D){0, run, off, pitch, run, pre};
+}
+
+/* Whether tensors a and b share a byte of the slab (tensors may alias). */
+static inline int rt_tensors_overlap(const PlanTensor *a, const PlanTensor *b)
+{
+    return a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+}
+
+/* The tensors instruction i reads or writes into buf (at most 4 for a GEMM,
+ * which names its operands in its PlanGemm, not in args); their count. */
+static inline int rt_instr_tensors(const Plan *p, int i, const int **list, int buf[4])
+{
+    const PlanInstr *in = &p->instrs[i];
+    int k = 0;
+    if (in->kind != PI_GEMM) {
+        *list = in->args;
+        return in->nargs;
+    }
+    buf[k++] = in->gemm.a, buf[k++] = in->gemm.b, buf[k++] = in->gemm.c;
+    if (in->gemm.epilogue == PE_BIAS)
+        buf[k++] = in->gemm.bias;
+    *list = buf;
+    return k;
+}
+
+/* Whether instructions i and j share a byte of the slab. */
+static inline int rt_instr_touches(const Plan *p, int i, int j)
+{
+    int bi[4], bj[4];
+    const int *x, *y;
+    int nx = rt_instr_tensors(p, i, &x, bi), ny = rt_instr_tensors(p, j, &y, bj);
+    for (int a = 0; a < nx; a++)
+        for (int b = 0; b < ny; b++)
+            if (rt_tensors_overlap(&p->tensors[x[a]], &p->tensors[y[b]]))
+                return 1;
+    return 0;
 }
 
 #endif

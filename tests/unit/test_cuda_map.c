@@ -3,7 +3,8 @@
  * problem and then computed with cuBLASLt's semantics by a naive loop must give
  * the row-major product; the 2D copies around NCCL's contiguous chunks must
  * give the layouts of all_gather, reduce_scatter and all_to_all that comm.h
- * defines, along every dim.
+ * defines, along every dim; compute must wait for a collective exactly where
+ * the two share a byte of the slab (a GEMM's operands and bias included).
  * Data: fresh random numbers (seed in the failure message). Bounds: the GEMM
  * runs in float64 in both orders, each result a sum of k products, so it is
  * within k * 2^-52 * sum|a b| of the reference; copies move bits and are exact. */
@@ -233,4 +234,37 @@ Test(cuda_map, all_to_all_packs_along_dim2_and_unpacks_along_dim)
                     cr_assert_eq(out[r][i * q + c], in[i / d0][(i % d0) * d1 + (size_t)r * q + c],
                                  "seed %u: member %d out[%zu][%zu]", seed, r, i, c);
     }
+}
+
+/* Where compute waits for a collective: an all_reduce of g (args g, g2) and
+ * four later instructions: a GEMM that reads g2 through its operand b (named
+ * in its PlanGemm only), a GEMM on other tensors, a GEMM whose bias aliases
+ * g's last bytes, a kernel that writes g (which the collective still reads). */
+Test(cuda_map, compute_waits_for_a_collective_only_where_it_shares_memory)
+{
+    PlanTensor t[8] = {0};
+    uint64_t offs[8] = {0, 64, 128, 192, 256, 320, 120, 448};
+    for (int i = 0; i < 8; i++)
+        t[i] =
+            (PlanTensor){.dtype = PD_F32, .rank = 1, .shape = {16}, .offset = offs[i], .bytes = 64};
+    t[6].bytes = 8; /* bytes 120..127: the end of tensor 1 */
+    int coll_args[2] = {0, 1}, kernel_args[1] = {0};
+    PlanInstr in[5] = {
+        {.kind = PI_COLL, .nargs = 2, .args = coll_args, .coll = {.op = PC_ALL_REDUCE}},
+        {.kind = PI_GEMM, .gemm = {.a = 2, .b = 1, .c = 3}},
+        {.kind = PI_GEMM, .gemm = {.a = 2, .b = 4, .c = 5}},
+        {.kind = PI_GEMM, .gemm = {.a = 2, .b = 4, .c = 7, .epilogue = PE_BIAS, .bias = 6}},
+        {.kind = PI_KERNEL, .nargs = 1, .args = kernel_args},
+    };
+    Plan p = {.ntensors = 8, .tensors = t, .ninstrs = 5, .instrs = in};
+    cr_assert(rt_instr_touches(&p, 1, 0), "a GEMM operand read from the collective's output");
+    cr_assert(!rt_instr_touches(&p, 2, 0), "a GEMM on unrelated tensors waits");
+    cr_assert(rt_instr_touches(&p, 3, 0), "a bias aliasing the collective's output");
+    in[3].gemm.epilogue = PE_NONE;
+    cr_assert(!rt_instr_touches(&p, 3, 0), "the bias counts without the epilogue");
+    cr_assert(rt_instr_touches(&p, 4, 0), "a kernel writing what the collective reads");
+    cr_assert(rt_instr_touches(&p, 0, 4), "touching is symmetric");
+    t[6].offset = 128; /* now just past tensor 1: adjacent, not overlapping */
+    in[3].gemm.epilogue = PE_BIAS;
+    cr_assert(!rt_instr_touches(&p, 3, 0), "adjacent tensors share no byte");
 }
