@@ -42,7 +42,7 @@ Runtime *rt_open_device(const Plan *p, RtKernel const *kernels, RtDeviceKind kin
 /* The CUDA devices this process sees (>= 1), or 0 with why there are none in
  * err ("built without CUDA" in a runtime built without the toolkit). */
 int rt_cuda_devices(char *err, size_t n);
-/* "cpu", or "cuda:ORDINAL". */
+/* "cpu" or "cuda": the device rt runs on. */
 const char *rt_device_name(const Runtime *rt);
 /* On the cuda device: the whole slab into the host mirror (rt_tensor_data
  * does it too, but cannot report a failure). On the CPU: nothing. 0 or -1. */
