@@ -17,13 +17,13 @@ FUZZ_SHORT ?= 30
 FUZZ_SECONDS ?= 600
 PYTHON ?= python3
 
-# ---- CUDA toolkit (optional): nothing is built from it yet ----
+# ---- CUDA toolkit (optional): NVRTC, the cuda device and the nccl comm backend ----
 CUDA_HOME ?= /usr/local/cuda
 ifneq ($(wildcard $(CUDA_HOME)/include/nvrtc.h),)
 HAVE_CUDA := 1
 CUDA_DEFS := -DTCC_HAVE_CUDA=1
 CUDA_CFLAGS := -isystem $(CUDA_HOME)/include
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnvrtc -lcudart
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lnvrtc -lcudart
 CUDA_NOTE := tcc: CUDA toolkit at $(CUDA_HOME)
 else
 HAVE_CUDA := 0
@@ -72,7 +72,7 @@ all: tcc
 
 # tcc links the executables it builds against the runtime library here.
 $(B)/obj/codegen/binary.o $(B)/san/codegen/binary.o: BASEFLAGS += -DTCC_LIBDIR=\"$(abspath $(B))\" \
-    -DTCC_MPI_LIBS="\"$(MPI_LIBS)\""
+    -DTCC_MPI_LIBS="\"$(MPI_LIBS)\"" -DTCC_CUDA_LIBS="\"$(CUDA_LIBS)\""
 
 $(DEPS): scripts/deps.sh
 	@mkdir -p $(B)

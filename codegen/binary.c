@@ -2,10 +2,14 @@
  * Reads the plan; writes one C file (the kernels, the plan as a string, a
  * table of the kernel functions and a main that calls the runtime's training
  * loop) and has the system compiler build and link it with the runtime
- * library, OpenBLAS and cJSON. Key idea: the program carries everything it
+ * library, OpenBLAS, cJSON, OpenMPI and (when the runtime has them) the CUDA
+ * libraries. Key idea: the program carries everything it
  * needs, so it runs where the compiler is not installed (mpirun, srun). */
 #ifndef TCC_MPI_LIBS /* OpenMPI's link flags (mpicc --showme:link), from the Makefile */
 #define TCC_MPI_LIBS "-lmpi"
+#endif
+#ifndef TCC_CUDA_LIBS /* the CUDA libraries the runtime was built with ("" without CUDA) */
+#define TCC_CUDA_LIBS ""
 #endif
 
 #include "codegen.h"
@@ -110,7 +114,7 @@ int cg_write_program(Ctx *c, Plan *p, const char *out, int print_commands)
     const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
     char *cmd = arena_printf(c->arena,
                              "%s -O2 -fopenmp -o %s %s %s/libtccrt.a -lopenblas -lcjson -ldl -lm "
-                             TCC_MPI_LIBS " -pthread",
+                             TCC_MPI_LIBS " -pthread " TCC_CUDA_LIBS,
                              cc, quoted(c->arena, out), quoted(c->arena, src), libdir());
     if (print_commands)
         fprintf(stderr, "%s\n", cmd);

@@ -1,10 +1,12 @@
-/* exec.c: the executor: open a plan on the CPU device and run its step.
+/* exec.c: the executor: open a plan on the CPU or cuda device and run its step.
  * Reads: a Plan and the data the caller hands in. Writes: the tensors of the
  * plan in the device's slab.
  * Key idea: everything a step needs is resolved at open time (the kernel
  * functions, the argument pointers of every instruction), so a step is one
  * walk over the instruction list with no allocation and no lookup; on a
- * pipeline the walk skips the instructions of the other stages. */
+ * pipeline the walk skips the instructions of the other stages. On the cuda
+ * device the walk queues the instructions on its streams; the host mirror of
+ * the slab is synced around the step (see "host mirror" below). */
 #include "runtime/exec.h"
 
 #include <inttypes.h>
@@ -49,6 +51,40 @@ Runtime *rt_open(const Plan *p, const char *cache_dir, char *err, size_t n)
 Runtime *rt_open_linked(const Plan *p, RtKernel const *kernels, const char *cache_dir, char *err,
                         size_t n)
 {
+    return rt_open_device(p, kernels, RT_CPU, cache_dir, err, n);
+}
+
+/* The GPU of this process: its local rank under a launcher, else 0. */
+static int local_ordinal(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                                       "MPI_LOCALRANKID", NULL};
+    for (int i = 0; vars[i]; i++)
+        if (getenv(vars[i]) && *getenv(vars[i]))
+            return atoi(getenv(vars[i]));
+    return 0;
+}
+
+static int open_gpu(Runtime *rt, const char *cache_dir, char *err, size_t n)
+{
+    char msg[512];
+    if (rt->p->nkernels > 0 && (!rt->p->gpu_source || !*rt->p->gpu_source))
+        return plan_errorf(err, n, "the plan has no CUDA kernels: rebuild it with a tcc that "
+                                   "renders them");
+    int count = rt_cuda_devices(msg, sizeof msg), ordinal = local_ordinal();
+    if (count < 1)
+        return plan_errorf(err, n, "no CUDA device found (%s)", msg);
+    if (ordinal >= count)
+        return plan_errorf(err, n, "local rank %d has no GPU: this node has %d", ordinal, count);
+    if (!(rt->gpu = rt_cuda_open(rt->p, ordinal, cache_dir, msg, sizeof msg)))
+        return plan_errorf(err, n, "cuda:%d: %s", ordinal, msg);
+    rt->dev_stale = 1; /* the first step uploads the whole slab */
+    return 0;
+}
+
+Runtime *rt_open_device(const Plan *p, RtKernel const *kernels, RtDeviceKind kind,
+                        const char *cache_dir, char *err, size_t n)
+{
     char msg[512];
     if (plan_check(p, msg, sizeof msg)) {
         plan_errorf(err, n, "plan \"%s\": %s", p->model ? p->model : "", msg);
@@ -61,7 +97,8 @@ Runtime *rt_open_linked(const Plan *p, RtKernel const *kernels, const char *cach
     }
     rt->p = p;
     rt->nstages = plan_stages(p);
-    if (rt_cpu_open_linked(&rt->dev, p, kernels, cache_dir, err, n) || bind_args(rt, err, n)) {
+    if (rt_cpu_open_linked(&rt->dev, p, kernels, cache_dir, err, n) || bind_args(rt, err, n) ||
+        (kind == RT_CUDA && open_gpu(rt, cache_dir, err, n))) {
         rt_close(rt);
         return NULL;
     }
@@ -73,6 +110,7 @@ void rt_close(Runtime *rt)
     if (!rt)
         return;
     rt_mesh_close(rt);
+    rt_cuda_close(rt->gpu);
     rt_cpu_close(&rt->dev);
     free(rt->argv);
     free(rt->steps);
@@ -93,18 +131,106 @@ int rt_find_tensor(const Plan *p, const char *name)
     return -1;
 }
 
+const char *rt_device_name(const Runtime *rt)
+{
+    return rt->gpu ? "cuda" : "cpu";
+}
+
+char *rt_host(Runtime *rt, int t)
+{
+    return rt->dev.slab + rt->p->tensors[t].offset;
+}
+
+/* ---- the host mirror (cuda device) ----
+ * The host slab mirrors the device's. Before a step the device gets the whole
+ * mirror when the host may have written it (dev_stale: after init, a load, any
+ * rt_tensor_data), else only the tensors the host writes each step (inputs,
+ * step, hyperparameters, coordinates); after a step the host gets the outputs
+ * (loss, lr, grad_norm) and knows the rest is stale until the next
+ * rt_tensor_data or rt_sync_host downloads the whole slab. */
+
+int rt_sync_host(Runtime *rt, char *err, size_t n)
+{
+    if (!rt->gpu || !rt->host_stale)
+        return 0;
+    if (rt_cuda_get(rt->gpu, rt->dev.slab, 0, rt->p->slab_bytes, err, n) ||
+        rt_cuda_sync(rt->gpu, err, n))
+        return -1;
+    rt->host_stale = 0;
+    return 0;
+}
+
 void *rt_tensor_data(Runtime *rt, int tensor)
 {
     if (tensor < 0 || tensor >= rt->p->ntensors)
         return NULL;
-    return rt->dev.slab + rt->p->tensors[tensor].offset;
+    if (rt->gpu) {
+        char msg[400];
+        if (rt_sync_host(rt, msg, sizeof msg) && !rt->sticky[0])
+            snprintf(rt->sticky, sizeof rt->sticky, "downloading the slab: %s", msg);
+        rt->dev_stale = 1;
+    }
+    return rt_host(rt, tensor);
+}
+
+static int per_step_tensor(PlanRole r)
+{
+    return r == PT_INPUT || r == PT_STEP || r == PT_HYPER || r == PT_COORD;
+}
+
+static int upload(Runtime *rt, char *err, size_t n)
+{
+    const Plan *p = rt->p;
+    if (rt->sticky[0])
+        return plan_errorf(err, n, "%s", rt->sticky);
+    if (rt->dev_stale) {
+        if (rt_cuda_put(rt->gpu, rt->dev.slab, 0, p->slab_bytes, err, n))
+            return -1;
+        rt->dev_stale = 0;
+        return 0;
+    }
+    for (int t = 0; t < p->ntensors; t++)
+        if (per_step_tensor(p->tensors[t].role) &&
+            rt_cuda_put(rt->gpu, rt->dev.slab, p->tensors[t].offset, p->tensors[t].bytes, err, n))
+            return -1;
+    return 0;
+}
+
+static int download_outputs(Runtime *rt, char *err, size_t n)
+{
+    const Plan *p = rt->p;
+    int outs[] = {p->loss, p->lr, p->grad_norm};
+    for (int j = 0; j < 3; j++)
+        if (outs[j] >= 0 && rt_cuda_get(rt->gpu, rt->dev.slab, p->tensors[outs[j]].offset,
+                                        p->tensors[outs[j]].bytes, err, n))
+            return -1;
+    if (rt_cuda_sync(rt->gpu, err, n))
+        return -1;
+    rt->host_stale = 1;
+    return 0;
+}
+
+/* "kernel k12_layernorm", "gemm", "all_reduce": what instruction i is, for messages. */
+static const char *instr_label(const Plan *p, int i, char *buf, size_t n)
+{
+    const PlanInstr *in = &p->instrs[i];
+    switch (in->kind) {
+    case PI_KERNEL: snprintf(buf, n, "kernel %s", p->kernels[in->kernel].name); break;
+    case PI_GEMM: snprintf(buf, n, "gemm"); break;
+    case PI_COPY: snprintf(buf, n, "copy"); break;
+    case PI_COLL: snprintf(buf, n, "%s", plan_coll_name(in->coll.op)); break;
+    default: snprintf(buf, n, "kind %d", (int)in->kind); break;
+    }
+    return buf;
 }
 
 double rt_scalar(Runtime *rt, int tensor)
 {
     if (tensor < 0 || tensor >= rt->p->ntensors || rt->p->tensors[tensor].rank != 0)
         return NAN;
-    const void *x = rt_tensor_data(rt, tensor);
+    const Plan *p = rt->p; /* the outputs are downloaded after each step: no whole-slab sync */
+    int out = tensor == p->loss || tensor == p->lr || tensor == p->grad_norm;
+    const void *x = out ? rt_host(rt, tensor) : rt_tensor_data(rt, tensor);
     switch (rt->p->tensors[tensor].dtype) {
     case PD_F32:
         return *(const float *)x;
@@ -157,13 +283,13 @@ int rt_set_input(Runtime *rt, const char *name, const void *data, size_t bytes, 
                         name, i, (int)id, pt->limit);
     }
     if (bytes == pt->bytes) {
-        memcpy(rt_tensor_data(rt, t), data, bytes);
+        memcpy(rt_host(rt, t), data, bytes);
         return 0;
     }
     PlanTensor view = *pt; /* rows-local data: the rest of the dims are global */
     if (bytes == rows && bytes != global)
         view.nsplit[0] = 0, view.shape[0] = pt->shape[0];
-    rt_block_copy(rt, &view, (void *)data, rt_tensor_data(rt, t), 0);
+    rt_block_copy(rt, &view, (void *)data, rt_host(rt, t), 0);
     return 0;
 }
 
@@ -172,12 +298,41 @@ int rt_set_hyper(Runtime *rt, const char *name, double value, char *err, size_t 
     for (int t = 0; t < rt->p->ntensors; t++)
         if (rt->p->tensors[t].role == PT_HYPER && !strcmp(rt->p->tensors[t].name, name)) {
             if (rt->p->tensors[t].dtype == PD_F64)
-                *(double *)rt_tensor_data(rt, t) = value;
+                *(double *)rt_host(rt, t) = value;
             else
-                *(float *)rt_tensor_data(rt, t) = (float)value;
+                *(float *)rt_host(rt, t) = (float)value;
             return 0;
         }
     return plan_errorf(err, n, "the plan has no hyperparameter \"%s\"", name);
+}
+
+/* Instruction i on the cuda device: compute on its stream, a collective
+ * through mesh.c (which hands it to NCCL). */
+static int run_gpu(Runtime *rt, int i, char *err, size_t n)
+{
+    if (rt->p->instrs[i].kind == PI_COLL)
+        return rt_mesh_coll(rt, i, err, n);
+    return rt_cuda_run(rt->gpu, i, err, n);
+}
+
+static int run_cpu(Runtime *rt, int i, char *err, size_t n)
+{
+    const Plan *p = rt->p;
+    const PlanInstr *in = &p->instrs[i];
+    switch (in->kind) {
+    case PI_KERNEL:
+        rt->dev.fns[in->kernel](rt->args[i]);
+        return 0;
+    case PI_GEMM:
+        return rt_cpu_gemm(&rt->dev, p, &in->gemm, err, n);
+    case PI_COPY: /* tensors may alias: memmove */
+        memmove(rt->args[i][0], rt->args[i][1], p->tensors[in->args[0]].bytes);
+        return 0;
+    case PI_COLL:
+        return rt_mesh_coll(rt, i, err, n);
+    default:
+        return plan_errorf(err, n, "unknown kind %d", (int)in->kind);
+    }
 }
 
 /* The instructions of this device's stage in order; only the forward ones
@@ -185,35 +340,24 @@ int rt_set_hyper(Runtime *rt, const char *name, double value, char *err, size_t 
 static int run(Runtime *rt, int64_t step, int fwd_only, char *err, size_t n)
 {
     const Plan *p = rt->p;
-    char msg[400];
+    char msg[400], what[160];
     if (rt->nstages > 1 && !rt->world)
         return plan_errorf(err, n,
                            "the plan has %d pipeline stages, each on its own devices, "
                            "but no mesh was attached (rt_attach)",
                            rt->nstages);
+    if (rt->gpu && upload(rt, msg, sizeof msg))
+        return plan_errorf(err, n, "step %" PRId64 ", the upload: %s", step, msg);
     for (int i = 0; i < p->ninstrs; i++) {
         const PlanInstr *in = &p->instrs[i];
         if ((fwd_only && in->phase != 0) || in->stage != rt->stage)
             continue;
-        switch (in->kind) {
-        case PI_KERNEL:
-            rt->dev.fns[in->kernel](rt->args[i]);
-            break;
-        case PI_GEMM:
-            if (rt_cpu_gemm(&rt->dev, p, &in->gemm, msg, sizeof msg))
-                return plan_errorf(err, n, "step %" PRId64 ", instrs[%d]: %s", step, i, msg);
-            break;
-        case PI_COPY: /* tensors may alias: memmove */
-            memmove(rt->args[i][0], rt->args[i][1], p->tensors[in->args[0]].bytes);
-            break;
-        case PI_COLL:
-            if (rt_mesh_coll(rt, i, msg, sizeof msg))
-                return plan_errorf(err, n, "step %" PRId64 ", instrs[%d]: %s", step, i, msg);
-            break;
-        default:
-            return plan_errorf(err, n, "instrs[%d]: unknown kind %d", i, (int)in->kind);
-        }
+        if (rt->gpu ? run_gpu(rt, i, msg, sizeof msg) : run_cpu(rt, i, msg, sizeof msg))
+            return plan_errorf(err, n, "step %" PRId64 ", instrs[%d] (%s): %s", step, i,
+                               instr_label(p, i, what, sizeof what), msg);
     }
+    if (rt->gpu && download_outputs(rt, msg, sizeof msg))
+        return plan_errorf(err, n, "step %" PRId64 ", the outputs: %s", step, msg);
     if (rt_mesh_outputs(rt, msg, sizeof msg))
         return plan_errorf(err, n, "step %" PRId64 ", the outputs: %s", step, msg);
     return 0;
@@ -227,3 +371,51 @@ int rt_step(Runtime *rt, int64_t step, char *err, size_t n)
 }
 
 int rt_forward(Runtime *rt, char *err, size_t n) { return run(rt, 0, 1, err, n); }
+
+/* ---- a runtime built without the CUDA toolkit ---- */
+#ifndef TCC_HAVE_CUDA
+static int no_cuda(char *err, size_t n)
+{
+    return plan_errorf(err, n, "built without CUDA");
+}
+
+int rt_cuda_count(char *err, size_t n)
+{
+    no_cuda(err, n);
+    return 0;
+}
+
+CudaDevice *rt_cuda_open(const Plan *p, int ordinal, const char *cache_dir, char *err, size_t n)
+{
+    no_cuda(err, n);
+    return NULL;
+}
+
+void rt_cuda_close(CudaDevice *d) {}
+
+int rt_cuda_put(CudaDevice *d, const char *host, uint64_t off, uint64_t bytes, char *err, size_t n)
+{
+    return no_cuda(err, n);
+}
+
+int rt_cuda_get(CudaDevice *d, char *host, uint64_t off, uint64_t bytes, char *err, size_t n)
+{
+    return no_cuda(err, n);
+}
+
+int rt_cuda_sync(CudaDevice *d, char *err, size_t n) { return no_cuda(err, n); }
+int rt_cuda_run(CudaDevice *d, int i, char *err, size_t n) { return no_cuda(err, n); }
+int rt_cuda_group(CudaDevice *d, int slot, RtComm *c, char *err, size_t n)
+{
+    return no_cuda(err, n);
+}
+int rt_cuda_coll(CudaDevice *d, int i, int slot, int64_t blk, char *err, size_t n)
+{
+    return no_cuda(err, n);
+}
+#endif
+
+int rt_cuda_devices(char *err, size_t n)
+{
+    return rt_cuda_count(err, n);
+}

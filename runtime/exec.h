@@ -5,13 +5,18 @@
 
 #include "runtime/comm/comm.h"
 #include "runtime/cpu.h"
+#include "runtime/gpu/cuda.h"
 #include "runtime/runtime.h"
 
 #define RT_MAX_GROUPS 256 /* one communicator per subset of at most 8 mesh axes */
 
 struct Runtime {
     const Plan *p;
-    CpuDevice dev;
+    CpuDevice dev; /* on the cuda device: only its slab, the host mirror (docs/runtime.md) */
+    CudaDevice *gpu;  /* NULL on the CPU */
+    int host_stale;   /* gpu: the mirror misses the device's last step (but its outputs) */
+    int dev_stale;    /* gpu: the host may have written the mirror since the last upload */
+    char sticky[512]; /* gpu: a failed download behind rt_tensor_data, for the next call */
     char **argv;   /* the argument pointers of every instruction, back to back */
     char ***args;  /* by instruction: its first pointer in argv */
     float **steps; /* the step tensors, NULL-terminated: written before each step */
@@ -28,6 +33,12 @@ struct Runtime {
     int npipe;                     /* the pipeline-role axes, in plan order */
     int8_t pipe[PLAN_MAX_AXES];
 };
+
+/* The first byte of tensor t in the host slab (the mirror on the cuda device),
+ * with no transfer: for the tensors the executor moves itself each step. */
+char *rt_host(Runtime *rt, int t);
+/* The group slot of the group along axes (mesh.c), or -1 when there is none. */
+int rt_group_slot(Runtime *rt, const int8_t *axes, int naxes);
 
 /* This device's block index over axes (major to minor). */
 int64_t rt_block_index(const Runtime *rt, const int8_t *axes, int naxes);

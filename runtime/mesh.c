@@ -130,7 +130,15 @@ static int make_group(Runtime *rt, const int8_t *axes, int naxes, char *err, siz
         if (!(in >> a & 1))
             color = color * rt->p->axes[a].size + rt->coord[a];
     *slot = rt_comm_split(rt->world, (int)color, (int)rt_block_index(rt, axes, naxes), err, n);
-    return *slot ? 0 : -1;
+    if (!*slot)
+        return -1;
+    return rt->gpu ? rt_cuda_group(rt->gpu, (int)(slot - rt->group), *slot, err, n) : 0;
+}
+
+int rt_group_slot(Runtime *rt, const int8_t *axes, int naxes)
+{
+    RtComm **slot = rt->world ? group_slot(rt, axes, naxes) : NULL;
+    return slot && *slot ? (int)(slot - rt->group) : -1;
 }
 
 static RtComm *group(Runtime *rt, const int8_t *axes, int naxes)
@@ -145,7 +153,7 @@ static void fill_coords(Runtime *rt)
     for (int t = 0; t < p->ntensors; t++) {
         const PlanTensor *pt = &p->tensors[t];
         if (pt->role == PT_COORD)
-            *(int32_t *)rt_tensor_data(rt, t) =
+            *(int32_t *)rt_host(rt, t) =
                 (int32_t)(rt_block_index(rt, pt->coord, pt->ncoord) * (int64_t)pt->init_arg);
     }
 }
@@ -169,6 +177,10 @@ int rt_attach(Runtime *rt, RtWorld *w, char *err, size_t n)
     if (rt_world_size(w) != plan_mesh_size(p))
         return plan_errorf(err, n, "the plan's mesh has %" PRId64 " devices, but %d ranks run it",
                            plan_mesh_size(p), rt_world_size(w));
+    if (rt->gpu && strcmp(rt_world_backend(w), "mpi"))
+        return plan_errorf(err, n, "the cuda device runs one process per GPU under mpirun or "
+                                   "srun (comm mpi); the %s backend is CPU-only",
+                           rt_world_backend(w));
     rt->world = w;
     coords_of(p, rt_world_rank(w), rt->coord);
     int8_t all[PLAN_MAX_AXES];
@@ -281,6 +293,9 @@ int rt_mesh_coll(Runtime *rt, int i, char *err, size_t n)
         return plan_errorf(err, n, "%s: the plan runs on %" PRId64 " devices, but no mesh was "
                                    "attached (rt_attach)",
                            plan_coll_name(co->op), plan_mesh_size(p));
+    if (rt->gpu) /* NCCL on the device's communication stream */
+        return rt_cuda_coll(rt->gpu, i, rt_group_slot(rt, co->axes, co->naxes),
+                            rt_block_index(rt, co->axes, co->naxes), err, n);
     if (co->op == PC_SEND) /* one tensor: no args[1] */
         return rt_comm_send(c, rt->args[i][0], a->bytes, co->peer, co->tag, err, n);
     if (co->op == PC_RECV)
@@ -326,7 +341,7 @@ int rt_mesh_outputs(Runtime *rt, char *err, size_t n)
     for (int j = 0; j < 3; j++) {
         const PlanTensor *t = outs[j] >= 0 ? &p->tensors[outs[j]] : NULL;
         if (t && t->stage >= 0 &&
-            rt_comm_broadcast(c, rt_tensor_data(rt, outs[j]), t->bytes, t->stage, err, n))
+            rt_comm_broadcast(c, rt_host(rt, outs[j]), t->bytes, t->stage, err, n))
             return -1;
     }
     return 0;

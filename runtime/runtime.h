@@ -27,6 +27,27 @@ typedef void (*RtKernel)(char *const *args);
 Runtime *rt_open_linked(const Plan *p, RtKernel const *kernels, const char *cache_dir, char *err,
                         size_t n);
 
+/* ---- devices ----
+ * The CPU runs the plan's C kernels; the cuda device (runtime/gpu/) its CUDA
+ * rendering, one GPU per process. On the cuda device the host keeps a mirror of
+ * the slab that every host-side call (rt_tensor_data, init, inputs,
+ * checkpoints) works on; rt_step moves what it needs (docs/runtime.md). */
+typedef enum { RT_CPU, RT_CUDA } RtDeviceKind;
+
+/* rt_open_linked on device kind. RT_CUDA takes the GPU of this process's
+ * local rank (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID; else
+ * 0) and refuses a plan with kernels but no CUDA rendering. NULL with a message. */
+Runtime *rt_open_device(const Plan *p, RtKernel const *kernels, RtDeviceKind kind,
+                        const char *cache_dir, char *err, size_t n);
+/* The CUDA devices this process sees (>= 1), or 0 with why there are none in
+ * err ("built without CUDA" in a runtime built without the toolkit). */
+int rt_cuda_devices(char *err, size_t n);
+/* "cpu" or "cuda": the device rt runs on. */
+const char *rt_device_name(const Runtime *rt);
+/* On the cuda device: the whole slab into the host mirror (rt_tensor_data
+ * does it too, but cannot report a failure). On the CPU: nothing. 0 or -1. */
+int rt_sync_host(Runtime *rt, char *err, size_t n);
+
 /* ---- the mesh (runtime/mesh.c) ----
  * A plan for a mesh of N devices runs on N ranks, each with its own Runtime.
  * A rank's coordinates are its row-major index over the plan's axes (the first
@@ -109,7 +130,10 @@ int rt_train_main(int argc, char **argv, const char *plan_json, size_t len,
 /* The value of a rank-0 f32 or f64 tensor (NaN for any other, or for -1). */
 double rt_scalar(Runtime *rt, int tensor);
 
-/* The first byte of a tensor in the slab (NULL when tensor is out of range). */
+/* The first byte of a tensor in the slab (NULL when tensor is out of range).
+ * On the cuda device: in the host mirror, brought up to date first (a failed
+ * download is reported by the next rt_step); the device gets it back before
+ * the next step. */
 void *rt_tensor_data(Runtime *rt, int tensor);
 
 /* The index of the first tensor called name, or -1. */

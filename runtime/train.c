@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 typedef struct Options {
-    const char *data, *val, *ckpt, *comm;
+    const char *data, *val, *ckpt, *comm, *device;
     int64_t steps, ckpt_every, log_every, eval_every, eval_batches;
     uint64_t seed;
     double lr;
@@ -39,12 +39,15 @@ typedef struct Job {
     Options o;
     int nranks;
     int omp_threads; /* per rank of the threads backend; 0: as the process has */
+    RtDeviceKind device; /* resolved from --device */
+    char device_note[600]; /* "device cpu (auto: ...)": why it was chosen */
 } Job;
 
 typedef struct Loop {
     const char *prog;
     const Plan *p;
     const Options *o;
+    const char *device_note; /* printed before the first step on one device */
     Runtime *rt;
     RtComm *all;      /* every rank, for agree; NULL on one device */
     int rank, nranks; /* in the world (0 and 1 on one device) */
@@ -76,6 +79,8 @@ static void usage(const char *prog, FILE *f)
             "  --exact             log each loss also as a hexadecimal float (every bit)\n"
             "  --comm threads|mpi  how the ranks of a mesh run: threads of this process, or\n"
             "                      one process each (default: mpi under mpirun, else threads)\n"
+            "  --device auto|cpu|cuda  where the plan runs (default auto: cuda when there is\n"
+            "                      a GPU, else cpu); cuda: one GPU per process (its local rank)\n"
             "  --help              this text\n"
             "Without --data, the model trains on one fixed batch of random tokens.\n",
             prog);
@@ -134,6 +139,10 @@ static int parse_one(Options *o, const char *a, const char *v, char *msg, size_t
         if (strcmp(v, "threads") && strcmp(v, "mpi"))
             return failf(msg, n, "--comm expects 'threads' or 'mpi', got '%s'", v);
         o->comm = v;
+    } else if (!strcmp(a, "--device")) {
+        if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda"))
+            return failf(msg, n, "--device expects 'auto', 'cpu' or 'cuda', got '%s'", v);
+        o->device = v;
     } else if (!strcmp(a, "--lr")) {
         char *end;
         o->lr = strtod(v, &end);
@@ -157,12 +166,14 @@ static int parse_one(Options *o, const char *a, const char *v, char *msg, size_t
 /* The options into o: 0, or 1 with the message in msg (o->help: print the usage). */
 static int parse_args(Options *o, int argc, char **argv, char *msg, size_t n)
 {
-    *o = (Options){.steps = 100, .log_every = 1, .eval_batches = 4, .seed = 1337, .lr = -1};
+    *o = (Options){.steps = 100, .log_every = 1, .eval_batches = 4, .seed = 1337, .lr = -1,
+                   .device = "auto"};
     static const char *const known[] = {
         "--data",       "--val",          "--ckpt",       "--lr",
         "--steps",      "--seed",         "--ckpt-every", "--log-every",
-        "--eval-every", "--eval-batches", "--comm",       "--resume",
-        "--exact",      "--help",         "-h",           NULL};
+        "--eval-every", "--eval-batches", "--comm",       "--device",
+        "--resume",     "--exact",        "--help",       "-h",
+        NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int w = 0;
@@ -320,6 +331,9 @@ static int save(Loop *L, int64_t step)
 {
     char err[512];
     CkptMeta m = {step, L->train ? rt_data_tell(L->train) : -1, L->o->seed};
+    /* on the cuda device the slab comes to the host here, where a failure can be told */
+    if (agree(L, rt_sync_host(L->rt, err, sizeof err) ? fail(L, "checkpoint: %s", err) : 0))
+        return 1;
     if (agree(L, rt_ckpt_save(L->rt, L->o->ckpt, &m, err, sizeof err) ? fail(L, "%s", err) : 0))
         return 1;
     if (L->lead)
@@ -342,6 +356,14 @@ static int check_ckpt_dir(Loop *L)
 
 /* Parameters from the seed, or from the newest checkpoint with --resume (every
  * rank reads it and keeps its block). */
+/* The device line, once nothing before the first step can fail any more
+ * (errors leave stdout empty); a mesh says it on its mesh line instead. */
+static void say_device(const Loop *L)
+{
+    if (L->nranks == 1)
+        printf("%s\n", L->device_note);
+}
+
 static int start(Loop *L, int64_t *first)
 {
     char err[512];
@@ -352,13 +374,16 @@ static int start(Loop *L, int64_t *first)
     *first = 1;
     if (agree(L, rc))
         return 1;
-    if (!L->o->resume)
+    if (!L->o->resume) {
+        say_device(L);
         return 0;
+    }
     CkptMeta m;
     rc = rt_ckpt_load_latest(L->rt, L->o->ckpt, &m, err, sizeof err);
     if (agree(L, rc < 0 ? fail(L, "--resume: %s", err) : 0))
         return 1;
     if (rc == 0) {
+        say_device(L);
         if (L->lead)
             printf("no checkpoint in %s: starting from step 1\n", L->o->ckpt);
         return 0;
@@ -369,6 +394,7 @@ static int start(Loop *L, int64_t *first)
                      : 0))
         return 1;
     *first = m.step + 1;
+    say_device(L);
     if (L->lead)
         printf("resumed from step %" PRId64 " in %s\n", m.step, L->o->ckpt);
     return 0;
@@ -481,13 +507,14 @@ static void mesh_text(const Plan *p, char *out, size_t n)
 static int run_rank(const Job *J, RtWorld *w, Loop *L)
 {
     char err[512];
-    *L = (Loop){.prog = J->prog, .p = J->p, .o = &J->o, .nranks = 1, .lead = 1, .culprit = -1};
+    *L = (Loop){.prog = J->prog, .p = J->p, .o = &J->o, .device_note = J->device_note,
+                .nranks = 1, .lead = 1, .culprit = -1};
     if (w) {
         L->rank = rt_world_rank(w), L->nranks = rt_world_size(w), L->lead = L->rank == 0;
         if (!(L->all = rt_comm_split(w, 0, L->rank, err, sizeof err)))
             return fail(L, "%s", err);
     }
-    if (!(L->rt = rt_open_linked(J->p, J->kernels, NULL, err, sizeof err)))
+    if (!(L->rt = rt_open_device(J->p, J->kernels, J->device, NULL, err, sizeof err)))
         fail(L, "%s", err);
     if (agree(L, !L->rt))
         return 1;
@@ -539,8 +566,8 @@ static int run_threads(Job *J)
     J->omp_threads = total / J->nranks > 1 ? total / J->nranks : 1;
     openblas_set_num_threads(J->omp_threads);
     mesh_text(J->p, mesh, sizeof mesh);
-    printf("mesh %s, %d ranks, comm threads (%d OpenMP thread%s per rank)\n", mesh, J->nranks,
-           J->omp_threads, J->omp_threads == 1 ? "" : "s");
+    printf("mesh %s, %d ranks, comm threads (%d OpenMP thread%s per rank), %s\n", mesh,
+           J->nranks, J->omp_threads, J->omp_threads == 1 ? "" : "s", J->device_note);
     fflush(stdout);
     if (rt_run_threads(J->nranks, thread_rank, J, err, sizeof err))
         return die(J->prog, "%s", err);
@@ -562,7 +589,8 @@ static int run_world(Job *J, RtWorld *w)
         return 1;
     }
     if (rank == 0 && J->nranks > 1) {
-        printf("mesh %s, %d ranks, comm %s\n", mesh, size, rt_world_backend(w));
+        printf("mesh %s, %d ranks, comm %s, %s\n", mesh, size, rt_world_backend(w),
+               J->device_note);
         fflush(stdout);
     }
     Loop L;
@@ -597,6 +625,52 @@ static void passive_openmp(char **argv)
     /* exec failed: go on with the policy the OpenMP runtime already has */
 }
 
+/* The plan has kernels but no CUDA rendering of them. */
+static int no_gpu_kernels(const Plan *p)
+{
+    return p->nkernels > 0 && (!p->gpu_source || !*p->gpu_source);
+}
+
+/* --device into J->device and J->device_note: 0, or 1 with the one line in
+ * msg. auto takes cuda when the runtime has it, a GPU is there and the plan
+ * has CUDA kernels; cuda insists (one process per GPU: mpirun for a mesh). */
+static int choose_device(Job *J, int mpi, char *msg, size_t n)
+{
+    char why[512];
+    const char *opt = J->o.device;
+    int gpus = strcmp(opt, "cpu") ? rt_cuda_devices(why, sizeof why) : 0;
+    J->device = RT_CPU;
+    if (!strcmp(opt, "cpu")) {
+        snprintf(J->device_note, sizeof J->device_note, "device cpu");
+        return 0;
+    }
+    if (!strcmp(opt, "auto")) {
+        if (gpus > 0 && no_gpu_kernels(J->p))
+            snprintf(why, sizeof why, "the plan has no CUDA kernels");
+        else if (gpus > 0 && J->nranks > 1 && !mpi)
+            snprintf(why, sizeof why, "a mesh on GPUs runs under mpirun");
+        else if (gpus > 0)
+            J->device = RT_CUDA;
+        if (J->device == RT_CUDA)
+            snprintf(J->device_note, sizeof J->device_note, "device cuda (auto)");
+        else
+            snprintf(J->device_note, sizeof J->device_note, "device cpu (auto: %s)", why);
+        return 0;
+    }
+    if (gpus < 1)
+        return failf(msg, n, "--device cuda: no CUDA device found (%s)", why);
+    if (no_gpu_kernels(J->p))
+        return failf(msg, n, "--device cuda: the plan has no CUDA kernels: rebuild it with a tcc "
+                             "that renders them");
+    if (J->nranks > 1 && !mpi)
+        return failf(msg, n, "--device cuda: the plan's %d devices run one process per GPU "
+                             "(mpirun -np %d %s --device cuda); the threads backend is CPU-only",
+                     J->nranks, J->nranks, J->prog);
+    J->device = RT_CUDA;
+    snprintf(J->device_note, sizeof J->device_note, "device cuda");
+    return 0;
+}
+
 /* The options and the plan, then the run on the backend they ask for; under
  * mpirun only rank 0 prints an option or plan error. mpi: the mpi backend was
  * asked for (w is NULL when this process was not started by mpirun). */
@@ -618,7 +692,9 @@ static int run_job(Job *J, int mpi, RtWorld *w, int bad, const char *msg, const 
     J->p = p;
     J->nranks = (int)plan_mesh_size(p);
     int rc;
-    if (mpi && !w)
+    if (choose_device(J, mpi, err, sizeof err))
+        rc = lead ? die(J->prog, "%s", err) : 1;
+    else if (mpi && !w)
         rc = die(J->prog, "--comm mpi: not started by mpirun or srun (mpirun -np %d %s ...)",
                  J->nranks, J->prog);
     else

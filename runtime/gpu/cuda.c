@@ -1,0 +1,441 @@
+/* cuda.c: the cuda device: memory, kernels, GEMMs, copies, streams and events.
+ * Reads: a checked plan (its gpu_source, kernel launches, GEMMs and copies).
+ * Writes: the slab on the device.
+ * Key idea: as on the CPU, everything is resolved at open -- one cudaMalloc,
+ * the cubin loaded and every kernel handle found, every launch's parameter
+ * array, every GEMM's cuBLASLt descriptors and algorithm -- so queueing an
+ * instruction allocates nothing and looks nothing up. Compute runs on one
+ * stream, collectives on another; an event orders each collective after the
+ * compute before it, and compute waits for a collective only at the first
+ * instruction that touches one of its tensors (docs/runtime.md). The driver
+ * library is not linked: cudart loads it lazily, so a machine without a GPU
+ * gets an error code, not a failed start. */
+#include "runtime/gpu/cuda_impl.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/gpu/gpumap.h"
+#include "runtime/gpu/nvrtc.h"
+
+#define WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt's; 32 MiB is what Hopper kernels ask for */
+#define ROUND(x, a) (((x) + (a)-1) / (a) * (a))
+
+int cuda_fail(cudaError_t e, const char *call, char *err, size_t n)
+{
+    return plan_errorf(err, n, "%s: %s", call, cudaGetErrorString(e));
+}
+
+/* A CUDA runtime call: on failure return -1 with "NAME: text". */
+#define CUDA(name, ...)                                                                            \
+    do {                                                                                           \
+        cudaError_t e_ = name(__VA_ARGS__);                                                        \
+        if (e_ != cudaSuccess)                                                                     \
+            return cuda_fail(e_, #name, err, n);                                                   \
+    } while (0)
+#define LT(name, ...)                                                                              \
+    do {                                                                                           \
+        cublasStatus_t s_ = name(__VA_ARGS__);                                                     \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return plan_errorf(err, n, "%s: %s", #name, cublasLtGetStatusString(s_));              \
+    } while (0)
+
+int rt_cuda_count(char *err, size_t n)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        cuda_fail(e, "cudaGetDeviceCount", err, n);
+        return 0;
+    }
+    if (count == 0)
+        plan_errorf(err, n, "cudaGetDeviceCount: 0 devices");
+    return count;
+}
+
+/* ---- open ---- */
+
+/* Scratch for copies of tensors that overlap and for collectives along a dim
+ * other than the first, all_to_all and buckets: twice the largest. */
+static size_t scratch_need(const Plan *p)
+{
+    size_t need = 0;
+    for (int i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *in = &p->instrs[i];
+        size_t sum = 0;
+        if (in->kind != PI_COPY && in->kind != PI_COLL)
+            continue;
+        for (int a = 0; a < in->nargs; a++)
+            sum += p->tensors[in->args[a]].bytes;
+        need = 2 * sum > need ? 2 * sum : need;
+    }
+    return need;
+}
+
+static int alloc_memory(CudaDevice *d, char *err, size_t n)
+{
+    d->slab_bytes = ROUND(d->p->slab_bytes, 256);
+    d->ws_bytes = WORKSPACE_BYTES;
+    d->scratch_bytes = ROUND(scratch_need(d->p), 256);
+    size_t total = d->slab_bytes + d->ws_bytes + d->scratch_bytes;
+    CUDA(cudaMalloc, (void **)&d->mem, total);
+    d->ws = d->mem + d->slab_bytes;
+    d->scratch = d->ws + d->ws_bytes;
+    CUDA(cudaMemset, d->mem, 0, d->slab_bytes);
+    return 0;
+}
+
+static int load_kernels(CudaDevice *d, const char *cache_dir, char *err, size_t n)
+{
+    const Plan *p = d->p;
+    if (p->nkernels == 0)
+        return 0;
+    if (!p->gpu_source || !*p->gpu_source)
+        return plan_errorf(err, n,
+                           "the plan has no CUDA kernels: rebuild it with a tcc that "
+                           "renders them");
+    int major = 0, minor = 0;
+    CUDA(cudaDeviceGetAttribute, &major, cudaDevAttrComputeCapabilityMajor, d->ordinal);
+    CUDA(cudaDeviceGetAttribute, &minor, cudaDevAttrComputeCapabilityMinor, d->ordinal);
+    char arch[16], msg[400];
+    snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
+    RtCubin cubin = {0};
+    if (rt_nvrtc_compile(p->gpu_source, arch, cache_dir ? cache_dir : "", &cubin, msg, sizeof msg))
+        return plan_errorf(err, n, "NVRTC for %s: %s", arch, msg);
+    cudaError_t e = cudaLibraryLoadData(&d->lib, cubin.image, NULL, NULL, 0, NULL, NULL, 0);
+    rt_cubin_free(&cubin);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "cudaLibraryLoadData", err, n);
+    if (!(d->kernels = calloc((size_t)p->nkernels, sizeof *d->kernels)))
+        return plan_errorf(err, n, "calloc: out of memory");
+    for (int k = 0; k < p->nkernels; k++) {
+        e = cudaLibraryGetKernel(&d->kernels[k], d->lib, p->kernels[k].name);
+        if (e != cudaSuccess)
+            return plan_errorf(err, n, "kernel %s: cudaLibraryGetKernel: %s", p->kernels[k].name,
+                               cudaGetErrorString(e));
+    }
+    return 0;
+}
+
+/* Every instruction's device pointers and, for kernels, the parameter array
+ * cudaLaunchKernel reads (one pointer to each device pointer). */
+static int bind_params(CudaDevice *d, char *err, size_t n)
+{
+    const Plan *p = d->p;
+    size_t total = 0, k = 0;
+    for (int i = 0; i < p->ninstrs; i++)
+        total += (size_t)p->instrs[i].nargs;
+    d->dptr = calloc(total + 1, sizeof *d->dptr);
+    d->params = calloc((size_t)p->ninstrs + 1, sizeof *d->params);
+    void **pv = calloc(total + 1, sizeof *pv);
+    if (!d->dptr || !d->params || !pv) {
+        free(pv);
+        return plan_errorf(err, n, "calloc: out of memory");
+    }
+    for (int i = 0; i < p->ninstrs; i++) {
+        d->params[i] = pv + k;
+        for (int j = 0; j < p->instrs[i].nargs; j++, k++) {
+            d->dptr[k] = cuda_tensor(d, p->instrs[i].args[j]);
+            pv[k] = &d->dptr[k];
+        }
+    }
+    d->params[0] = pv; /* also with no instructions: rt_cuda_close frees it there */
+    return 0;
+}
+
+static int lt_type(PlanDType t, cudaDataType_t *out)
+{
+    switch (t) {
+    case PD_F32:
+        *out = CUDA_R_32F;
+        return 0;
+    case PD_F64:
+        *out = CUDA_R_64F;
+        return 0;
+    case PD_BF16:
+        *out = CUDA_R_16BF;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+static int lt_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, const RtLtMatrix *m,
+                     int64_t batch, char *err, size_t n)
+{
+    int32_t count = (int32_t)batch;
+    int64_t stride = m->stride;
+    LT(cublasLtMatrixLayoutCreate, l, t, (uint64_t)m->rows, (uint64_t)m->cols, m->ld);
+    LT(cublasLtMatrixLayoutSetAttribute, *l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+       sizeof count);
+    LT(cublasLtMatrixLayoutSetAttribute, *l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+       sizeof stride);
+    return 0;
+}
+
+/* The descriptor: compute 64F for f64, else 32F (bf16 operands accumulate in
+ * f32); ops; the bias epilogue along cuBLASLt's rows (gpumap.h). */
+static int lt_desc(CudaDevice *d, LtGemm *G, const PlanGemm *g, const RtLtGemm *lt,
+                   cudaDataType_t ct, char *err, size_t n)
+{
+    int f64 = ct == CUDA_R_64F;
+    cublasOperation_t ta = lt->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = lt->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    LT(cublasLtMatmulDescCreate, &G->desc, f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F,
+       f64 ? CUDA_R_64F : CUDA_R_32F);
+    LT(cublasLtMatmulDescSetAttribute, G->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    LT(cublasLtMatmulDescSetAttribute, G->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (f64)
+        G->alpha.d = g->alpha, G->beta.d = g->beta;
+    else
+        G->alpha.f = (float)g->alpha, G->beta.f = (float)g->beta;
+    if (g->epilogue == PE_BIAS) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        void *bias = cuda_tensor(d, g->bias);
+        LT(cublasLtMatmulDescSetAttribute, G->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+           sizeof epi);
+        LT(cublasLtMatmulDescSetAttribute, G->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+           sizeof bias);
+        LT(cublasLtMatmulDescSetAttribute, G->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &ct,
+           sizeof ct);
+    }
+    return 0;
+}
+
+/* GEMM instruction i: descriptors, layouts and the heuristic's first algorithm. */
+static int lt_gemm(CudaDevice *d, int i, char *err, size_t n)
+{
+    const Plan *p = d->p;
+    const PlanGemm *g = &p->instrs[i].gemm;
+    LtGemm *G = &d->gemms[i];
+    RtLtGemm lt = rt_lt_gemm(g);
+    cudaDataType_t ta, tb, tc;
+    if (lt_type(p->tensors[lt.a.tensor].dtype, &ta) ||
+        lt_type(p->tensors[lt.b.tensor].dtype, &tb) || lt_type(p->tensors[g->c].dtype, &tc))
+        return plan_errorf(err, n, "GEMM of %s x %s -> %s: not a cuBLASLt type here",
+                           plan_dtype_name(p->tensors[g->a].dtype),
+                           plan_dtype_name(p->tensors[g->b].dtype),
+                           plan_dtype_name(p->tensors[g->c].dtype));
+    G->a = cuda_tensor(d, lt.a.tensor), G->b = cuda_tensor(d, lt.b.tensor);
+    G->c = cuda_tensor(d, g->c);
+    if (lt_desc(d, G, g, &lt, tc, err, n) || lt_layout(&G->la, ta, &lt.a, lt.batch, err, n) ||
+        lt_layout(&G->lb, tb, &lt.b, lt.batch, err, n) ||
+        lt_layout(&G->lc, tc, &lt.c, lt.batch, err, n))
+        return -1;
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulHeuristicResult_t best;
+    int found = 0;
+    LT(cublasLtMatmulPreferenceCreate, &pref);
+    cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &d->ws_bytes, sizeof d->ws_bytes);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulAlgoGetHeuristic(d->lt, G->desc, G->la, G->lb, G->lc, G->lc, pref, 1,
+                                           &best, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return plan_errorf(err, n, "cublasLtMatmulAlgoGetHeuristic: %s",
+                           cublasLtGetStatusString(s));
+    if (found < 1)
+        return plan_errorf(err, n,
+                           "cublasLtMatmulAlgoGetHeuristic: no algorithm for m %" PRId64
+                           " n %" PRId64 " k %" PRId64 " batch %" PRId64,
+                           lt.m, lt.n, lt.k, lt.batch);
+    G->algo = best.algo;
+    return 0;
+}
+
+static int open_gemms(CudaDevice *d, char *err, size_t n)
+{
+    const Plan *p = d->p;
+    char msg[400];
+    LT(cublasLtCreate, &d->lt);
+    if (!(d->gemms = calloc((size_t)p->ninstrs + 1, sizeof *d->gemms)))
+        return plan_errorf(err, n, "calloc: out of memory");
+    for (int i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].kind == PI_GEMM && lt_gemm(d, i, msg, sizeof msg))
+            return plan_errorf(err, n, "instrs[%d] (gemm): %s", i, msg);
+    return 0;
+}
+
+/* The streams, and two events per collective. */
+static int open_streams(CudaDevice *d, char *err, size_t n)
+{
+    const Plan *p = d->p;
+    CUDA(cudaStreamCreateWithFlags, &d->compute, cudaStreamNonBlocking);
+    CUDA(cudaStreamCreateWithFlags, &d->comm, cudaStreamNonBlocking);
+    d->before = calloc((size_t)p->ninstrs + 1, sizeof *d->before);
+    d->done = calloc((size_t)p->ninstrs + 1, sizeof *d->done);
+    d->pending = calloc((size_t)p->ninstrs + 1, sizeof *d->pending);
+    if (!d->before || !d->done || !d->pending)
+        return plan_errorf(err, n, "calloc: out of memory");
+    for (int i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].kind == PI_COLL) {
+            CUDA(cudaEventCreateWithFlags, &d->before[i], cudaEventDisableTiming);
+            CUDA(cudaEventCreateWithFlags, &d->done[i], cudaEventDisableTiming);
+        }
+    return 0;
+}
+
+CudaDevice *rt_cuda_open(const Plan *p, int ordinal, const char *cache_dir, char *err, size_t n)
+{
+    CudaDevice *d = calloc(1, sizeof *d);
+    if (!d) {
+        plan_errorf(err, n, "calloc: out of memory");
+        return NULL;
+    }
+    d->p = p, d->ordinal = ordinal;
+    cudaError_t e = cudaSetDevice(ordinal);
+    if (e != cudaSuccess) {
+        plan_errorf(err, n, "cudaSetDevice(%d): %s", ordinal, cudaGetErrorString(e));
+        free(d);
+        return NULL;
+    }
+    if (alloc_memory(d, err, n) || load_kernels(d, cache_dir, err, n) || bind_params(d, err, n) ||
+        open_gemms(d, err, n) || open_streams(d, err, n)) {
+        rt_cuda_close(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* Teardown: best effort, every handle that was made (a failure here has no one to tell). */
+void rt_cuda_close(CudaDevice *d)
+{
+    if (!d)
+        return;
+    if (d->compute)
+        cudaStreamSynchronize(d->compute);
+    if (d->comm)
+        cudaStreamSynchronize(d->comm);
+    nccl_close(d);
+    for (int i = 0; d->gemms && i < d->p->ninstrs; i++) {
+        LtGemm *G = &d->gemms[i];
+        if (G->la)
+            cublasLtMatrixLayoutDestroy(G->la);
+        if (G->lb)
+            cublasLtMatrixLayoutDestroy(G->lb);
+        if (G->lc)
+            cublasLtMatrixLayoutDestroy(G->lc);
+        if (G->desc)
+            cublasLtMatmulDescDestroy(G->desc);
+    }
+    for (int i = 0; d->before && i < d->p->ninstrs; i++) {
+        if (d->before[i])
+            cudaEventDestroy(d->before[i]);
+        if (d->done[i])
+            cudaEventDestroy(d->done[i]);
+    }
+    if (d->lt)
+        cublasLtDestroy(d->lt);
+    if (d->compute)
+        cudaStreamDestroy(d->compute);
+    if (d->comm)
+        cudaStreamDestroy(d->comm);
+    if (d->lib)
+        cudaLibraryUnload(d->lib);
+    if (d->mem)
+        cudaFree(d->mem);
+    if (d->params)
+        free(d->params[0]);
+    free(d->params), free(d->dptr), free(d->kernels), free(d->gemms);
+    free(d->before), free(d->done), free(d->pending);
+    free(d);
+}
+
+/* ---- transfers ---- */
+
+int rt_cuda_put(CudaDevice *d, const char *host, uint64_t off, uint64_t bytes, char *err, size_t n)
+{
+    CUDA(cudaMemcpyAsync, d->mem + off, host + off, bytes, cudaMemcpyHostToDevice, d->compute);
+    return 0;
+}
+
+int rt_cuda_get(CudaDevice *d, char *host, uint64_t off, uint64_t bytes, char *err, size_t n)
+{
+    for (int j = 0; j < d->npending; j++) /* the host may read a collective's output */
+        CUDA(cudaStreamWaitEvent, d->compute, d->done[d->pending[j]], 0);
+    d->npending = 0;
+    CUDA(cudaMemcpyAsync, host + off, d->mem + off, bytes, cudaMemcpyDeviceToHost, d->compute);
+    return 0;
+}
+
+int rt_cuda_sync(CudaDevice *d, char *err, size_t n)
+{
+    CUDA(cudaStreamSynchronize, d->comm);
+    CUDA(cudaStreamSynchronize, d->compute);
+    d->npending = 0;
+    return 0;
+}
+
+/* ---- instructions ---- */
+
+/* Compute waits for each pending collective that shares memory with instruction
+ * i (it reads what the collective writes, or writes what it still reads). */
+static int wait_for_colls(CudaDevice *d, int i, char *err, size_t n)
+{
+    int kept = 0;
+    for (int j = 0; j < d->npending; j++) {
+        int c = d->pending[j];
+        if (rt_instr_touches(d->p, i, c))
+            CUDA(cudaStreamWaitEvent, d->compute, d->done[c], 0);
+        else
+            d->pending[kept++] = c;
+    }
+    d->npending = kept;
+    return 0;
+}
+
+static int run_gemm(CudaDevice *d, int i, char *err, size_t n)
+{
+    const LtGemm *G = &d->gemms[i];
+    LT(cublasLtMatmul, d->lt, G->desc, &G->alpha, G->a, G->la, G->b, G->lb, &G->beta, G->c, G->lc,
+       G->c, G->lc, &G->algo, d->ws, d->ws_bytes, d->compute);
+    return 0;
+}
+
+/* Tensors may alias: the same bytes need nothing, a partial overlap goes
+ * through the scratch (cudaMemcpy does not promise memmove). */
+static int run_copy(CudaDevice *d, int i, char *err, size_t n)
+{
+    const PlanInstr *in = &d->p->instrs[i];
+    const PlanTensor *dst = &d->p->tensors[in->args[0]], *src = &d->p->tensors[in->args[1]];
+    char *to = cuda_tensor(d, in->args[0]), *from = cuda_tensor(d, in->args[1]);
+    if (to == from)
+        return 0;
+    if (rt_tensors_overlap(dst, src)) {
+        CUDA(cudaMemcpyAsync, d->scratch, from, dst->bytes, cudaMemcpyDeviceToDevice, d->compute);
+        from = d->scratch;
+    }
+    CUDA(cudaMemcpyAsync, to, from, dst->bytes, cudaMemcpyDeviceToDevice, d->compute);
+    return 0;
+}
+
+static int run_kernel(CudaDevice *d, int i, char *err, size_t n)
+{
+    const PlanKernel *k = &d->p->kernels[d->p->instrs[i].kernel];
+    if (k->grid < 1 || k->grid > INT32_MAX || k->block < 1 || k->block > 1024)
+        return plan_errorf(err, n, "launch of %" PRId64 " blocks of %d threads: out of range",
+                           k->grid, k->block);
+    dim3 grid = {(unsigned)k->grid, 1, 1}, block = {(unsigned)k->block, 1, 1};
+    CUDA(cudaLaunchKernel, (const void *)d->kernels[d->p->instrs[i].kernel], grid, block,
+         d->params[i], 0, d->compute);
+    return 0;
+}
+
+int rt_cuda_run(CudaDevice *d, int i, char *err, size_t n)
+{
+    if (d->npending && wait_for_colls(d, i, err, n))
+        return -1;
+    switch (d->p->instrs[i].kind) {
+    case PI_KERNEL:
+        return run_kernel(d, i, err, n);
+    case PI_GEMM:
+        return run_gemm(d, i, err, n);
+    case PI_COPY:
+        return run_copy(d, i, err, n);
+    default:
+        return plan_errorf(err, n, "not a compute instruction");
+    }
+}

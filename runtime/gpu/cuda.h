@@ -1,0 +1,52 @@
+/* cuda.h: private to the runtime: the cuda device that the executor drives
+ * instead of the CPU one (--device cuda). It owns one cudaMalloc per device
+ * (the slab, the cuBLASLt workspace and the scratch of copies and
+ * collectives), the plan's kernels compiled by NVRTC and loaded with the CUDA
+ * runtime's library calls, a compute and a communication stream, and one NCCL
+ * communicator per group of the mesh. The host keeps a mirror of the slab
+ * (the CPU device's): exec.c moves bytes between the two (docs/runtime.md).
+ * Built without the CUDA toolkit, every call fails with "built without CUDA".
+ * Every call returns 0, or -1 with "CALL: the library's text" in err. */
+#ifndef TCC_CUDA_H
+#define TCC_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/comm/comm.h"
+#include "runtime/plan.h"
+
+typedef struct CudaDevice CudaDevice;
+
+/* The CUDA devices this process sees (>= 1), or 0 with why there are none in
+ * err: "cudaGetDeviceCount: no CUDA-capable device is detected", the driver's
+ * absence, or "built without CUDA". */
+int rt_cuda_count(char *err, size_t n);
+
+/* Device ordinal for plan p (which passed plan_check): the slab, the kernels of
+ * p->gpu_source compiled for the device's sm_XY (cache_dir as rt_nvrtc_compile's),
+ * the GEMM descriptors and algorithms, the streams and events. NULL with a
+ * message (the plan has kernels but no CUDA rendering: says so). */
+CudaDevice *rt_cuda_open(const Plan *p, int ordinal, const char *cache_dir, char *err, size_t n);
+void rt_cuda_close(CudaDevice *d); /* d may be NULL */
+
+/* bytes at slab offset off from the host mirror to the device (put) or back;
+ * queued on the compute stream after the work before it. */
+int rt_cuda_put(CudaDevice *d, const char *host, uint64_t off, uint64_t bytes, char *err, size_t n);
+int rt_cuda_get(CudaDevice *d, char *host, uint64_t off, uint64_t bytes, char *err, size_t n);
+/* Wait for both streams: afterwards the host mirror holds what was gotten. */
+int rt_cuda_sync(CudaDevice *d, char *err, size_t n);
+
+/* Queue instruction i (a kernel, GEMM or copy) on the compute stream, after
+ * the collectives whose tensors it touches. */
+int rt_cuda_run(CudaDevice *d, int i, char *err, size_t n);
+
+/* The NCCL communicator of group slot for the members of c (collective over
+ * c: its member 0 makes the unique id and broadcasts it over c). */
+int rt_cuda_group(CudaDevice *d, int slot, RtComm *c, char *err, size_t n);
+/* Queue collective i (a PI_COLL) on the communication stream with the
+ * communicator of group slot (-1 for a slice); blk: this device's block
+ * index in the group (the slice it keeps). */
+int rt_cuda_coll(CudaDevice *d, int i, int slot, int64_t blk, char *err, size_t n);
+
+#endif

@@ -1,0 +1,53 @@
+/* cuda_impl.h: private to runtime/gpu: the CudaDevice that cuda.c (memory,
+ * kernels, GEMMs, copies, streams) and nccl.c (collectives) share. */
+#ifndef TCC_CUDA_IMPL_H
+#define TCC_CUDA_IMPL_H
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "runtime/exec.h"
+#include "runtime/gpu/cuda.h"
+
+typedef struct LtGemm { /* a GEMM instruction, resolved at open */
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+    union {
+        float f;
+        double d;
+    } alpha, beta;
+    char *a, *b, *c; /* device pointers: cuBLASLt's A (the plan's B), B, C */
+} LtGemm;
+
+struct CudaDevice {
+    const Plan *p;
+    int ordinal;
+    char *mem; /* the one cudaMalloc: slab, then workspace, then scratch */
+    size_t slab_bytes, ws_bytes, scratch_bytes;
+    char *ws, *scratch;
+    cudaStream_t compute, comm;
+    cudaLibrary_t lib;
+    cudaKernel_t *kernels; /* by plan kernel */
+    char **dptr;           /* every instruction's argument pointers on the device, back to back */
+    void ***params;        /* by instruction: cudaLaunchKernel's args (pointers into dptr) */
+    cublasLtHandle_t lt;
+    LtGemm *gemms;              /* by instruction (only the PI_GEMMs are set) */
+    cudaEvent_t *before, *done; /* by instruction: compute before a collective, its end */
+    int *pending;               /* collectives not yet waited for by compute, npending of them */
+    int npending;
+    ncclComm_t nccl[RT_MAX_GROUPS]; /* by group slot (mesh.c) */
+};
+
+/* The device pointer of tensor t. */
+static inline char *cuda_tensor(const CudaDevice *d, int t)
+{
+    return d->mem + d->p->tensors[t].offset;
+}
+
+int cuda_fail(cudaError_t e, const char *call, char *err, size_t n);
+/* ncclCommDestroy of every communicator. */
+void nccl_close(CudaDevice *d);
+
+#endif
