@@ -355,9 +355,9 @@ __attribute__((noinline)) static void check_refusals(Ctx *c)
     CHECK(c, all, "%s", err);
     if (all) {
         CHECK(c,
-              rt_comm_all_reduce(all, f, 2, PD_BF16, err, sizeof err) == -1 &&
-                  strstr(err, "dtype bf16 does not reduce"),
-              "bf16: %s", err);
+              rt_comm_all_reduce(all, f, 2, PD_F16, err, sizeof err) == -1 &&
+                  strstr(err, "dtype f16 does not reduce"),
+              "f16: %s", err);
         CHECK(c,
               rt_comm_send(all, f, 4, c->rank, 0, err, sizeof err) == -1 &&
                   strstr(err, "this member itself"),
