@@ -10,7 +10,8 @@
  * clipping norm are f32. Kernels compute in f32 whatever their storage.
  * Key idea: walk the ops in order, giving each a mode (keep, bf16, f32), cast
  * the float operands that differ from the mode, and recompute its results'
- * dtypes with the shape rules. */
+ * dtypes with the shape rules. Only f32 values change: an f64 model (or an f64
+ * part of one) is left as it is. */
 #include "passes.h"
 
 #include <string.h>
@@ -25,11 +26,10 @@ typedef struct Prec {
     int nv;                        /* values before the pass: casts are numbered above */
 } Prec;
 
-static int is_float(const Value *v) { return ir_dtype_is_float(v->dtype); }
-
+/* An f32 parameter or input: what the pass reads through a bf16 cast. */
 static int is_source(const Value *v)
 {
-    return v->def && (v->def->kind == OP_PARAM || v->def->kind == OP_INPUT);
+    return v->dtype == DT_F32 && v->def && (v->def->kind == OP_PARAM || v->def->kind == OP_INPUT);
 }
 
 /* v as dtype dt: one cast per value and dtype, placed before its first reader. */
@@ -75,7 +75,7 @@ static Mode mode_of(const Prec *p, const Op *op)
         return MODE_F32;
     Mode m = MODE_KEEP;
     for (int i = 0; i < op->nargs; i++)
-        if (is_float(op->args[i]) && (op->args[i]->dtype == DT_BF16 || is_source(op->args[i])))
+        if (op->args[i]->dtype == DT_BF16 || is_source(op->args[i]))
             m = MODE_BF16;
     /* the CPU attention templates compute on f32 storage; embed_grad adds
      * into its table row by row, which bf16 storage would round each time */
@@ -91,8 +91,10 @@ static void retype(Prec *p, Op *op)
     Mode m = mode_of(p, op);
     p->reader = op;
     for (int i = 0; i < op->nargs && m != MODE_KEEP; i++) {
-        if (!is_float(op->args[i]) || (op->kind == OP_CROSS_ENTROPY_GRAD && i == 2))
-            continue; /* ids; the f32 loss gradient */
+        if (op->args[i]->dtype != DT_F32 && op->args[i]->dtype != DT_BF16)
+            continue; /* ids; f64 is left alone */
+        if (op->kind == OP_CROSS_ENTROPY_GRAD && i == 2)
+            continue; /* the f32 loss gradient */
         op->args[i] = cast_to(p, op->args[i], m == MODE_BF16 ? DT_BF16 : DT_F32);
     }
     if (op->kind == OP_PARAM || op->kind == OP_INPUT || op->kind == OP_STATE ||
