@@ -20,7 +20,8 @@ typedef enum { MODE_KEEP, MODE_BF16, MODE_F32 } Mode;
 
 typedef struct Prec {
     Graph *g;
-    Value **cast_bf16, **cast_f32; /* by value id: the cast made, or NULL */
+    Value **cast_bf16, **cast_f32; /* by 2 value id + slot: the cast made, or NULL */
+    int regather;                  /* zero = 3 or an fsdp axis: the backward's own casts */
     uint8_t *chain;                /* by op id: an add of a gradient's accumulation */
     const Op *reader;              /* the op whose operands are being cast */
     int nv;                        /* values before the pass: casts are numbered above */
@@ -40,8 +41,12 @@ static Value *cast_to(Prec *p, Value *v, DType dt)
         return v;
     if (v->id >= p->nv) /* a cast of ours: its operand has the other dtype */
         return v->def->args[0];
-    if (memo[v->id])
-        return memo[v->id];
+    /* parameters gathered again for the backward (ZeRO-3, FSDP) get a second
+     * cast there, so that no whole weight copy lives from forward to backward */
+    int slot = 2 * v->id + (p->regather && p->reader->phase == PH_BWD && v->def &&
+                            v->def->kind == OP_PARAM);
+    if (memo[slot])
+        return memo[slot];
     Op *op = ir_op_new(p->g, OP_CAST, &v, 1, p->reader->loc);
     op->phase = p->reader->phase;
     op->layer = p->reader->layer;
@@ -52,7 +57,7 @@ static Value *cast_to(Prec *p, Value *v, DType dt)
     if (v->def && v->def->kind == OP_PARAM && v->name)
         c->name = intern(p->g->strings, arena_printf(p->g->arena, "%s.%s", v->name,
                                                      ir_dtype_name(dt)));
-    memo[v->id] = c;
+    memo[slot] = c;
     return c;
 }
 
@@ -134,11 +139,14 @@ int pass_precision(Ctx *c, Graph *g)
     if (strcmp(tc.precision, "bf16") || applied(g))
         return 0;
     int n = g->ops.len, nv = g->values.len;
-    Prec p = {g, arena_alloc(g->arena, sizeof(Value *) * (size_t)(nv + 1)),
-              arena_alloc(g->arena, sizeof(Value *) * (size_t)(nv + 1)),
-              arena_alloc(g->arena, (size_t)n + 1), NULL, nv};
-    memset(p.cast_bf16, 0, sizeof(Value *) * (size_t)(nv + 1));
-    memset(p.cast_f32, 0, sizeof(Value *) * (size_t)(nv + 1));
+    Prec p = {.g = g, .nv = nv, .chain = arena_alloc(g->arena, (size_t)n + 1),
+              .cast_bf16 = arena_alloc(g->arena, sizeof(Value *) * (size_t)(2 * nv + 2)),
+              .cast_f32 = arena_alloc(g->arena, sizeof(Value *) * (size_t)(2 * nv + 2))};
+    memset(p.cast_bf16, 0, sizeof(Value *) * (size_t)(2 * nv + 2));
+    memset(p.cast_f32, 0, sizeof(Value *) * (size_t)(2 * nv + 2));
+    p.regather = tc.zero >= 3;
+    for (int i = 0; i < g->mesh.naxes; i++)
+        p.regather |= g->mesh.axes[i].role == ROLE_FSDP && g->mesh.axes[i].size > 1;
     memset(p.chain, 0, (size_t)n + 1);
     for (int i = 1; i < g->outputs.len; i++)
         mark_chain(&p, g->outputs.data[i]);
