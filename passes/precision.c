@@ -43,8 +43,8 @@ static Value *cast_to(Prec *p, Value *v, DType dt)
         return v->def->args[0];
     /* parameters gathered again for the backward (ZeRO-3, FSDP) get a second
      * cast there, so that no whole weight copy lives from forward to backward */
-    int slot = 2 * v->id + (p->regather && p->reader->phase == PH_BWD && v->def &&
-                            v->def->kind == OP_PARAM);
+    int slot = 2 * v->id +
+               (p->regather && p->reader->phase == PH_BWD && v->def && v->def->kind == OP_PARAM);
     if (memo[slot])
         return memo[slot];
     Op *op = ir_op_new(p->g, OP_CAST, &v, 1, p->reader->loc);
@@ -55,21 +55,26 @@ static Value *cast_to(Prec *p, Value *v, DType dt)
     ir_op_finish(p->g, op, &a, 1, "the precision pass");
     Value *c = op->res[0];
     if (v->def && v->def->kind == OP_PARAM && v->name)
-        c->name = intern(p->g->strings, arena_printf(p->g->arena, "%s.%s", v->name,
-                                                     ir_dtype_name(dt)));
+        c->name =
+            intern(p->g->strings, arena_printf(p->g->arena, "%s.%s", v->name, ir_dtype_name(dt)));
     memo[slot] = c;
     return c;
 }
 
-/* The adds whose results flow only by adds into a gradient output. */
+/* The adds whose results flow only by adds into gradient output v (a chain as
+ * long as the microbatches: a worklist, not recursion). */
 static void mark_chain(Prec *p, Value *v)
 {
-    Op *d = v->def;
-    if (!d || d->kind != OP_ADD || d->phase != PH_BWD || p->chain[d->id])
-        return;
-    p->chain[d->id] = 1;
-    mark_chain(p, d->args[0]);
-    mark_chain(p, d->args[1]);
+    VEC(Value *) todo = {0};
+    VEC_PUSH(p->g->arena, todo, v);
+    while (todo.len) {
+        Op *d = todo.data[--todo.len]->def;
+        if (!d || d->kind != OP_ADD || d->phase != PH_BWD || p->chain[d->id])
+            continue;
+        p->chain[d->id] = 1;
+        VEC_PUSH(p->g->arena, todo, d->args[0]);
+        VEC_PUSH(p->g->arena, todo, d->args[1]);
+    }
 }
 
 static Mode mode_of(const Prec *p, const Op *op)
@@ -84,8 +89,8 @@ static Mode mode_of(const Prec *p, const Op *op)
             m = MODE_BF16;
     /* the CPU attention templates compute on f32 storage; embed_grad adds
      * into its table row by row, which bf16 storage would round each time */
-    if (m == MODE_BF16 && (op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD ||
-                           op->kind == OP_EMBED_GRAD))
+    if (m == MODE_BF16 &&
+        (op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD || op->kind == OP_EMBED_GRAD))
         return MODE_F32;
     return m;
 }
@@ -139,7 +144,9 @@ int pass_precision(Ctx *c, Graph *g)
     if (strcmp(tc.precision, "bf16") || applied(g))
         return 0;
     int n = g->ops.len, nv = g->values.len;
-    Prec p = {.g = g, .nv = nv, .chain = arena_alloc(g->arena, (size_t)n + 1),
+    Prec p = {.g = g,
+              .nv = nv,
+              .chain = arena_alloc(g->arena, (size_t)n + 1),
               .cast_bf16 = arena_alloc(g->arena, sizeof(Value *) * (size_t)(2 * nv + 2)),
               .cast_f32 = arena_alloc(g->arena, sizeof(Value *) * (size_t)(2 * nv + 2))};
     memset(p.cast_bf16, 0, sizeof(Value *) * (size_t)(2 * nv + 2));

@@ -312,7 +312,8 @@ static int gemm_bf16(CpuDevice *d, const Plan *p, const PlanGemm *g, char *err, 
             return plan_errorf(err, n, "out of memory for a bf16 gemm's f32 copies");
         d->wide_len = na + nb + nc;
     }
-    float *a = widen(ta, d->slab + ta->offset, d->wide), *b = widen(tb, d->slab + tb->offset, a + na);
+    float *a = widen(ta, d->slab + ta->offset, d->wide),
+          *b = widen(tb, d->slab + tb->offset, a + na);
     float *c = nc ? b + nb : (float *)(d->slab + tc->offset);
     uint16_t *c16 = (uint16_t *)(d->slab + tc->offset);
     enum CBLAS_TRANSPOSE tra = g->trans_a ? CblasTrans : CblasNoTrans;
@@ -320,8 +321,8 @@ static int gemm_bf16(CpuDevice *d, const Plan *p, const PlanGemm *g, char *err, 
     for (int64_t i = 0; i < g->batch; i++) {
         float *ci = c + i * g->stride_c;
         cblas_sgemm(CblasRowMajor, tra, trb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha,
-                    a + i * g->stride_a, (int)g->lda, b + i * g->stride_b, (int)g->ldb, nc ? 0.0f : (float)g->beta, ci,
-                    (int)g->ldc);
+                    a + i * g->stride_a, (int)g->lda, b + i * g->stride_b, (int)g->ldb,
+                    nc ? 0.0f : (float)g->beta, ci, (int)g->ldc);
         if (g->epilogue == PE_BIAS)
             bias_add(&p->tensors[g->bias], d->slab + p->tensors[g->bias].offset, ci, g->m, g->n,
                      g->ldc);
@@ -345,7 +346,7 @@ int rt_cpu_gemm(CpuDevice *d, const Plan *p, const PlanGemm *g, char *err, size_
     enum CBLAS_TRANSPOSE trb = g->trans_b ? CblasTrans : CblasNoTrans;
     if (ta->dtype != PD_F32 && ta->dtype != PD_F64 && ta->dtype != PD_BF16)
         return plan_errorf(err, n, "gemm on %s tensors: the CPU backend does f32, f64 and bf16",
-                    plan_dtype_name(ta->dtype));
+                           plan_dtype_name(ta->dtype));
     if (g->m > INT_MAX || g->n > INT_MAX || g->k > INT_MAX || g->lda > INT_MAX ||
         g->ldb > INT_MAX || g->ldc > INT_MAX)
         return plan_errorf(err, n, "gemm dimensions beyond the BLAS integer range");

@@ -53,8 +53,8 @@ static void setup(void)
     fputs(plan.kernel_source, f);
     fputs(wrappers, f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "cc -std=c99 -O2 -fopenmp -Wall -Werror -fPIC -shared -o %s %s -lm", so_path,
-             path);
+    snprintf(cmd, sizeof cmd, "cc -std=c99 -O2 -fopenmp -Wall -Werror -fPIC -shared -o %s %s -lm",
+             so_path, path);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     so = dlopen(so_path, RTLD_NOW);
     cr_assert_not_null(so, "%s", dlerror());
@@ -89,12 +89,12 @@ Test(bf16, prelude_rounding_matches_the_runtime_on_edge_cases)
     F2bf f2bf = (F2bf)(uintptr_t)dlsym(so, "test_f2bf");
     cr_assert_not_null(f2bf);
     static const uint32_t edge[] = {
-        0x3f808000, /* 1 + 2^-8: a tie, the kept bit even: down to 0x3f80 */
-        0x3f818000, /* a tie with the kept bit odd: up to 0x3f82 */
-        0x3f808001, /* just above a tie: up */
-        0x3f807fff, /* just below a tie: down */
-        0x7f7fffff, /* the largest finite float: rounds up to infinity */
-        0x7f7f7fff, /* the largest that stays finite */
+        0x3f808000,                         /* 1 + 2^-8: a tie, the kept bit even: down to 0x3f80 */
+        0x3f818000,                         /* a tie with the kept bit odd: up to 0x3f82 */
+        0x3f808001,                         /* just above a tie: up */
+        0x3f807fff,                         /* just below a tie: down */
+        0x7f7fffff,                         /* the largest finite float: rounds up to infinity */
+        0x7f7f7fff,                         /* the largest that stays finite */
         0x7f800000, 0xff800000,             /* +-inf */
         0x7fc00000, 0xffc00001, 0x7f800001, /* quiet, negative, signalling NaNs */
         0x7fffffff,                         /* NaN whose rounding would carry */

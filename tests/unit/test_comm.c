@@ -205,7 +205,10 @@ Test(comm_threads, all_reduce_4_ranks)
 
 /* ---- bf16: summed in f32, rounded once ---- */
 
-static uint16_t to_bf16(double x) { return rt_f32_to_bf16((float)x); }
+static uint16_t to_bf16(double x)
+{
+    return rt_f32_to_bf16((float)x);
+}
 
 /* Element 0: rank 0 holds 1, the others 2^-8 each. Summed in f32 and rounded
  * once, n ranks give bf16(1 + (n-1) 2^-8) (3 ranks: 1 + 2^-7; 4: a tie, to
@@ -252,10 +255,10 @@ static void bf16_reduce_scatter_case(Ctx *c, RtComm *comm)
     CHECK(c, rt_comm_reduce_scatter(comm, in, out, 1, chunk, 1, PD_BF16, err, sizeof err) == 0,
           "bf16 reduce_scatter: %s", err);
     for (size_t k = 0; k < chunk; k++) {
-        double want = (double)size * (double)(c->rank * chunk + k) / 4 +
-                      (double)(size * (size - 1) / 2);
-        CHECK(c, rt_bf16_to_f32(out[k]) == want, "bf16 reduce_scatter element %zu: %g, want %g",
-              k, (double)rt_bf16_to_f32(out[k]), want);
+        double want =
+            (double)size * (double)(c->rank * chunk + k) / 4 + (double)(size * (size - 1) / 2);
+        CHECK(c, rt_bf16_to_f32(out[k]) == want, "bf16 reduce_scatter element %zu: %g, want %g", k,
+              (double)rt_bf16_to_f32(out[k]), want);
     }
 }
 

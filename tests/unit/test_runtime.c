@@ -434,8 +434,8 @@ static void bias_case(PlanDType cdt)
             double got = get(cc, cdt, i * n + j), tol = ldexp(mag, -24) * (double)(k + 1);
             if (cdt == PD_BF16)
                 tol += ldexp(fabs(s) + tol, -8);
-            cr_assert(fabs(got - s) <= tol, "%s C[%ld,%ld] = %.9g, want %.9g",
-                      plan_dtype_name(cdt), (long)i, (long)j, got, s);
+            cr_assert(fabs(got - s) <= tol, "%s C[%ld,%ld] = %.9g, want %.9g", plan_dtype_name(cdt),
+                      (long)i, (long)j, got, s);
         }
     rt_close(rt);
     plan_free(p);
