@@ -53,7 +53,10 @@ static void expr(Out *o, const KNode *n)
     case KN_ICONST: fprintf(f, "INT64_C(%lld)", (long long)n->iimm); return;
     case KN_IDX: fprintf(f, "i%d", n->a); return;
     case KN_LOAD:
-        fprintf(f, "(%s)a%d[t%d]", fl ? ftype(o) : "int64_t", n->a, n->b);
+        if (o->k->arg_dtype[n->a] == DT_BF16)
+            fprintf(f, "(%s)tcc_bf2f(a%d[t%d])", ftype(o), n->a, n->b);
+        else
+            fprintf(f, "(%s)a%d[t%d]", fl ? ftype(o) : "int64_t", n->a, n->b);
         return;
     case KN_ACC: fprintf(f, "acc%d", n->a); return;
     case KN_ADD: case KN_SUB: case KN_MUL: case KN_DIV: case KN_IDIV: case KN_IMOD:
@@ -147,6 +150,13 @@ static void stmt(Out *o, int s, int *depth, int *level)
     case KS_END: break;
     case KS_STORE:
     case KS_STORE_ADD:
+        if (o->k->arg_dtype[t->a] == DT_BF16) { /* f32 arithmetic, one rounding */
+            fprintf(o->f, "a%d[t%d] = tcc_f2bf(", t->a, t->b);
+            if (t->kind == KS_STORE_ADD)
+                fprintf(o->f, "tcc_bf2f(a%d[t%d]) + ", t->a, t->b);
+            fprintf(o->f, "(float)t%d);\n", t->c);
+            return;
+        }
         fprintf(o->f, "a%d[t%d] %s(%s)t%d;\n", t->a, t->b, t->kind == KS_STORE ? "= " : "+= ",
                 storage(o->k->arg_dtype[t->a]), t->c);
         return;

@@ -22,6 +22,12 @@ int pass_microbatch(Ctx *c, Graph *g);
  * Does nothing to a graph that already has backward ops. */
 int pass_autodiff(Ctx *c, Graph *g);
 
+/* Mixed precision for precision = bf16 (after autodiff): bf16 activations and
+ * bf16 casts of the f32 parameters (once per step) for the forward and backward;
+ * the loss and every gradient into the optimizer stay f32, and so do the adds
+ * that accumulate a gradient. Does nothing for other precisions. */
+int pass_precision(Ctx *c, Graph *g);
+
 /* The parameter update: learning rate at the step, global gradient norm and
  * clipping, SGD (momentum) or AdamW per parameter, written back with 'update'.
  * Outputs become loss, learning rate, gradient norm. Needs autodiff's outputs. */

@@ -276,6 +276,12 @@ static void op_factors(const Op *op, Factors *f)
     case OP_DIV: fac_elementwise(op, f); f->lin = 1; break;
     case OP_NEG: fac_elementwise(op, f); f->lin = 1, f->lin_all = 1; break;
     case OP_EXPAND: fac_elementwise(op, f); f->lin = 1, f->lin_all = 1; break;
+    case OP_CAST: /* widening is exact: a partial sum is summed after it, in the wider type */
+        fac_elementwise(op, f);
+        f->lin = ir_dtype_size(op->res[0]->dtype) > ir_dtype_size(op->args[0]->dtype) &&
+                 ir_dtype_is_float(op->args[0]->dtype);
+        f->lin_all = f->lin;
+        break;
     case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD:
         fac_elementwise(op, f); f->lin = 2; break;
     case OP_MATMUL: fac_matmul(op, f); break;

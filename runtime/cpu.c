@@ -7,6 +7,7 @@
  * that start together never see half a file; a cached object that does not
  * load is built again. */
 #include "runtime/cpu.h"
+#include "runtime/runtime.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -278,6 +279,63 @@ int rt_cpu_open_linked(CpuDevice *d, const Plan *p, const RtKernelFn *linked,
 
 /* ---- GEMM ---- */
 
+static void bias_add(const PlanTensor *tb, const char *bias, float *c, int64_t m, int64_t nc,
+                     int64_t ldc)
+{
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t j = 0; j < nc; j++)
+            c[r * ldc + j] += tb->dtype == PD_BF16 ? rt_bf16_to_f32(((const uint16_t *)bias)[j])
+                                                   : ((const float *)bias)[j];
+}
+
+static float *widen(const PlanTensor *t, const char *src, float *dst)
+{
+    size_t n = t->bytes / 2;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = rt_bf16_to_f32(((const uint16_t *)src)[i]);
+    return dst;
+}
+
+/* bf16 A and B: widened to f32, one sgemm per batch into f32 (C itself when C
+ * is f32, else a copy), the bias added, then C rounded once to bf16: f32
+ * accumulation, as cuBLASLt with compute type 32F. */
+static int gemm_bf16(CpuDevice *d, const Plan *p, const PlanGemm *g, char *err, size_t n)
+{
+    const PlanTensor *ta = &p->tensors[g->a], *tb = &p->tensors[g->b], *tc = &p->tensors[g->c];
+    size_t na = ta->bytes / 2, nb = tb->bytes / 2, nc = tc->dtype == PD_BF16 ? tc->bytes / 2 : 0;
+    if (tb->dtype != PD_BF16 || (tc->dtype != PD_BF16 && tc->dtype != PD_F32))
+        return plan_errorf(err, n, "gemm on bf16 A needs bf16 B and a bf16 or f32 C");
+    if (d->wide_len < na + nb + nc) {
+        free(d->wide);
+        d->wide_len = 0;
+        if (!(d->wide = malloc(sizeof(float) * (na + nb + nc))))
+            return plan_errorf(err, n, "out of memory for a bf16 gemm's f32 copies");
+        d->wide_len = na + nb + nc;
+    }
+    float *a = widen(ta, d->slab + ta->offset, d->wide),
+          *b = widen(tb, d->slab + tb->offset, a + na);
+    float *c = nc ? b + nb : (float *)(d->slab + tc->offset);
+    uint16_t *c16 = (uint16_t *)(d->slab + tc->offset);
+    enum CBLAS_TRANSPOSE tra = g->trans_a ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE trb = g->trans_b ? CblasTrans : CblasNoTrans;
+    for (int64_t i = 0; i < g->batch; i++) {
+        float *ci = c + i * g->stride_c;
+        cblas_sgemm(CblasRowMajor, tra, trb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha,
+                    a + i * g->stride_a, (int)g->lda, b + i * g->stride_b, (int)g->ldb,
+                    nc ? 0.0f : (float)g->beta, ci, (int)g->ldc);
+        if (g->epilogue == PE_BIAS)
+            bias_add(&p->tensors[g->bias], d->slab + p->tensors[g->bias].offset, ci, g->m, g->n,
+                     g->ldc);
+        for (int64_t r = 0; r < g->m && nc; r++)
+            for (int64_t j = 0; j < g->n; j++) {
+                int64_t at = i * g->stride_c + r * g->ldc + j;
+                float prev = g->beta != 0 ? (float)g->beta * rt_bf16_to_f32(c16[at]) : 0.0f;
+                c16[at] = rt_f32_to_bf16(c[at] + prev);
+            }
+    }
+    return 0;
+}
+
 int rt_cpu_gemm(CpuDevice *d, const Plan *p, const PlanGemm *g, char *err, size_t n)
 {
     const PlanTensor *ta = &p->tensors[g->a];
@@ -286,12 +344,14 @@ int rt_cpu_gemm(CpuDevice *d, const Plan *p, const PlanGemm *g, char *err, size_
     size_t es = plan_dtype_size(ta->dtype);
     enum CBLAS_TRANSPOSE tra = g->trans_a ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE trb = g->trans_b ? CblasTrans : CblasNoTrans;
-    if (ta->dtype != PD_F32 && ta->dtype != PD_F64)
-        return plan_errorf(err, n, "gemm on %s tensors: the CPU backend does f32 and f64 only",
-                    plan_dtype_name(ta->dtype));
+    if (ta->dtype != PD_F32 && ta->dtype != PD_F64 && ta->dtype != PD_BF16)
+        return plan_errorf(err, n, "gemm on %s tensors: the CPU backend does f32, f64 and bf16",
+                           plan_dtype_name(ta->dtype));
     if (g->m > INT_MAX || g->n > INT_MAX || g->k > INT_MAX || g->lda > INT_MAX ||
         g->ldb > INT_MAX || g->ldc > INT_MAX)
         return plan_errorf(err, n, "gemm dimensions beyond the BLAS integer range");
+    if (ta->dtype == PD_BF16)
+        return gemm_bf16(d, p, g, err, n);
     for (int64_t i = 0; i < g->batch; i++) {
         char *ai = a + (size_t)(i * g->stride_a) * es, *bi = b + (size_t)(i * g->stride_b) * es;
         char *ci = c + (size_t)(i * g->stride_c) * es;
@@ -323,5 +383,6 @@ void rt_cpu_close(CpuDevice *d)
         fprintf(stderr, "tcc runtime: dlclose %s: %s\n", d->so_path, dlerror());
     free(d->fns);
     free(d->slab);
+    free(d->wide);
     memset(d, 0, sizeof *d);
 }

@@ -17,6 +17,8 @@ typedef struct CpuDevice {
     void *so;        /* the dlopen handle of the kernels (NULL when there are none) */
     RtKernelFn *fns; /* by kernel index */
     char so_path[4096];
+    float *wide;      /* bf16 GEMMs: f32 copies of A, B and C (grown by the first step) */
+    size_t wide_len;  /* floats in wide */
 } CpuDevice;
 
 /* Allocate the slab, then compile (or find in cache_dir) and load the kernels

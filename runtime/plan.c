@@ -702,7 +702,7 @@ static int check_coll(const Plan *p, int i, char *err, size_t n)
                                (long long)y);
     }
     if ((whole || c->op == PC_REDUCE_SCATTER) && a->dtype != PD_F32 &&
-        a->dtype != PD_F64 && a->dtype != PD_I32)
+        a->dtype != PD_F64 && a->dtype != PD_I32 && a->dtype != PD_BF16)
         return plan_errorf(err, n, "instrs[%d]: %s of %s", i, coll_names[c->op],
                            dtype_names[a->dtype]);
     return 0;

@@ -109,6 +109,8 @@ static void free_run(Run *r)
 
 static double value_at(const char *base, PlanDType dt, int64_t i)
 {
+    if (dt == PD_BF16)
+        return rt_bf16_to_f32(((const uint16_t *)base)[i]);
     return dt == PD_F64 ? ((const double *)base)[i] : dt == PD_F32 ? ((const float *)base)[i] : 0;
 }
 

@@ -5,10 +5,15 @@
  * Key idea: arguments are checked here, once, before any backend sees them, so
  * the backends can trust that dtypes reduce, sizes do not overflow, and ranks
  * and tags lie in range. A call refused here returns before it communicates;
- * the members of a group refuse together when they pass the same arguments. */
+ * the members of a group refuse together when they pass the same arguments.
+ * bf16 reductions are done here for every backend: the values are widened to
+ * f32, the backend reduces f32, and the result is rounded once to bf16 (round
+ * to nearest even), so no backend sums bf16 and no sum is rounded per hop. */
 #include "runtime/comm/comm_impl.h"
+#include "runtime/runtime.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -29,14 +34,14 @@ __attribute__((format(printf, 5, 6))) static int refuse(const RtComm *c, const c
 
 static int reducible(PlanDType dt)
 {
-    return dt == PD_F32 || dt == PD_F64 || dt == PD_I32;
+    return dt == PD_F32 || dt == PD_F64 || dt == PD_I32 || dt == PD_BF16;
 }
 
 static int check_dtype(const RtComm *c, const char *what, PlanDType dt, char *err, size_t n)
 {
     if (reducible(dt))
         return 0;
-    return refuse(c, what, err, n, "dtype %s does not reduce (f32, f64 or i32)",
+    return refuse(c, what, err, n, "dtype %s does not reduce (f32, f64, bf16 or i32)",
                   plan_dtype_name(dt));
 }
 
@@ -102,8 +107,40 @@ void *rt_comm_scratch(RtComm *c, size_t bytes, char *err, size_t n)
 void rt_comm_release(RtComm *c)
 {
     free(c->scratch);
+    free(c->wide);
     c->scratch = NULL;
     c->scratch_bytes = 0;
+    c->wide = NULL;
+    c->wide_len = 0;
+}
+
+/* Room for len floats in the comm's f32 buffer (kept until rt_comm_release). */
+static float *wide_buffer(RtComm *c, size_t len, char *err, size_t n)
+{
+    if (len <= c->wide_len && c->wide)
+        return c->wide;
+    if (len > SIZE_MAX / sizeof(float))
+        return refuse(c, "bf16 reduction", err, n, "the buffer size overflows"), NULL;
+    float *p = realloc(c->wide, sizeof(float) * (len ? len : 1));
+    if (!p) {
+        refuse(c, "bf16 reduction", err, n, "out of memory for %zu floats", len);
+        return NULL;
+    }
+    c->wide = p;
+    c->wide_len = len ? len : 1;
+    return p;
+}
+
+static void widen(float *dst, const void *src, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        dst[i] = rt_bf16_to_f32(((const uint16_t *)src)[i]);
+}
+
+static void narrow(void *dst, const float *src, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        ((uint16_t *)dst)[i] = rt_f32_to_bf16(src[i]);
 }
 
 int rt_world_rank(const RtWorld *w)
@@ -158,7 +195,16 @@ static int all_reduce(RtComm *c, const char *what, void *buf, size_t count, Plan
     if (check_dtype(c, what, dt, err, n) ||
         check_buffers(c, what, 1, count, 1, plan_dtype_size(dt), buf, buf, err, n))
         return -1;
-    return c->ops->all_reduce(c, buf, count, dt, max, err, n);
+    if (dt != PD_BF16)
+        return c->ops->all_reduce(c, buf, count, dt, max, err, n);
+    float *w = wide_buffer(c, count, err, n);
+    if (!w)
+        return -1;
+    widen(w, buf, count);
+    if (c->ops->all_reduce(c, w, count, PD_F32, max, err, n))
+        return -1;
+    narrow(buf, w, count);
+    return 0;
 }
 
 int rt_comm_all_reduce(RtComm *c, void *buf, size_t count, PlanDType dt, char *err, size_t n)
@@ -188,7 +234,18 @@ int rt_comm_reduce_scatter(RtComm *c, const void *in, void *out, size_t pre, siz
     if (check_dtype(c, what, dt, err, n) ||
         check_buffers(c, what, pre, chunk, post, plan_dtype_size(dt), in, out, err, n))
         return -1;
-    return c->ops->reduce_scatter(c, in, out, pre, chunk, post, dt, err, n);
+    if (dt != PD_BF16)
+        return c->ops->reduce_scatter(c, in, out, pre, chunk, post, dt, err, n);
+    /* check_buffers has bounded these products */
+    size_t nin = pre * chunk * post * (size_t)c->size, nout = pre * chunk * post;
+    float *w = wide_buffer(c, nin + nout, err, n);
+    if (!w)
+        return -1;
+    widen(w, in, nin);
+    if (c->ops->reduce_scatter(c, w, w + nin, pre, chunk, post, PD_F32, err, n))
+        return -1;
+    narrow(out, w + nin, nout);
+    return 0;
 }
 
 int rt_comm_all_to_all(RtComm *c, const void *in, void *out, size_t block_bytes, char *err,

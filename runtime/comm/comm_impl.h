@@ -39,6 +39,8 @@ struct RtComm {
     int world_rank; /* for messages */
     void *scratch;  /* rt_comm_scratch's buffer: grows, freed with the comm */
     size_t scratch_bytes;
+    float *wide;    /* bf16 reductions: their f32 copies (comm.c), freed with scratch */
+    size_t wide_len;
 };
 
 /* The comm's scratch buffer with room for at least bytes (at least 1), kept

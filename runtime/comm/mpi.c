@@ -296,7 +296,7 @@ static int split_into(MWorld *w, MComm *m, int color, int key, char *err, size_t
     MPI_TRY(me, MPI_Comm_split(w->all.comm, color, key, &m->comm));
     MPI_TRY(me, MPI_Comm_rank(m->comm, &rank));
     MPI_TRY(me, MPI_Comm_size(m->comm, &size));
-    m->base = (RtComm){&mpi_ops, rank, size, me, NULL, 0};
+    m->base = (RtComm){&mpi_ops, rank, size, me, NULL, 0, NULL, 0};
     return 0;
 }
 
@@ -369,7 +369,7 @@ static int world_open(MWorld *w, char *err, size_t n)
     MPI_TRY(rank, MPI_Comm_size(MPI_COMM_WORLD, &size));
     MPI_TRY(rank, MPI_Comm_dup(MPI_COMM_WORLD, &w->all.comm));
     w->base = (RtWorld){&mpi_ops, rank, size};
-    w->all.base = (RtComm){&mpi_ops, rank, size, rank, NULL, 0};
+    w->all.base = (RtComm){&mpi_ops, rank, size, rank, NULL, 0, NULL, 0};
     return 0;
 }
 

@@ -481,7 +481,7 @@ static RtComm *t_split(RtWorld *w, int color, int key, char *err, size_t n)
         plan_errorf(err, n, "rank %d: comm_split: out of memory for a group of %d", me, size);
         return NULL;
     }
-    t->base = (RtComm){&threads_ops, rank, size, me, NULL, 0};
+    t->base = (RtComm){&threads_ops, rank, size, me, NULL, 0, NULL, 0};
     t->g = made;
     t->owns = 1;
     return &t->base;
@@ -564,7 +564,7 @@ RtWorld *rt_world_threads(RtThreadsHub *hub, int rank)
     }
     w->base = (RtWorld){&threads_ops, rank, hub->nranks};
     w->hub = hub;
-    w->all.base = (RtComm){&threads_ops, rank, hub->nranks, rank, NULL, 0};
+    w->all.base = (RtComm){&threads_ops, rank, hub->nranks, rank, NULL, 0, NULL, 0};
     w->all.g = hub->world;
     return &w->base;
 }

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "runtime/comm/comm.h"
+#include "runtime/runtime.h"
 #include "tests/support/comm_values.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -347,6 +348,34 @@ __attribute__((noinline)) static void check_mesh(Ctx *c)
     rt_comm_free(col);
 }
 
+/* bf16 sums: widened, summed in f32, rounded once. Element 0 is 1 on rank 0
+ * and 2^-8 elsewhere: rounded once, 1 + (n-1) 2^-8; rounded after each member,
+ * every partial sum 1 + 2^-8 (a tie, to even) would fall back to 1. The
+ * reduce-scatter's values k / 4 + rank and their sums are exact in bf16. */
+__attribute__((noinline)) static void check_bf16(Ctx *c)
+{
+    char err[512] = "";
+    RtComm *all = split(c, 0, c->rank, c->rank, c->size, "world for bf16");
+    if (!all)
+        return;
+    uint16_t buf[3] = {rt_f32_to_bf16(c->rank ? 0x1p-8f : 1.0f), rt_f32_to_bf16(0.5f),
+                       rt_f32_to_bf16(-2.0f * (float)c->rank)};
+    CHECK(c, !rt_comm_all_reduce(all, buf, 3, PD_BF16, err, sizeof err), "%s", err);
+    double n = c->size;
+    CHECK(c, buf[0] == rt_f32_to_bf16((float)(1 + (n - 1) * 0x1p-8)), "bf16 sum 0x%04x", buf[0]);
+    CHECK(c, rt_bf16_to_f32(buf[1]) == 0.5 * n && rt_bf16_to_f32(buf[2]) == -n * (n - 1),
+          "bf16 sums %g %g", (double)rt_bf16_to_f32(buf[1]), (double)rt_bf16_to_f32(buf[2]));
+    uint16_t in[64], out[2];
+    for (int k = 0; k < 2 * c->size && k < 64; k++)
+        in[k] = rt_f32_to_bf16((float)k / 4 + (float)c->rank);
+    CHECK(c, !rt_comm_reduce_scatter(all, in, out, 1, 2, 1, PD_BF16, err, sizeof err), "%s", err);
+    for (int k = 0; k < 2; k++)
+        CHECK(c, rt_bf16_to_f32(out[k]) == n * (2 * c->rank + k) / 4 + n * (n - 1) / 2,
+              "bf16 reduce_scatter element %d: %g", k, (double)rt_bf16_to_f32(out[k]));
+    verdict(c, "bf16 sums rounded once");
+    rt_comm_free(all);
+}
+
 __attribute__((noinline)) static void check_refusals(Ctx *c)
 {
     char err[512] = "";
@@ -355,9 +384,9 @@ __attribute__((noinline)) static void check_refusals(Ctx *c)
     CHECK(c, all, "%s", err);
     if (all) {
         CHECK(c,
-              rt_comm_all_reduce(all, f, 2, PD_BF16, err, sizeof err) == -1 &&
-                  strstr(err, "dtype bf16 does not reduce"),
-              "bf16: %s", err);
+              rt_comm_all_reduce(all, f, 2, PD_F16, err, sizeof err) == -1 &&
+                  strstr(err, "dtype f16 does not reduce"),
+              "f16: %s", err);
         CHECK(c,
               rt_comm_send(all, f, 4, c->rank, 0, err, sizeof err) == -1 &&
                   strstr(err, "this member itself"),
@@ -391,6 +420,7 @@ int main(void)
     if (c.size == 4)
         check_mesh(&c);
     check_refusals(&c);
+    check_bf16(&c);
 #ifdef HAVE_LSAN
     CHECK(&c, !__lsan_do_recoverable_leak_check(), "leaks (above)");
     verdict(&c, "no leaks before MPI_Finalize");

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "runtime/comm/comm.h"
+#include "runtime/runtime.h"
 #include "tests/support/comm_values.h"
 
 #define MAX_RANKS 6
@@ -200,6 +201,85 @@ Test(comm_threads, all_reduce_3_ranks)
 Test(comm_threads, all_reduce_4_ranks)
 {
     run_ranks(4, body_all_reduce);
+}
+
+/* ---- bf16: summed in f32, rounded once ---- */
+
+static uint16_t to_bf16(double x)
+{
+    return rt_f32_to_bf16((float)x);
+}
+
+/* Element 0: rank 0 holds 1, the others 2^-8 each. Summed in f32 and rounded
+ * once, n ranks give bf16(1 + (n-1) 2^-8) (3 ranks: 1 + 2^-7; 4: a tie, to
+ * even, 1 + 2^-6); adding in bf16 one rank at a time would round every
+ * partial sum 1 + 2^-8 (a tie) back to 1. The other elements: random bf16
+ * values, against the float64 sum within one bf16 rounding (bf16 keeps 8
+ * significant bits: half an ulp is at most 2^-8 of the value) plus the f32
+ * additions (n 2^-24 of the magnitudes). */
+static void bf16_all_reduce_case(Ctx *c, RtComm *comm, size_t count)
+{
+    uint16_t *buf = malloc(sizeof(uint16_t) * count);
+    char err[256] = "";
+    for (size_t i = 0; i < count; i++)
+        buf[i] = to_bf16(i ? value(PD_F32, c->rank, i, 99) : c->rank ? ldexp(1, -8) : 1.0);
+    CHECK(c, rt_comm_all_reduce(comm, buf, count, PD_BF16, err, sizeof err) == 0,
+          "bf16 all_reduce: %s", err);
+    uint16_t want0 = rt_f32_to_bf16((float)(1 + (c->nranks - 1) * ldexp(1, -8)));
+    CHECK(c, buf[0] == want0, "bf16 all_reduce element 0: 0x%04x, want 0x%04x", buf[0], want0);
+    for (size_t i = 1; i < count; i++) {
+        double ref = 0, mag = 0;
+        for (int r = 0; r < c->nranks; r++) {
+            double v = rt_bf16_to_f32(to_bf16(value(PD_F32, r, i, 99)));
+            ref += v;
+            mag += fabs(v);
+        }
+        double got = rt_bf16_to_f32(buf[i]);
+        if (!(fabs(got - ref) <= ldexp(fabs(ref), -8) + 2 * c->nranks * ldexp(mag, -24))) {
+            CHECK(c, 0, "bf16 all_reduce element %zu is %.9g, want %.9g", i, got, ref);
+            break;
+        }
+    }
+    check_same(c, buf, sizeof(uint16_t) * count, "bf16 all_reduce");
+    free(buf);
+}
+
+/* in: [size * 3] of rank j holds k / 4 + j, exact in bf16, and so are the sums. */
+static void bf16_reduce_scatter_case(Ctx *c, RtComm *comm)
+{
+    size_t size = (size_t)rt_comm_size(comm), chunk = 3;
+    uint16_t in[MAX_RANKS * 3], out[3];
+    char err[256] = "";
+    for (size_t k = 0; k < size * chunk; k++)
+        in[k] = to_bf16((double)k / 4 + c->rank);
+    CHECK(c, rt_comm_reduce_scatter(comm, in, out, 1, chunk, 1, PD_BF16, err, sizeof err) == 0,
+          "bf16 reduce_scatter: %s", err);
+    for (size_t k = 0; k < chunk; k++) {
+        double want =
+            (double)size * (double)(c->rank * chunk + k) / 4 + (double)(size * (size - 1) / 2);
+        CHECK(c, rt_bf16_to_f32(out[k]) == want, "bf16 reduce_scatter element %zu: %g, want %g", k,
+              (double)rt_bf16_to_f32(out[k]), want);
+    }
+}
+
+static void body_bf16(Ctx *c)
+{
+    RtComm *comm = world_comm(c);
+    if (comm) {
+        bf16_all_reduce_case(c, comm, 1031);
+        bf16_reduce_scatter_case(c, comm);
+    }
+    rt_comm_free(comm);
+}
+
+Test(comm_threads, bf16_sums_in_f32_rounded_once_3_ranks)
+{
+    run_ranks(3, body_bf16);
+}
+
+Test(comm_threads, bf16_sums_in_f32_rounded_once_4_ranks)
+{
+    run_ranks(4, body_bf16);
 }
 
 /* ---- all_gather, reduce_scatter, all_to_all, broadcast ---- */
@@ -446,9 +526,9 @@ static void body_refusals(Ctx *c)
     if (!comm)
         return;
     CHECK(c,
-          rt_comm_all_reduce(comm, f, 2, PD_BF16, err, sizeof err) == -1 &&
-              strstr(err, "dtype bf16 does not reduce"),
-          "bf16 all_reduce: %s", err);
+          rt_comm_all_reduce(comm, f, 2, PD_F16, err, sizeof err) == -1 &&
+              strstr(err, "dtype f16 does not reduce"),
+          "f16 all_reduce: %s", err);
     CHECK(c,
           rt_comm_broadcast(comm, f, 4, 2, err, sizeof err) == -1 &&
               strstr(err, "root 2 is not a member"),

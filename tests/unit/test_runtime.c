@@ -327,6 +327,8 @@ static Plan *gemm_plan(const GemmCase *c, PlanDType dt)
 
 static double get(const void *base, PlanDType dt, int64_t i)
 {
+    if (dt == PD_BF16)
+        return rt_bf16_to_f32(((const uint16_t *)base)[i]);
     return dt == PD_F32 ? ((const float *)base)[i] : ((const double *)base)[i];
 }
 
@@ -335,7 +337,8 @@ static void check_gemm(Runtime *rt, const GemmCase *c, PlanDType dt, const doubl
 {
     const PlanGemm *g = &rt_plan(rt)->instrs[0].gemm;
     const void *a = rt_tensor_data(rt, 0), *b = rt_tensor_data(rt, 1), *cc = rt_tensor_data(rt, 2);
-    double tol = dt == PD_F32 ? 1e-5 : 1e-12;
+    /* bf16: the f32 sum rounded once to 8 significant bits, at most 2^-8 of it */
+    double tol = dt == PD_F32 ? 1e-5 : dt == PD_BF16 ? ldexp(1, -8) : 1e-12;
     for (int64_t q = 0; q < c->batch; q++)
         for (int64_t i = 0; i < c->m; i++)
             for (int64_t j = 0; j < c->n; j++) {
@@ -371,7 +374,7 @@ static void run_gemm(const GemmCase *c, PlanDType dt)
 
 Test(runtime, gemm_matches_a_float64_loop_for_every_transpose_and_dtype)
 {
-    for (int dt = PD_F32; dt <= PD_F64; dt++)
+    for (int dt = PD_F32; dt <= PD_BF16; dt++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
                 GemmCase c = {ta, tb, 5, 3, 7, 1, 0, 0, 0, 0, 1, 0};
@@ -381,7 +384,7 @@ Test(runtime, gemm_matches_a_float64_loop_for_every_transpose_and_dtype)
 
 Test(runtime, gemm_batches_with_strides_padding_alpha_and_beta)
 {
-    for (int dt = PD_F32; dt <= PD_F64; dt++)
+    for (int dt = PD_F32; dt <= PD_BF16; dt++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
                 /* A members 40 apart (gaps between them), B shared, C 19 apart. */
@@ -390,18 +393,58 @@ Test(runtime, gemm_batches_with_strides_padding_alpha_and_beta)
             }
 }
 
-Test(runtime, gemm_on_bf16_is_an_error_on_the_cpu)
+Test(runtime, gemm_on_f16_is_an_error_on_the_cpu)
 {
     GemmCase c = {0, 0, 2, 2, 2, 1, 0, 0, 0, 0, 1, 0};
-    Plan *p = gemm_plan(&c, PD_BF16);
+    Plan *p = gemm_plan(&c, PD_F16);
     Runtime *rt = open_ok(p);
     char err[256] = "";
     cr_assert_eq(rt_step(rt, 1, err, sizeof err), -1);
-    cr_assert(strstr(err, "step 1, instrs[0] (gemm): gemm on bf16 tensors: "
-                          "the CPU backend does f32 and f64 only"),
+    cr_assert(strstr(err, "step 1, instrs[0] (gemm): gemm on f16 tensors: the CPU backend does f32, f64 and bf16"),
               "%s", err);
     rt_close(rt);
     plan_free(p);
+}
+
+/* bf16 A[5,7] x B[7,3] + bias[3] into C of cdt: the sum accumulated in f32 (its
+ * error at most 8 2^-24 of the sum of |terms|), the bias added, then, for a
+ * bf16 C, one rounding (at most 2^-8 of the result). */
+static void bias_case(PlanDType cdt)
+{
+    int64_t m = 5, n = 3, k = 7, na = m * k, nb = k * n, nc = m * n;
+    Plan *p = new_plan(4, 1, 0, NULL);
+    tensor(p, 0, "a", PD_BF16, PT_INPUT, 1, &na);
+    tensor(p, 1, "b", PD_BF16, PT_INPUT, 1, &nb);
+    tensor(p, 2, "c", cdt, PT_INPUT, 1, &nc);
+    tensor(p, 3, "bias", cdt, PT_INPUT, 1, &n);
+    p->instrs[0] = (PlanInstr){.kind = PI_GEMM, .layer = -1};
+    p->instrs[0].gemm = (PlanGemm){0, 1, 2, 0, 0, m, n, k, k, n, n, 1, 0, 0, 0, 1, 0, PE_BIAS, 3};
+    Runtime *rt = open_ok(p);
+    rt_random_inputs(rt, 11);
+    step_ok(rt, 1);
+    const void *a = rt_tensor_data(rt, 0), *b = rt_tensor_data(rt, 1), *cc = rt_tensor_data(rt, 2);
+    const void *bias = rt_tensor_data(rt, 3);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = get(bias, cdt, j), mag = fabs(s);
+            for (int64_t l = 0; l < k; l++) {
+                s += get(a, PD_BF16, i * k + l) * get(b, PD_BF16, l * n + j);
+                mag += fabs(get(a, PD_BF16, i * k + l) * get(b, PD_BF16, l * n + j));
+            }
+            double got = get(cc, cdt, i * n + j), tol = ldexp(mag, -24) * (double)(k + 1);
+            if (cdt == PD_BF16)
+                tol += ldexp(fabs(s) + tol, -8);
+            cr_assert(fabs(got - s) <= tol, "%s C[%ld,%ld] = %.9g, want %.9g", plan_dtype_name(cdt),
+                      (long)i, (long)j, got, s);
+        }
+    rt_close(rt);
+    plan_free(p);
+}
+
+Test(runtime, gemm_on_bf16_with_a_bias_into_bf16_or_f32)
+{
+    bias_case(PD_BF16);
+    bias_case(PD_F32);
 }
 
 /* ---- inputs ---- */

@@ -1,0 +1,177 @@
+/* precision.c: bf16 mixed precision (train setting precision = bf16).
+ * Reads the forward and backward graph that autodiff left (outputs: loss, one
+ * gradient per parameter); writes it with bf16 activations. Parameters stay
+ * f32 (the master weights): every fwd/bwd op that reads one reads its bf16
+ * cast, made once per step before its first reader. Float inputs are cast the
+ * same way. The loss stays f32 (cross_entropy gives f32 for bf16 logits), and
+ * each gradient reaches the optimizer as f32: the adds that accumulate it
+ * (microbatches, a parameter read twice) run on f32 casts of their operands,
+ * so the sum, the data-parallel reduction that partition puts on it and the
+ * clipping norm are f32. Kernels compute in f32 whatever their storage.
+ * Key idea: walk the ops in order, giving each a mode (keep, bf16, f32), cast
+ * the float operands that differ from the mode, and recompute its results'
+ * dtypes with the shape rules. Only f32 values change: an f64 model (or an f64
+ * part of one) is left as it is. */
+#include "passes.h"
+
+#include <string.h>
+
+typedef enum { MODE_KEEP, MODE_BF16, MODE_F32 } Mode;
+
+typedef struct Prec {
+    Graph *g;
+    Value **cast_bf16, **cast_f32; /* by 2 value id + slot: the cast made, or NULL */
+    int regather;                  /* zero = 3 or an fsdp axis: the backward's own casts */
+    uint8_t *chain;                /* by op id: an add of a gradient's accumulation */
+    const Op *reader;              /* the op whose operands are being cast */
+    int nv;                        /* values before the pass: casts are numbered above */
+} Prec;
+
+/* An f32 parameter or input: what the pass reads through a bf16 cast. */
+static int is_source(const Value *v)
+{
+    return v->dtype == DT_F32 && v->def && (v->def->kind == OP_PARAM || v->def->kind == OP_INPUT);
+}
+
+/* v as dtype dt: one cast per value and dtype, placed before its first reader. */
+static Value *cast_to(Prec *p, Value *v, DType dt)
+{
+    Value **memo = dt == DT_BF16 ? p->cast_bf16 : p->cast_f32;
+    if (v->dtype == dt)
+        return v;
+    if (v->id >= p->nv) /* a cast of ours: its operand has the other dtype */
+        return v->def->args[0];
+    /* parameters gathered again for the backward (ZeRO-3, FSDP) get a second
+     * cast there, so that no whole weight copy lives from forward to backward */
+    int slot = 2 * v->id +
+               (p->regather && p->reader->phase == PH_BWD && v->def && v->def->kind == OP_PARAM);
+    if (memo[slot])
+        return memo[slot];
+    Op *op = ir_op_new(p->g, OP_CAST, &v, 1, p->reader->loc);
+    op->phase = p->reader->phase;
+    op->layer = p->reader->layer;
+    op->mb = v->def ? v->def->mb : -1;
+    Attr *a = ir_attr_str(p->g->arena, "dtype", ir_dtype_name(dt));
+    ir_op_finish(p->g, op, &a, 1, "the precision pass");
+    Value *c = op->res[0];
+    if (v->def && v->def->kind == OP_PARAM && v->name)
+        c->name =
+            intern(p->g->strings, arena_printf(p->g->arena, "%s.%s", v->name, ir_dtype_name(dt)));
+    memo[slot] = c;
+    return c;
+}
+
+/* The adds whose results flow only by adds into gradient output v (a chain as
+ * long as the microbatches: a worklist, not recursion). */
+static void mark_chain(Prec *p, Value *v)
+{
+    VEC(Value *) todo = {0};
+    VEC_PUSH(p->g->arena, todo, v);
+    while (todo.len) {
+        Op *d = todo.data[--todo.len]->def;
+        if (!d || d->kind != OP_ADD || d->phase != PH_BWD || p->chain[d->id])
+            continue;
+        p->chain[d->id] = 1;
+        VEC_PUSH(p->g->arena, todo, d->args[0]);
+        VEC_PUSH(p->g->arena, todo, d->args[1]);
+    }
+}
+
+static Mode mode_of(const Prec *p, const Op *op)
+{
+    if (op->phase != PH_FWD && op->phase != PH_BWD)
+        return MODE_KEEP;
+    if (p->chain[op->id])
+        return MODE_F32;
+    Mode m = MODE_KEEP;
+    for (int i = 0; i < op->nargs; i++)
+        if (op->args[i]->dtype == DT_BF16 || is_source(op->args[i]))
+            m = MODE_BF16;
+    /* the CPU attention templates compute on f32 storage; embed_grad adds
+     * into its table row by row, which bf16 storage would round each time */
+    if (m == MODE_BF16 &&
+        (op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD || op->kind == OP_EMBED_GRAD))
+        return MODE_F32;
+    return m;
+}
+
+/* Cast op's float operands to its mode, then retype its results. */
+static void retype(Prec *p, Op *op)
+{
+    Mode m = mode_of(p, op);
+    p->reader = op;
+    for (int i = 0; i < op->nargs && m != MODE_KEEP; i++) {
+        if (op->args[i]->dtype != DT_F32 && op->args[i]->dtype != DT_BF16)
+            continue; /* ids; f64 is left alone */
+        if (op->kind == OP_CROSS_ENTROPY_GRAD && i == 2)
+            continue; /* the f32 loss gradient */
+        op->args[i] = cast_to(p, op->args[i], m == MODE_BF16 ? DT_BF16 : DT_F32);
+    }
+    if (op->kind == OP_PARAM || op->kind == OP_INPUT || op->kind == OP_STATE ||
+        op->kind == OP_CONSTANT || op->kind == OP_STEP)
+        return;
+    for (int i = 0; i < op->nres; i++) {
+        DType dt;
+        int rank;
+        int64_t shape[IR_MAX_RANK];
+        char err[256];
+        if (ir_infer_result(op, i, &dt, &rank, shape, err, sizeof err) != 0)
+            BUG("the precision pass made an invalid '%s': %s", ir_ops[op->kind].name, err);
+        op->res[i]->dtype = dt;
+    }
+}
+
+/* Already applied: some parameter is read through a bf16 cast. */
+static int applied(const Graph *g)
+{
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *op = g->ops.data[i];
+        if (op->kind == OP_CAST && op->res[0]->dtype == DT_BF16 && op->args[0]->def &&
+            op->args[0]->def->kind == OP_PARAM)
+            return 1;
+    }
+    return 0;
+}
+
+int pass_precision(Ctx *c, Graph *g)
+{
+    TrainConfig tc;
+    char err[256];
+    if (ir_train_config(g, &tc, err, sizeof err) != 0) {
+        diag_error(&c->diag, LOC_NONE, "train: %s", err);
+        return -1;
+    }
+    if (strcmp(tc.precision, "bf16") || applied(g))
+        return 0;
+    int n = g->ops.len, nv = g->values.len;
+    Prec p = {.g = g,
+              .nv = nv,
+              .chain = arena_alloc(g->arena, (size_t)n + 1),
+              .cast_bf16 = arena_alloc(g->arena, sizeof(Value *) * (size_t)(2 * nv + 2)),
+              .cast_f32 = arena_alloc(g->arena, sizeof(Value *) * (size_t)(2 * nv + 2))};
+    memset(p.cast_bf16, 0, sizeof(Value *) * (size_t)(2 * nv + 2));
+    memset(p.cast_f32, 0, sizeof(Value *) * (size_t)(2 * nv + 2));
+    p.regather = tc.zero >= 3;
+    for (int i = 0; i < g->mesh.naxes; i++)
+        p.regather |= g->mesh.axes[i].role == ROLE_FSDP && g->mesh.axes[i].size > 1;
+    memset(p.chain, 0, (size_t)n + 1);
+    for (int i = 1; i < g->outputs.len; i++)
+        mark_chain(&p, g->outputs.data[i]);
+    Op **old = arena_alloc(g->arena, sizeof(Op *) * (size_t)(n + 1));
+    memcpy(old, g->ops.data, sizeof(Op *) * (size_t)n);
+    g->ops.len = 0; /* casts are appended before their reader, then the reader */
+    for (int i = 0; i < n; i++) {
+        retype(&p, old[i]);
+        VEC_PUSH(g->arena, g->ops, old[i]);
+    }
+    for (int i = 1; i < g->outputs.len; i++) { /* gradients into the optimizer: f32 */
+        Value *v = g->outputs.data[i];
+        if (v->dtype == DT_BF16) {
+            p.reader = v->def;
+            g->outputs.data[i] = cast_to(&p, v, DT_F32);
+        }
+    }
+    for (int i = 0; i < g->ops.len; i++)
+        g->ops.data[i]->id = i;
+    return 0;
+}
