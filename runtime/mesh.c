@@ -132,7 +132,11 @@ static int make_group(Runtime *rt, const int8_t *axes, int naxes, char *err, siz
     *slot = rt_comm_split(rt->world, (int)color, (int)rt_block_index(rt, axes, naxes), err, n);
     if (!*slot)
         return -1;
-    return rt->gpu ? rt_cuda_group(rt->gpu, (int)(slot - rt->group), *slot, err, n) : 0;
+    if (!rt->gpu) /* NCCL: the group's communicator, then its pipeline channels */
+        return 0;
+    if (rt_cuda_group(rt->gpu, (int)(slot - rt->group), *slot, err, n))
+        return -1;
+    return rt_cuda_channels(rt->gpu, axes, naxes, *slot, err, n);
 }
 
 int rt_group_slot(Runtime *rt, const int8_t *axes, int naxes)

@@ -5,8 +5,9 @@
  * the cubin loaded and every kernel handle found, every launch's parameter
  * array, every GEMM's cuBLASLt descriptors and algorithm -- so queueing an
  * instruction allocates nothing and looks nothing up. Compute runs on one
- * stream, collectives on another; an event orders each collective after the
- * compute before it, and compute waits for a collective only at the first
+ * stream, collectives on another (the pipeline's sends and recvs on a stream
+ * per ordered pair of stages, nccl.c); an event orders each collective after
+ * the compute before it, and compute waits for a collective only at the first
  * instruction that touches one of its tensors (docs/runtime.md). The driver
  * library is not linked: cudart loads it lazily, so a machine without a GPU
  * gets an error code, not a failed start. */
@@ -309,7 +310,7 @@ void rt_cuda_close(CudaDevice *d)
         cudaStreamSynchronize(d->compute);
     if (d->comm)
         cudaStreamSynchronize(d->comm);
-    nccl_close(d);
+    nccl_close(d); /* waits for the pipeline channels' streams first */
     for (int i = 0; d->gemms && i < d->p->ninstrs; i++) {
         LtGemm *G = &d->gemms[i];
         if (G->la)
@@ -364,6 +365,8 @@ int rt_cuda_get(CudaDevice *d, char *host, uint64_t off, uint64_t bytes, char *e
 int rt_cuda_sync(CudaDevice *d, char *err, size_t n)
 {
     CUDA(cudaStreamSynchronize, d->comm);
+    if (nccl_sync_channels(d, err, n))
+        return -1;
     CUDA(cudaStreamSynchronize, d->compute);
     d->npending = 0;
     return 0;

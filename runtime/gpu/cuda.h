@@ -2,9 +2,11 @@
  * instead of the CPU one (--device cuda). It owns one cudaMalloc per device
  * (the slab, the cuBLASLt workspace and the scratch of copies and
  * collectives), the plan's kernels compiled by NVRTC and loaded with the CUDA
- * runtime's library calls, a compute and a communication stream, and one NCCL
- * communicator per group of the mesh. The host keeps a mirror of the slab
- * (the CPU device's): exec.c moves bytes between the two (docs/runtime.md).
+ * runtime's library calls, a compute and a communication stream, one NCCL
+ * communicator per group of the mesh, and for the pipeline's sends and recvs a
+ * communicator and stream per ordered pair of stages. The host keeps a mirror
+ * of the slab (the CPU device's): exec.c moves bytes between the two
+ * (docs/runtime.md).
  * Built without the CUDA toolkit, every call fails with "built without CUDA".
  * Every call returns 0, or -1 with "CALL: the library's text" in err. */
 #ifndef TCC_CUDA_H
@@ -44,9 +46,25 @@ int rt_cuda_run(CudaDevice *d, int i, char *err, size_t n);
 /* The NCCL communicator of group slot for the members of c (collective over
  * c: its member 0 makes the unique id and broadcasts it over c). */
 int rt_cuda_group(CudaDevice *d, int slot, RtComm *c, char *err, size_t n);
+/* The pipeline channels of the plan's sends and recvs over the group along
+ * axes, whose host communicator is c (gpumap.h): for each ordered pair of
+ * stages this device is part of, in the plan's order of pairs, a 2-rank NCCL
+ * communicator (the sender makes the unique id and sends it to the receiver
+ * over c) and a stream. Collective over the pairs: each member of the group
+ * calls it once for the same axes. Nothing where the group has no sends. */
+#ifdef TCC_HAVE_CUDA
+int rt_cuda_channels(CudaDevice *d, const int8_t *axes, int naxes, RtComm *c, char *err, size_t n);
+#else /* there is never a device to call it on (rt_cuda_open fails) */
+static inline int rt_cuda_channels(CudaDevice *d, const int8_t *axes, int naxes, RtComm *c,
+                                   char *err, size_t n)
+{
+    return plan_errorf(err, n, "built without CUDA");
+}
+#endif
 /* Queue collective i (a PI_COLL) on the communication stream with the
- * communicator of group slot (-1 for a slice); blk: this device's block
- * index in the group (the slice it keeps). */
+ * communicator of group slot (-1 for a slice); a send or recv on the stream
+ * and communicator of its channel instead. blk: this device's block index in
+ * the group (the slice it keeps). */
 int rt_cuda_coll(CudaDevice *d, int i, int slot, int64_t blk, char *err, size_t n);
 
 #endif

@@ -21,6 +21,15 @@ typedef struct LtGemm { /* a GEMM instruction, resolved at open */
     char *a, *b, *c; /* device pointers: cuBLASLt's A (the plan's B), B, C */
 } LtGemm;
 
+/* A pipeline channel: the sends of one ordered pair of stages (gpumap.h), on a
+ * 2-rank communicator (the sender is rank 0, the receiver rank 1) and a stream
+ * of their own. comm and stream are NULL where this device is neither. */
+typedef struct CudaChannel {
+    int from, to; /* stages: member indices of the send/recv group */
+    ncclComm_t comm;
+    cudaStream_t stream;
+} CudaChannel;
+
 struct CudaDevice {
     const Plan *p;
     int ordinal;
@@ -38,6 +47,9 @@ struct CudaDevice {
     int *pending;               /* collectives not yet waited for by compute, npending of them */
     int npending;
     ncclComm_t nccl[RT_MAX_GROUPS]; /* by group slot (mesh.c) */
+    CudaChannel *chans;             /* the pipeline channels, nchans of them */
+    int nchans;
+    int *chan_of; /* by instruction: its channel (sends and recvs), else -1; NULL: none */
 };
 
 /* The device pointer of tensor t. */
@@ -47,7 +59,9 @@ static inline char *cuda_tensor(const CudaDevice *d, int t)
 }
 
 int cuda_fail(cudaError_t e, const char *call, char *err, size_t n);
-/* ncclCommDestroy of every communicator. */
+/* Wait for every channel's stream (0, or -1 with the first failure). */
+int nccl_sync_channels(CudaDevice *d, char *err, size_t n);
+/* ncclCommDestroy of every communicator; the channels' streams destroyed. */
 void nccl_close(CudaDevice *d);
 
 #endif

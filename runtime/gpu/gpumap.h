@@ -12,7 +12,15 @@
  * - rt_along_copy: NCCL moves contiguous chunks; a block along a dim other
  *   than the first is a strided 2D copy (cudaMemcpy2DAsync's arguments).
  * - rt_instr_touches: whether two instructions share a byte of the slab, which
- *   decides where compute waits for a collective on the other stream. */
+ *   decides where compute waits for a collective on the other stream.
+ * - rt_p2p_pairs, rt_p2p_channel: the pipeline's channels. An NCCL send waits
+ *   on its stream for the matching recv, so sends and recvs of both directions
+ *   on one stream deadlock under 1F1B (stage 0 sends F(i+1) before it receives
+ *   grad(i), stage 1 sends grad(i) before it receives F(i+1)). Each ordered
+ *   (sender stage, receiver stage) pair gets its own channel (a 2-rank
+ *   communicator and stream): the list of pairs is computed from the plan,
+ *   which every device holds whole, so every member of the group walks the
+ *   same list in the same order when it makes them. */
 #ifndef TCC_GPUMAP_H
 #define TCC_GPUMAP_H
 
@@ -105,6 +113,70 @@ static inline int rt_instr_touches(const Plan *p, int i, int j)
             if (rt_tensors_overlap(&p->tensors[x[a]], &p->tensors[y[b]]))
                 return 1;
     return 0;
+}
+
+/* An ordered pair of pipeline stages (members of the send/recv group): the
+ * direction of one channel. */
+typedef struct RtPair {
+    int from, to;
+} RtPair;
+
+/* Whether instruction in is a send or recv over the group along axes (the
+ * same axes in the same order: mesh.c keys its groups so). */
+static inline int rt_p2p_of_group(const PlanInstr *in, const int8_t *axes, int naxes)
+{
+    if (in->kind != PI_COLL || (in->coll.op != PC_SEND && in->coll.op != PC_RECV) ||
+        in->coll.naxes != naxes)
+        return 0;
+    for (int a = 0; a < naxes; a++)
+        if (in->coll.axes[a] != axes[a])
+            return 0;
+    return 1;
+}
+
+/* The direction of send or recv in: a send goes from its stage to its peer, a
+ * recv from its peer to its stage. */
+static inline RtPair rt_p2p_pair(const PlanInstr *in)
+{
+    if (in->coll.op == PC_SEND)
+        return (RtPair){in->stage, in->coll.peer};
+    return (RtPair){in->coll.peer, in->stage};
+}
+
+/* The distinct pairs of the plan's sends and recvs over the group along axes,
+ * in increasing (from, to) order, into out (room for p->ninstrs: each
+ * instruction adds at most one); their count. */
+static inline int rt_p2p_pairs(const Plan *p, const int8_t *axes, int naxes, RtPair *out)
+{
+    int np = 0;
+    for (int i = 0; i < p->ninstrs; i++) {
+        if (!rt_p2p_of_group(&p->instrs[i], axes, naxes))
+            continue;
+        RtPair x = rt_p2p_pair(&p->instrs[i]);
+        int k = 0;
+        while (k < np && (out[k].from < x.from || (out[k].from == x.from && out[k].to < x.to)))
+            k++;
+        if (k < np && out[k].from == x.from && out[k].to == x.to)
+            continue;
+        for (int j = np; j > k; j--)
+            out[j] = out[j - 1];
+        out[k] = x, np++;
+    }
+    return np;
+}
+
+/* The channel (index into pairs, of the group along axes) that instruction i
+ * uses; -1 when it is not a send or recv of that group or its pair is absent. */
+static inline int rt_p2p_channel(const Plan *p, int i, const int8_t *axes, int naxes,
+                                 const RtPair *pairs, int npairs)
+{
+    if (!rt_p2p_of_group(&p->instrs[i], axes, naxes))
+        return -1;
+    RtPair x = rt_p2p_pair(&p->instrs[i]);
+    for (int k = 0; k < npairs; k++)
+        if (pairs[k].from == x.from && pairs[k].to == x.to)
+            return k;
+    return -1;
 }
 
 #endif

@@ -7,10 +7,16 @@
  * first goes through the scratch with 2D copies (gpumap.h), as the CPU
  * backend's pack and unpack do. Every collective runs on the communication
  * stream after an event that marks the compute before it, and records an event
- * that compute waits for where it first touches the collective's tensors. */
+ * that compute waits for where it first touches the collective's tensors.
+ * Sends and recvs are the exception: an NCCL send waits on its stream for the
+ * matching recv, so the pipeline's messages go over channels, one per ordered
+ * pair of stages, each a 2-rank communicator with a stream of its own (made at
+ * attach, in the order of the plan's pairs, gpumap.h). A send blocked in one
+ * direction then holds up no recv in the other; the events are the same. */
 #include "runtime/gpu/cuda_impl.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/gpu/gpumap.h"
@@ -44,11 +50,99 @@ int rt_cuda_group(CudaDevice *d, int slot, RtComm *c, char *err, size_t n)
     return 0;
 }
 
+/* The host exchange of a channel's unique id: sent once per pair at attach,
+ * before any step, so it cannot meet a message of the plan. */
+#define CHANNEL_TAG 32767
+
+/* Channel ch, of which this device (member me of c) is the sender or the
+ * receiver: the sender makes the unique id and sends it over c (buffered);
+ * ncclCommInitRank returns once both have called it. */
+static int open_channel(CudaChannel *ch, int me, RtComm *c, char *err, size_t n)
+{
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    int sender = me == ch->from;
+    if (ch->from == ch->to)
+        return plan_errorf(err, n, "a send from stage %d to itself", ch->from);
+    if (sender) {
+        NCCL(ncclGetUniqueId, &id);
+        if (rt_comm_send(c, &id, sizeof id, ch->to, CHANNEL_TAG, err, n))
+            return -1;
+    } else if (rt_comm_recv(c, &id, sizeof id, ch->from, CHANNEL_TAG, err, n)) {
+        return -1;
+    }
+    NCCL(ncclCommInitRank, &ch->comm, 2, id, sender ? 0 : 1);
+    CUDA(cudaStreamCreateWithFlags, &ch->stream, cudaStreamNonBlocking);
+    return 0;
+}
+
+/* Every member walks the same list of pairs (the plan is the same everywhere)
+ * and opens those it is part of. No two members wait for each other on
+ * different pairs: the first pair not yet open has both its members at it,
+ * since every pair before it is open. */
+int rt_cuda_channels(CudaDevice *d, const int8_t *axes, int naxes, RtComm *c, char *err, size_t n)
+{
+    const Plan *p = d->p;
+    RtPair *pairs = malloc(((size_t)p->ninstrs + 1) * sizeof *pairs);
+    if (!pairs)
+        return plan_errorf(err, n, "malloc: out of memory");
+    int np = rt_p2p_pairs(p, axes, naxes, pairs), base = d->nchans, me = rt_comm_rank(c);
+    if (np == 0) {
+        free(pairs);
+        return 0;
+    }
+    CudaChannel *chans = realloc(d->chans, (size_t)(base + np) * sizeof *chans);
+    if (chans)
+        d->chans = chans;
+    if (!d->chan_of && chans && (d->chan_of = malloc(((size_t)p->ninstrs + 1) * sizeof(int))))
+        for (int i = 0; i < p->ninstrs; i++)
+            d->chan_of[i] = -1;
+    if (!chans || !d->chan_of) {
+        free(pairs);
+        return plan_errorf(err, n, "malloc: out of memory");
+    }
+    for (int k = 0; k < np; k++)
+        chans[base + k] = (CudaChannel){pairs[k].from, pairs[k].to, NULL, NULL};
+    d->nchans = base + np;
+    for (int i = 0; i < p->ninstrs; i++) {
+        int k = rt_p2p_channel(p, i, axes, naxes, pairs, np);
+        if (k >= 0)
+            d->chan_of[i] = base + k;
+    }
+    free(pairs);
+    for (int k = base; k < d->nchans; k++) {
+        char msg[300];
+        if ((chans[k].from == me || chans[k].to == me) &&
+            open_channel(&chans[k], me, c, msg, sizeof msg))
+            return plan_errorf(err, n, "pipeline channel %d->%d: %s", chans[k].from, chans[k].to,
+                               msg);
+    }
+    return 0;
+}
+
+int nccl_sync_channels(CudaDevice *d, char *err, size_t n)
+{
+    for (int k = 0; k < d->nchans; k++)
+        if (d->chans[k].stream)
+            CUDA(cudaStreamSynchronize, d->chans[k].stream);
+    return 0;
+}
+
 void nccl_close(CudaDevice *d)
 {
+    for (int k = 0; k < d->nchans; k++)
+        if (d->chans[k].stream)
+            cudaStreamSynchronize(d->chans[k].stream);
     for (int i = 0; i < RT_MAX_GROUPS; i++)
         if (d->nccl[i])
             ncclCommDestroy(d->nccl[i]);
+    for (int k = 0; k < d->nchans; k++) {
+        if (d->chans[k].comm)
+            ncclCommDestroy(d->chans[k].comm);
+        if (d->chans[k].stream)
+            cudaStreamDestroy(d->chans[k].stream);
+    }
+    free(d->chans), free(d->chan_of);
 }
 
 static int nccl_type(PlanDType t, ncclDataType_t *out)
@@ -228,26 +322,43 @@ static int dispatch(CudaDevice *d, const PlanInstr *in, ncclComm_t c, int64_t bl
         return all_to_all(d, in, c, err, n);
     case PC_SLICE:
         return slice(d, in, blk, err, n);
-    case PC_SEND:
-        NCCL(ncclSend, cuda_tensor(d, in->args[0]), a->bytes, ncclChar, in->coll.peer, c, d->comm);
-        return 0;
-    case PC_RECV:
-        NCCL(ncclRecv, cuda_tensor(d, in->args[0]), a->bytes, ncclChar, in->coll.peer, c, d->comm);
-        return 0;
     default:
         return plan_errorf(err, n, "unknown collective %d", (int)in->coll.op);
     }
+}
+
+/* Send or recv i on its channel's communicator, where the sender is rank 0
+ * and the receiver rank 1. */
+static int p2p(CudaDevice *d, const PlanInstr *in, const CudaChannel *ch, char *err, size_t n)
+{
+    char *buf = cuda_tensor(d, in->args[0]);
+    size_t bytes = d->p->tensors[in->args[0]].bytes;
+    if (in->coll.op == PC_SEND)
+        NCCL(ncclSend, buf, bytes, ncclChar, 1, ch->comm, ch->stream);
+    else
+        NCCL(ncclRecv, buf, bytes, ncclChar, 0, ch->comm, ch->stream);
+    return 0;
 }
 
 int rt_cuda_coll(CudaDevice *d, int i, int slot, int64_t blk, char *err, size_t n)
 {
     const PlanInstr *in = &d->p->instrs[i];
     ncclComm_t c = slot >= 0 && slot < RT_MAX_GROUPS ? d->nccl[slot] : NULL;
+    const CudaChannel *ch = NULL;
+    cudaStream_t s = d->comm;
+    if (in->coll.op == PC_SEND || in->coll.op == PC_RECV) {
+        int k = d->chan_of ? d->chan_of[i] : -1;
+        if (k < 0 || !d->chans[k].comm)
+            return plan_errorf(err, n, "%s %s stage %d: no NCCL channel for it (rt_attach)",
+                               plan_coll_name(in->coll.op), in->coll.op == PC_SEND ? "to" : "from",
+                               in->coll.peer);
+        ch = &d->chans[k], s = ch->stream;
+    }
     CUDA(cudaEventRecord, d->before[i], d->compute);
-    CUDA(cudaStreamWaitEvent, d->comm, d->before[i], 0);
-    if (dispatch(d, in, c, blk, err, n))
+    CUDA(cudaStreamWaitEvent, s, d->before[i], 0);
+    if (ch ? p2p(d, in, ch, err, n) : dispatch(d, in, c, blk, err, n))
         return -1;
-    CUDA(cudaEventRecord, d->done[i], d->comm);
+    CUDA(cudaEventRecord, d->done[i], s);
     d->pending[d->npending++] = i;
     return 0;
 }

@@ -4,7 +4,11 @@
  * the row-major product; the 2D copies around NCCL's contiguous chunks must
  * give the layouts of all_gather, reduce_scatter and all_to_all that comm.h
  * defines, along every dim; compute must wait for a collective exactly where
- * the two share a byte of the slab (a GEMM's operands and bias included).
+ * the two share a byte of the slab (a GEMM's operands and bias included); the
+ * pipeline's channels (one per ordered pair of stages) come out distinct and
+ * ordered, pair each send with its recv, and keep 1F1B from the deadlock that
+ * one communication stream per device runs into (a model of rendezvous sends
+ * on streams, over plans built from the real schedules).
  * Data: fresh random numbers (seed in the failure message). Bounds: the GEMM
  * runs in float64 in both orders, each result a sum of k products, so it is
  * within k * 2^-52 * sum|a b| of the reference; copies move bits and are exact. */
@@ -14,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/base.h"
+#include "passes/passes.h"
 #include "runtime/gpu/gpumap.h"
 
 static unsigned seed_now(void)
@@ -267,4 +273,231 @@ Test(cuda_map, compute_waits_for_a_collective_only_where_it_shares_memory)
     t[6].offset = 128; /* now just past tensor 1: adjacent, not overlapping */
     in[3].gemm.epilogue = PE_BIAS;
     cr_assert(!rt_instr_touches(&p, 3, 0), "adjacent tensors share no byte");
+}
+
+/* ---- pipeline channels ---- */
+
+#define MAXI 512
+
+/* A pipeline plan over axis 0 built from a real schedule (passes/schedule.c):
+ * stage r's instructions in its order, F(mb) as [recv act from r-1] kernel
+ * [send act to r+1], B(mb) as [recv grad from r+1] kernel [send grad to r-1].
+ * Tags: the activation of mb into stage r is 2 (mb p + r), the gradient into
+ * stage r 2 (mb p + r) + 1. */
+typedef struct PipePlan {
+    PlanInstr in[MAXI];
+    Plan p;
+} PipePlan;
+
+static void p2p(PipePlan *pp, PlanCollKind op, int stage, int peer, int tag)
+{
+    PlanInstr *in = &pp->in[pp->p.ninstrs];
+    *in = (PlanInstr){.kind = PI_COLL, .stage = stage};
+    in->coll = (PlanColl){.op = op, .naxes = 1, .axes = {0}, .peer = peer, .tag = tag};
+    pp->p.ninstrs++;
+}
+
+static void compute(PipePlan *pp, int stage)
+{
+    pp->in[pp->p.ninstrs++] = (PlanInstr){.kind = PI_KERNEL, .stage = stage};
+}
+
+static void pipe_plan(PipePlan *pp, SchedKind kind, int p, int m)
+{
+    Arena *a = arena_new();
+    Schedule s;
+    char err[256] = "";
+    cr_assert_eq(sched_build(a, kind, p, m, 1, &s, err, sizeof err), 0, "%s", err);
+    memset(pp, 0, sizeof *pp);
+    pp->p.instrs = pp->in;
+    for (int r = 0; r < p; r++)
+        for (int k = 0; k < s.ranks[r].n; k++) {
+            const Piece *pc = &s.ranks[r].pieces[k];
+            int fwd = pc->kind == PIECE_F, from = fwd ? r - 1 : r + 1, to = fwd ? r + 1 : r - 1;
+            cr_assert_lt(pp->p.ninstrs + 3, MAXI);
+            if (from >= 0 && from < p)
+                p2p(pp, PC_RECV, r, from, 2 * (pc->mb * p + r) + !fwd);
+            compute(pp, r);
+            if (to >= 0 && to < p)
+                p2p(pp, PC_SEND, r, to, 2 * (pc->mb * p + to) + !fwd);
+        }
+    arena_free(a);
+}
+
+static const int8_t PIPE_AXES[1] = {0};
+
+/* Whether instruction i is the first not done of its stage's stream. */
+static int at_head(const Plan *p, const int *stream, const int *done, int i)
+{
+    for (int j = 0; j < i; j++)
+        if (!done[j] && p->instrs[j].stage == p->instrs[i].stage && stream[j] == stream[i])
+            return 0;
+    return 1;
+}
+
+/* Whether every instruction of the kinds in `which` (bit 0: kernels, bit 1:
+ * sends and recvs) queued before i on its stage is done. */
+static int after(const Plan *p, const int *done, int i, int which)
+{
+    for (int j = 0; j < i; j++)
+        if (!done[j] && p->instrs[j].stage == p->instrs[i].stage &&
+            (which >> (p->instrs[j].kind == PI_COLL) & 1))
+            return 0;
+    return 1;
+}
+
+/* Run the plan's device programs with rendezvous sends (an NCCL send completes
+ * only together with its recv), each device's instructions queued in order on
+ * streams: compute on one, a send or recv on the stream of its channel
+ * (channels 1) or all of them on one communication stream (channels 0). A
+ * send or recv starts after the compute queued before it (the before event),
+ * a kernel after every send and recv queued before it: more waits than the
+ * runtime's (only for those sharing a byte with the kernel), and a wait
+ * removed never stops a run that finished, so a plan that runs here runs
+ * there. Returns how many instructions never ran (0: no deadlock). */
+static int simulate(const PipePlan *pp, const RtPair *pairs, int np, int channels)
+{
+    const Plan *p = &pp->p;
+    int done[MAXI] = {0}, stream[MAXI], left = p->ninstrs, progress = 1;
+    for (int i = 0; i < p->ninstrs; i++) {
+        int ch = rt_p2p_channel(p, i, PIPE_AXES, 1, pairs, np);
+        if (p->instrs[i].kind == PI_COLL)
+            cr_assert_geq(ch, 0, "instrs[%d]: a send or recv without a channel", i);
+        stream[i] = p->instrs[i].kind != PI_COLL ? 0 : channels ? 1 + ch : 1;
+    }
+    while (progress) {
+        progress = 0;
+        for (int i = 0; i < p->ninstrs; i++) {
+            const PlanInstr *in = &p->instrs[i];
+            if (done[i] || !at_head(p, stream, done, i))
+                continue;
+            if (in->kind != PI_COLL) {
+                if (after(p, done, i, 2))
+                    done[i] = 1, left--, progress = 1;
+                continue;
+            }
+            if (in->coll.op != PC_SEND || !after(p, done, i, 1))
+                continue;
+            for (int j = 0; j < p->ninstrs; j++) { /* the recv of its tag, at its head, ready */
+                const PlanInstr *r = &p->instrs[j];
+                if (r->kind == PI_COLL && r->coll.op == PC_RECV && r->coll.tag == in->coll.tag &&
+                    !done[j] && at_head(p, stream, done, j) && after(p, done, j, 1)) {
+                    done[i] = done[j] = 1, left -= 2, progress = 1;
+                    break;
+                }
+            }
+        }
+    }
+    return left;
+}
+
+static int pair_is(RtPair x, int from, int to)
+{
+    return x.from == from && x.to == to;
+}
+
+/* Two and four stages under 1F1B and GPipe: the pairs come out once each, in
+ * increasing (from, to) order, and the same when the plan lists its
+ * instructions in reverse; sends and recvs over another group, other
+ * collectives and kernels are not pipeline traffic. */
+Test(cuda_map, pipeline_pairs_are_distinct_and_ordered)
+{
+    static PipePlan pp, rev;
+    for (int p = 2; p <= 4; p += 2) {
+        pipe_plan(&pp, SCHED_1F1B, p, 2 * p);
+        RtPair pairs[MAXI], again[MAXI];
+        int np = rt_p2p_pairs(&pp.p, PIPE_AXES, 1, pairs);
+        cr_assert_eq(np, 2 * (p - 1), "p=%d: %d pairs", p, np);
+        for (int k = 0; k < np; k++) /* (0,1) (1,0) (1,2) (2,1) ... */
+            cr_assert(pair_is(pairs[k], k / 2 + k % 2, k / 2 + !(k % 2)), "p=%d pair %d: (%d,%d)",
+                      p, k, pairs[k].from, pairs[k].to);
+        rev = pp;
+        rev.p.instrs = rev.in;
+        for (int i = 0; i < pp.p.ninstrs; i++)
+            rev.in[i] = pp.in[pp.p.ninstrs - 1 - i];
+        cr_assert_eq(rt_p2p_pairs(&rev.p, PIPE_AXES, 1, again), np);
+        for (int k = 0; k < np; k++)
+            cr_assert(pair_is(again[k], pairs[k].from, pairs[k].to), "p=%d: order differs", p);
+        /* a send over axes {1} (another group) and an all_reduce over {0} do not count */
+        int8_t other[1] = {1};
+        p2p(&pp, PC_SEND, 0, p - 1, 9999);
+        pp.in[pp.p.ninstrs - 1].coll.axes[0] = 1;
+        p2p(&pp, PC_ALL_REDUCE, 0, 0, 0);
+        pp.in[pp.p.ninstrs - 1].coll.peer = 0;
+        cr_assert_eq(rt_p2p_pairs(&pp.p, PIPE_AXES, 1, again), np);
+        cr_assert_eq(rt_p2p_pairs(&pp.p, other, 1, again), 1);
+        cr_assert(pair_is(again[0], 0, p - 1));
+        cr_assert_eq(rt_p2p_channel(&pp.p, pp.p.ninstrs - 2, PIPE_AXES, 1, pairs, np), -1);
+        cr_assert_eq(rt_p2p_channel(&pp.p, pp.p.ninstrs - 1, PIPE_AXES, 1, pairs, np), -1);
+    }
+    Plan none = {0};
+    cr_assert_eq(rt_p2p_pairs(&none, PIPE_AXES, 1, NULL), 0, "no instructions, no pairs");
+}
+
+/* 1F1B on two stages: stage 0's forward sends and backward recvs use different
+ * channels; each send and the recv of its tag use the same channel, whose pair
+ * is (sender, receiver); on each channel the sender's tags and the receiver's
+ * come in the same order (NCCL matches by order). */
+Test(cuda_map, pipeline_channels_split_the_directions)
+{
+    static PipePlan pp;
+    for (int p = 2; p <= 4; p += 2) {
+        pipe_plan(&pp, SCHED_1F1B, p, 4);
+        RtPair pairs[MAXI];
+        int np = rt_p2p_pairs(&pp.p, PIPE_AXES, 1, pairs), fsend = -1, brecv = -1;
+        for (int i = 0; i < pp.p.ninstrs; i++) {
+            const PlanInstr *in = &pp.in[i];
+            if (in->kind != PI_COLL)
+                continue;
+            int ch = rt_p2p_channel(&pp.p, i, PIPE_AXES, 1, pairs, np);
+            cr_assert_geq(ch, 0);
+            int from = in->coll.op == PC_SEND ? in->stage : in->coll.peer;
+            int to = in->coll.op == PC_SEND ? in->coll.peer : in->stage;
+            cr_assert(pair_is(pairs[ch], from, to), "instrs[%d] on (%d,%d)", i, pairs[ch].from,
+                      pairs[ch].to);
+            for (int j = 0; j < pp.p.ninstrs; j++)
+                if (j != i && pp.in[j].kind == PI_COLL && pp.in[j].coll.tag == in->coll.tag)
+                    cr_assert_eq(rt_p2p_channel(&pp.p, j, PIPE_AXES, 1, pairs, np), ch);
+            if (in->stage == 0 && in->coll.op == PC_SEND)
+                fsend = fsend < 0 || fsend == ch ? ch : -2;
+            if (in->stage == 0 && in->coll.op == PC_RECV)
+                brecv = brecv < 0 || brecv == ch ? ch : -2;
+        }
+        cr_assert(fsend >= 0 && brecv >= 0 && fsend != brecv,
+                  "p=%d: stage 0's sends on %d, recvs on %d", p, fsend, brecv);
+        for (int ch = 0; ch < np; ch++) {
+            int sent[MAXI], got[MAXI], ns = 0, ng = 0;
+            for (int i = 0; i < pp.p.ninstrs; i++)
+                if (pp.in[i].kind == PI_COLL &&
+                    rt_p2p_channel(&pp.p, i, PIPE_AXES, 1, pairs, np) == ch) {
+                    if (pp.in[i].coll.op == PC_SEND)
+                        sent[ns++] = pp.in[i].coll.tag;
+                    else
+                        got[ng++] = pp.in[i].coll.tag;
+                }
+            cr_assert_eq(ns, ng);
+            cr_assert_eq(memcmp(sent, got, (size_t)ns * sizeof *sent), 0,
+                         "p=%d channel %d: out of order", p, ch);
+        }
+    }
+}
+
+/* The point of the channels: with rendezvous sends, 1F1B on one communication
+ * stream per device deadlocks (stage 0 sends F(1) while stage 1 sends the
+ * gradient of 0), and on a stream per channel it runs to the end; GPipe runs
+ * both ways. */
+Test(cuda_map, pipeline_channels_do_not_deadlock_under_1f1b)
+{
+    static PipePlan pp;
+    for (int p = 2; p <= 4; p += 2) {
+        RtPair pairs[MAXI];
+        pipe_plan(&pp, SCHED_1F1B, p, 2 * p);
+        int np = rt_p2p_pairs(&pp.p, PIPE_AXES, 1, pairs);
+        cr_assert_gt(simulate(&pp, pairs, np, 0), 0, "p=%d: one stream should deadlock", p);
+        cr_assert_eq(simulate(&pp, pairs, np, 1), 0, "p=%d: channels deadlock", p);
+        pipe_plan(&pp, SCHED_GPIPE, p, 2 * p);
+        np = rt_p2p_pairs(&pp.p, PIPE_AXES, 1, pairs);
+        cr_assert_eq(simulate(&pp, pairs, np, 0), 0, "p=%d: GPipe on one stream", p);
+        cr_assert_eq(simulate(&pp, pairs, np, 1), 0, "p=%d: GPipe on channels", p);
+    }
 }
