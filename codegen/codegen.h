@@ -110,8 +110,10 @@ int cg_write_program(Ctx *c, Plan *p, const char *out, int print_commands);
  * out->kernels (*kernels: an arena array of out->nkernels). */
 int cg_build_plan_ir(Ctx *c, const Graph *g, int flags, Plan *out, Kernel ***kernels);
 
-/* C source of one kernel: void NAME(char *const *args). */
+/* C source of one kernel: void NAME(char *const *args). Every source needs
+ * cg_c_prelude() once before its kernels (includes, the bf16 conversions). */
 char *cg_emit_c(Arena *a, const Kernel *k);
+const char *cg_c_prelude(void);
 
 /* ---- GPU renderings (emit_gpu.c) ----
  * One mapping of the Kernel IR onto a grid of blocks, spelled in CUDA C (for

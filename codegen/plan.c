@@ -803,6 +803,8 @@ static const char *prelude =
     "    if ((u & 0x7fffffffu) > 0x7f800000u)\n        return (uint16_t)((u >> 16) | 0x40);\n"
     "    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);\n}\n\n";
 
+const char *cg_c_prelude(void) { return prelude; }
+
 static char *kernel_source(Gen *gen)
 {
     size_t total = strlen(prelude) + 1;

@@ -199,8 +199,7 @@ static void *build_c(Arena *a, const char *dir, Kernel **ks, int n)
         fprintf(stderr, "oclcheck: error: cannot write '%s': %s\n", src, strerror(errno));
         return NULL;
     }
-    /* the prelude codegen/plan.c puts before the C kernels */
-    fputs("#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n", f);
+    fputs(cg_c_prelude(), f); /* what the plan puts before its C kernels */
     for (int i = 0; i < n; i++) {
         fputs(cg_emit_c(a, ks[i]), f);
         fputs(cg_emit_c(a, reference(a, ks[i])), f);
