@@ -114,6 +114,8 @@ int cg_build_plan_ir(Ctx *c, const Graph *g, int flags, Plan *out, Kernel ***ker
  * cg_c_prelude() once before its kernels (includes, the bf16 conversions). */
 char *cg_emit_c(Arena *a, const Kernel *k);
 const char *cg_c_prelude(void);
+/* The reduction (a KReduce) of the loop that statement s opens, or -1. */
+int cg_loop_reduce(const Kernel *k, int s);
 
 /* ---- GPU renderings (emit_gpu.c) ----
  * One mapping of the Kernel IR onto a grid of blocks, spelled in CUDA C (for

@@ -96,8 +96,7 @@ static void indent(Out *o, int depth)
         fputs("    ", o->f);
 }
 
-/* The reduction of the loop opened by statement s, or -1. */
-static int reduce_op(const Kernel *k, int s)
+int cg_loop_reduce(const Kernel *k, int s)
 {
     for (int i = s + 1, depth = 1; i < k->body.len && depth > 0; i++) {
         const KStmt *t = &k->body.data[i];
@@ -127,7 +126,7 @@ static void stmt(Out *o, int s, int *depth, int *level)
         fputs(";\n", o->f);
         return;
     case KS_LOOP: {
-        int r = reduce_op(o->k, s);
+        int r = cg_loop_reduce(o->k, s);
         if (r >= 0) {
             fprintf(o->f, "%s acc%d = ", ftype(o), s);
             literal(o, r == KR_SUM ? 0.0 : r == KR_MAX ? -1.0 / 0.0 : 1.0 / 0.0);

@@ -277,18 +277,6 @@ static void mark_used(G *g, int vec)
     }
 }
 
-/* The reduction of the loop opened by statement s, or -1. */
-static int reduce_op(const Kernel *k, int s)
-{
-    for (int i = s + 1, depth = 1; i < k->body.len && depth > 0; i++) {
-        const KStmt *t = &k->body.data[i];
-        depth += t->kind == KS_LOOP ? 1 : t->kind == KS_END ? -1 : 0;
-        if (t->kind == KS_REDUCE && t->a == s)
-            return t->c;
-    }
-    return -1;
-}
-
 static const char *red_name(int r) { return r == KR_SUM ? "sum" : r == KR_MAX ? "max" : "min"; }
 
 /* The body: loops at the top strided over the block in the row mapping,
@@ -302,7 +290,7 @@ static void body(G *g, int depth0)
         switch (t->kind) {
         case KS_NODE: node(g, t->a, depth, 0); break;
         case KS_LOOP: {
-            int r = reduce_op(k, s);
+            int r = cg_loop_reduce(k, s);
             if (r >= 0) {
                 indent(g, depth);
                 fprintf(g->f, "%s acc%d = ", ft(g), s);
@@ -339,7 +327,7 @@ static void body(G *g, int depth0)
             indent(g, depth);
             fputs("}\n", g->f);
             if (g->toplv && g->toplv[s0]) {
-                int r = reduce_op(k, s0);
+                int r = cg_loop_reduce(k, s0);
                 indent(g, depth);
                 if (r >= 0)
                     fprintf(g->f, "acc%d = tcc_%s_%s_%c(acc%d, tcc_red);\n", s0,
@@ -554,7 +542,7 @@ static void row_kernel(G *g)
         const KStmt *t = &k->body.data[s];
         if (t->kind == KS_LOOP && depth == 0) {
             g->toplv[s] = 1;
-            reduces |= reduce_op(k, s) >= 0;
+            reduces |= cg_loop_reduce(k, s) >= 0;
         }
         depth += t->kind == KS_LOOP ? 1 : t->kind == KS_END ? -1 : 0;
     }
@@ -646,6 +634,17 @@ static void fill(G *g, const char *tmpl, const Sub *subs, int nsubs)
     }
 }
 
+/* The keys and values of tile j0 into shared memory, between barriers. */
+static const char *att_tile_load =
+    "        TCC_BARRIER();\n"
+    "        for (int e = tid; e < KT * DH; e += ROWS * 32) {\n"
+    "            const int jj = e / DH, d = e % DH;\n"
+    "            const tcc_i64 j = j0 + jj, at = (b * S + j) * KC + kh * DH + d;\n"
+    "            Ks[jj][d] = j < S ? $LD1(a1[at]) : 0;\n"
+    "            Vs[jj][d] = j < S ? $LD2(a2[at]) : 0;\n"
+    "        }\n"
+    "        TCC_BARRIER();\n";
+
 /* The block's query rows; then, tile by tile, the keys a lane each: scores,
  * the row's running max and sum, the output rescaled and accumulated. */
 static const char *att_common =
@@ -670,14 +669,7 @@ static const char *att_common =
     "    for (int r = 0; r < NA; r++)\n"
     "        acc[r] = 0;\n"
     "    for (tcc_i64 j0 = 0; j0 <= last; j0 += KT) {\n"
-    "        TCC_BARRIER();\n"
-    "        for (int e = tid; e < KT * DH; e += ROWS * 32) {\n"
-    "            const int jj = e / DH, d = e % DH;\n"
-    "            const tcc_i64 j = j0 + jj, at = (b * S + j) * KC + kh * DH + d;\n"
-    "            Ks[jj][d] = j < S ? $LD1(a1[at]) : 0;\n"
-    "            Vs[jj][d] = j < S ? $LD2(a2[at]) : 0;\n"
-    "        }\n"
-    "        TCC_BARRIER();\n"
+    "$TILE"
     "        const tcc_i64 j = j0 + lane;\n"
     "        $T s = -$INF;\n"
     "        if (live && lane < KT && j < S && (!CAUSAL || j <= i)) {\n"
@@ -718,14 +710,7 @@ static const char *att_bwd_tail =
     "    for (int r = 0; r < NA; r++)\n"
     "        dq[r] = 0;\n"
     "    for (tcc_i64 j0 = 0; j0 <= last; j0 += KT) {\n"
-    "        TCC_BARRIER();\n"
-    "        for (int e = tid; e < KT * DH; e += ROWS * 32) {\n"
-    "            const int jj = e / DH, d = e % DH;\n"
-    "            const tcc_i64 j = j0 + jj, at = (b * S + j) * KC + kh * DH + d;\n"
-    "            Ks[jj][d] = j < S ? $LD1(a1[at]) : 0;\n"
-    "            Vs[jj][d] = j < S ? $LD2(a2[at]) : 0;\n"
-    "        }\n"
-    "        TCC_BARRIER();\n"
+    "$TILE"
     "        const tcc_i64 j = j0 + lane;\n"
     "        $T p = 0, ds = 0;\n"
     "        if (live && lane < KT && j < S && (!CAUSAL || j <= i)) {\n"
@@ -820,28 +805,23 @@ static void attention(G *g, Arena *a)
         {"DOSDECL", bwd ? arena_printf(a, "    TCC_SHARED %s DOs[ROWS][DH];\n", ft(g)) : ""},
         {"DOSLOAD", bwd ? "        DOs[e / DH][e % DH] = r < S ? $LD3(a3[(b * S + r) * QC + h * DH + e % DH]) : 0;\n" : ""},
         {"LD3", ld_of(g, a, 3)},
+        {"TILE", att_tile_load},
     };
     int nsubs = (int)(sizeof subs / sizeof subs[0]);
-    char *common = NULL, *tail = NULL;
-    size_t len;
-    FILE *save = g->f, *m1 = open_memstream(&common, &len);
-    if (!m1)
-        BUG("open_memstream failed");
-    g->f = m1;
-    fill(g, att_common, subs, nsubs);
-    fclose(m1);
-    FILE *m2 = open_memstream(&tail, &len);
-    if (!m2)
-        BUG("open_memstream failed");
-    g->f = m2;
-    fill(g, bwd ? att_bwd_tail : att_fwd_tail, subs, nsubs);
-    fclose(m2);
-    g->f = save;
-    /* "$DOSLOAD" brought a "$LD3" of its own: fill once more. */
-    fill(g, common, subs, nsubs);
-    fputs(tail, g->f);
-    free(common);
-    free(tail);
+    /* Twice: "$DOSLOAD" and "$TILE" bring words of their own. */
+    for (int part = 0; part < 2; part++) {
+        char *once = NULL;
+        size_t len;
+        FILE *save = g->f, *m = open_memstream(&once, &len);
+        if (!m)
+            BUG("open_memstream failed");
+        g->f = m;
+        fill(g, part ? (bwd ? att_bwd_tail : att_fwd_tail) : att_common, subs, nsubs);
+        fclose(m);
+        g->f = save;
+        fill(g, once, subs, nsubs);
+        free(once);
+    }
 }
 
 char *cg_emit_gpu(Arena *a, const Kernel *k, CgLang lang)
