@@ -497,6 +497,8 @@ static int att_tile(const Kernel *k)
 
 CgLaunch cg_gpu_launch(const Kernel *k)
 {
+    if (k->extent < 1 && k->pattern != KP_ATTENTION && k->pattern != KP_ATTENTION_BWD)
+        return (CgLaunch){0, 0}; /* no work items: nothing to launch */
     switch (mapping(k)) {
     case M_ATTN: {
         const KAttention *a = &k->attn;

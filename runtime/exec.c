@@ -149,12 +149,40 @@ char *rt_host(Runtime *rt, int t)
  * (loss, lr, grad_norm) and knows the rest is stale until the next
  * rt_tensor_data or rt_sync_host downloads the whole slab. */
 
+static int per_step_tensor(PlanRole r);
+
+/* The host holds the newer value of the tensors it writes before each step
+ * (inputs, step, hyperparameters, coordinates) and of the step's outputs (on
+ * a pipeline, broadcast into the host copy from their stage). */
+static int host_owned(const Plan *p, int t)
+{
+    return per_step_tensor(p->tensors[t].role) || t == p->loss || t == p->lr || t == p->grad_norm;
+}
+
 int rt_sync_host(Runtime *rt, char *err, size_t n)
 {
     if (!rt->gpu || !rt->host_stale)
         return 0;
-    if (rt_cuda_get(rt->gpu, rt->dev.slab, 0, rt->p->slab_bytes, err, n) ||
-        rt_cuda_sync(rt->gpu, err, n))
+    const Plan *p = rt->p;
+    size_t keep = 0;
+    for (int t = 0; t < p->ntensors; t++)
+        keep += host_owned(p, t) ? p->tensors[t].bytes : 0;
+    char *saved = malloc(keep + 1), *at = saved;
+    if (!saved)
+        return plan_errorf(err, n, "malloc: out of memory");
+    for (int t = 0; t < p->ntensors; t++)
+        if (host_owned(p, t))
+            at = (char *)memcpy(at, rt_host(rt, t), p->tensors[t].bytes) + p->tensors[t].bytes;
+    int rc = rt_cuda_get(rt->gpu, rt->dev.slab, 0, p->slab_bytes, err, n) ||
+             rt_cuda_sync(rt->gpu, err, n);
+    at = saved;
+    for (int t = 0; t < p->ntensors; t++) /* put them back over the device's copies */
+        if (host_owned(p, t)) {
+            memcpy(rt_host(rt, t), at, p->tensors[t].bytes);
+            at += p->tensors[t].bytes;
+        }
+    free(saved);
+    if (rc)
         return -1;
     rt->host_stale = 0;
     return 0;
@@ -183,6 +211,8 @@ static int upload(Runtime *rt, char *err, size_t n)
     const Plan *p = rt->p;
     if (rt->sticky[0])
         return plan_errorf(err, n, "%s", rt->sticky);
+    if (rt_cuda_sync(rt->gpu, err, n)) /* idle already, unless the last step failed midway */
+        return -1;
     if (rt->dev_stale) {
         if (rt_cuda_put(rt->gpu, rt->dev.slab, 0, p->slab_bytes, err, n))
             return -1;

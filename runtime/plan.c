@@ -476,10 +476,10 @@ static int check_gemm(const Plan *p, int i, char *err, size_t n)
         check_tensor_index(p, g->c, "gemm.c", i, err, n))
         return -1;
     PlanDType ta = p->tensors[g->a].dtype, tb = p->tensors[g->b].dtype, tc = p->tensors[g->c].dtype;
-    if (ta != tb || (ta != tc && tc != PD_F32) || ta == PD_I32)
+    if (ta != tb || (ta != tc && !(ta == PD_BF16 && tc == PD_F32)) || ta == PD_I32)
         return plan_errorf(err, n,
                    "instrs[%d].gemm: operands are %s, %s and %s; A and B must share one float "
-                   "dtype, and C be that dtype or f32",
+                   "dtype, and C be that dtype (or f32 when A and B are bf16)",
                    i, plan_dtype_name(ta), plan_dtype_name(tb), plan_dtype_name(tc));
     if (g->epilogue != PE_NONE && g->epilogue != PE_BIAS)
         return plan_errorf(err, n, "instrs[%d].gemm.epilogue: %d is not an epilogue", i,

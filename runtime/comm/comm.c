@@ -6,9 +6,10 @@
  * the backends can trust that dtypes reduce, sizes do not overflow, and ranks
  * and tags lie in range. A call refused here returns before it communicates;
  * the members of a group refuse together when they pass the same arguments.
- * bf16 reductions are done here for every backend: the values are widened to
- * f32, the backend reduces f32, and the result is rounded once to bf16 (round
- * to nearest even), so no backend sums bf16 and no sum is rounded per hop. */
+ * bf16 reductions are done here for the threads and MPI backends: the values
+ * are widened to f32, the backend reduces f32, and the result is rounded once
+ * to bf16 (round to nearest even), so no sum is rounded per hop. (The cuda
+ * device's NCCL collectives do not come through here: NCCL sums bf16 itself.) */
 #include "runtime/comm/comm_impl.h"
 #include "runtime/runtime.h"
 

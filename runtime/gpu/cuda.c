@@ -408,6 +408,10 @@ static int run_copy(CudaDevice *d, int i, char *err, size_t n)
     if (to == from)
         return 0;
     if (rt_tensors_overlap(dst, src)) {
+        /* the scratch may still hold a collective's staging: wait for them all */
+        for (int j = 0; j < d->npending; j++)
+            CUDA(cudaStreamWaitEvent, d->compute, d->done[d->pending[j]], 0);
+        d->npending = 0;
         CUDA(cudaMemcpyAsync, d->scratch, from, dst->bytes, cudaMemcpyDeviceToDevice, d->compute);
         from = d->scratch;
     }
@@ -418,6 +422,8 @@ static int run_copy(CudaDevice *d, int i, char *err, size_t n)
 static int run_kernel(CudaDevice *d, int i, char *err, size_t n)
 {
     const PlanKernel *k = &d->p->kernels[d->p->instrs[i].kernel];
+    if (k->grid == 0 && k->block == 0)
+        return 0; /* no work items */
     if (k->grid < 1 || k->grid > INT32_MAX || k->block < 1 || k->block > 1024)
         return plan_errorf(err, n, "launch of %" PRId64 " blocks of %d threads: out of range",
                            k->grid, k->block);

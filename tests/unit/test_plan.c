@@ -1173,5 +1173,20 @@ Test(plan, gpu_launch_source_and_bias_epilogue_survive_a_round_trip)
     p->instrs[0].gemm.epilogue = 7;
     cr_assert_eq(plan_check(p, err, sizeof err), -1);
     cr_assert(strstr(err, "gemm.epilogue: 7 is not an epilogue"), "%s", err);
+    p->instrs[0].gemm.epilogue = PE_NONE;
+    /* an f32 C is for bf16 products only: f64 A and B would write doubles into it */
+    for (int t = 0; t < 2; t++) {
+        p->tensors[t].dtype = PD_F64;
+        p->tensors[t].bytes *= 2;
+    }
+    cr_assert_eq(plan_check(p, err, sizeof err), -1, "f64 x f64 into f32 passed");
+    cr_assert(strstr(err, "operands are f64, f64 and f32"), "%s", err);
+    for (int t = 0; t < 2; t++) {
+        p->tensors[t].dtype = PD_BF16;
+        p->tensors[t].bytes /= 4;
+    }
+    err[0] = 0; /* (the sample's copy of w then has the wrong size: only the gemm matters) */
+    plan_check(p, err, sizeof err);
+    cr_assert(!strstr(err, "gemm"), "bf16 x bf16 into f32 refused: %s", err);
     plan_free(p);
 }
