@@ -34,6 +34,11 @@
             return cuda_fail(e_, #name, err, n);                                                   \
     } while (0)
 
+typedef struct IdMsg {
+    int ok;
+    ncclUniqueId id;
+} IdMsg;
+
 int rt_cuda_group(CudaDevice *d, int slot, RtComm *c, char *err, size_t n)
 {
     ncclUniqueId id;
@@ -42,11 +47,18 @@ int rt_cuda_group(CudaDevice *d, int slot, RtComm *c, char *err, size_t n)
         return plan_errorf(err, n, "group slot %d out of range", slot);
     if (d->nccl[slot])
         return 0;
-    if (rt_comm_rank(c) == 0)
-        NCCL(ncclGetUniqueId, &id);
-    if (rt_comm_broadcast(c, &id, sizeof id, 0, err, n))
+    /* The id travels with whether member 0 could make it: a member that
+     * fails still sends, so the others report it instead of waiting forever. */
+    IdMsg m = {1, id};
+    ncclResult_t made = ncclSuccess;
+    if (rt_comm_rank(c) == 0 && (made = ncclGetUniqueId(&m.id)) != ncclSuccess)
+        m.ok = 0;
+    if (rt_comm_broadcast(c, &m, sizeof m, 0, err, n))
         return -1;
-    NCCL(ncclCommInitRank, &d->nccl[slot], rt_comm_size(c), id, rt_comm_rank(c));
+    if (!m.ok)
+        return plan_errorf(err, n, "ncclGetUniqueId%s: %s", rt_comm_rank(c) ? " (on member 0)" : "",
+                           made != ncclSuccess ? ncclGetErrorString(made) : "failed");
+    NCCL(ncclCommInitRank, &d->nccl[slot], rt_comm_size(c), m.id, rt_comm_rank(c));
     return 0;
 }
 
@@ -64,14 +76,20 @@ static int open_channel(CudaChannel *ch, int me, RtComm *c, char *err, size_t n)
     int sender = me == ch->from;
     if (ch->from == ch->to)
         return plan_errorf(err, n, "a send from stage %d to itself", ch->from);
+    IdMsg m = {1, id};
+    ncclResult_t made = ncclSuccess;
     if (sender) {
-        NCCL(ncclGetUniqueId, &id);
-        if (rt_comm_send(c, &id, sizeof id, ch->to, CHANNEL_TAG, err, n))
+        if ((made = ncclGetUniqueId(&m.id)) != ncclSuccess)
+            m.ok = 0; /* sent all the same: the receiver reports it instead of waiting */
+        if (rt_comm_send(c, &m, sizeof m, ch->to, CHANNEL_TAG, err, n))
             return -1;
-    } else if (rt_comm_recv(c, &id, sizeof id, ch->from, CHANNEL_TAG, err, n)) {
+    } else if (rt_comm_recv(c, &m, sizeof m, ch->from, CHANNEL_TAG, err, n)) {
         return -1;
     }
-    NCCL(ncclCommInitRank, &ch->comm, 2, id, sender ? 0 : 1);
+    if (!m.ok)
+        return plan_errorf(err, n, "ncclGetUniqueId%s: %s", sender ? "" : " (on the sending stage)",
+                           made != ncclSuccess ? ncclGetErrorString(made) : "failed");
+    NCCL(ncclCommInitRank, &ch->comm, 2, m.id, sender ? 0 : 1);
     CUDA(cudaStreamCreateWithFlags, &ch->stream, cudaStreamNonBlocking);
     return 0;
 }
