@@ -777,7 +777,6 @@ static void attention(G *g, Arena *a)
     fmt_double(scale, sizeof scale, at->scale);
     int bwd = k->pattern == KP_ATTENTION_BWD, cuda = g->lang == CG_CUDA;
     char tp = g->f32 ? 'f' : 'd';
-    (void)cuda;
     Sub subs[] = {
         {"B", arena_printf(a, "%lld", (long long)at->batch)},
         {"S", arena_printf(a, "%lld", (long long)at->seq)},

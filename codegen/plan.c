@@ -805,30 +805,16 @@ static const char *prelude =
 
 const char *cg_c_prelude(void) { return prelude; }
 
-static char *kernel_source(Gen *gen)
-{
-    size_t total = strlen(prelude) + 1;
-    char **parts = arena_alloc(gen->a, sizeof(char *) * (size_t)(gen->kernels.len + 1));
-    for (int i = 0; i < gen->kernels.len; i++) {
-        parts[i] = cg_emit_c(gen->a, gen->kernels.data[i]);
-        total += strlen(parts[i]);
-    }
-    char *src = arena_alloc(gen->a, total), *p = src;
-    p = stpcpy(p, prelude);
-    for (int i = 0; i < gen->kernels.len; i++)
-        p = stpcpy(p, parts[i]);
-    return src;
-}
+static char *emit_cuda(Arena *a, const Kernel *k) { return cg_emit_gpu(a, k, CG_CUDA); }
 
-/* The CUDA rendering of every kernel after its prelude; "" when one has no
- * rendering (f16). */
-static char *gpu_source(Gen *gen)
+/* The prelude, then every kernel as emit renders it; "" when one has no
+ * rendering (f16 on the GPU). */
+static char *sources(Gen *gen, const char *pre, char *(*emit)(Arena *, const Kernel *))
 {
-    const char *pre = cg_gpu_prelude(CG_CUDA);
     size_t total = strlen(pre) + 1;
     char **parts = arena_alloc(gen->a, sizeof(char *) * (size_t)(gen->kernels.len + 1));
     for (int i = 0; i < gen->kernels.len; i++) {
-        if (!(parts[i] = cg_emit_gpu(gen->a, gen->kernels.data[i], CG_CUDA)))
+        if (!(parts[i] = emit(gen->a, gen->kernels.data[i])))
             return "";
         total += strlen(parts[i]);
     }
@@ -874,8 +860,8 @@ static void fill_plan(Gen *gen, Plan *p)
         CgLaunch l = cg_gpu_launch(k);
         p->kernels[i] = (PlanKernel){(char *)k->name, k->nargs, (int)k->pattern, l.grid, l.block};
     }
-    p->kernel_source = kernel_source(gen);
-    p->gpu_source = gen->kernels.len ? gpu_source(gen) : "";
+    p->kernel_source = sources(gen, prelude, cg_emit_c);
+    p->gpu_source = gen->kernels.len ? sources(gen, cg_gpu_prelude(CG_CUDA), emit_cuda) : "";
     p->loss = output_tensor(gen, NULL, 0);
     p->lr = output_tensor(gen, "lr", -1);
     p->grad_norm = output_tensor(gen, "grad_norm", -1);

@@ -179,11 +179,8 @@ static Value *mean_loss(MB *m, Value **losses)
 int pass_microbatch(Ctx *c, Graph *g)
 {
     TrainConfig tc;
-    char msg[256];
-    if (ir_train_config(g, &tc, msg, sizeof msg) != 0) {
-        diag_error(&c->diag, LOC_NONE, "train: %s", msg);
+    if (pass_train_config(c, g, &tc))
         return -1;
-    }
     for (int i = 0; i < g->ops.len; i++) /* already unrolled, or past autodiff */
         if (g->ops.data[i]->phase != PH_FWD || ir_op_attr(g->ops.data[i], "microbatches"))
             return 0;

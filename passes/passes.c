@@ -13,3 +13,12 @@ const Pass pass_table[] = {
     {"partition", pass_partition, "SPMD partitioning: collectives where shardings differ"},
     {NULL, NULL, NULL},
 };
+
+int pass_train_config(Ctx *c, const Graph *g, TrainConfig *tc)
+{
+    char err[256];
+    if (ir_train_config(g, tc, err, sizeof err) == 0)
+        return 0;
+    diag_error(&c->diag, LOC_NONE, "train: %s", err);
+    return -1;
+}

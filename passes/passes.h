@@ -15,6 +15,9 @@ typedef struct Pass {
 
 /* Gradient accumulation: with microbatches = k, k copies of the forward pass
  * over row slices of the inputs, and the loss becomes their mean. */
+/* The train-block settings of g, or -1 after reporting what is wrong with them. */
+int pass_train_config(Ctx *c, const Graph *g, TrainConfig *tc);
+
 int pass_microbatch(Ctx *c, Graph *g);
 
 /* Reverse-mode differentiation: appends the backward graph; outputs become the

@@ -406,9 +406,8 @@ static int ticks(PL *l, SchedKind kind)
 static int partition(PL *l, Ctx *c, Graph *g, SchedKind *kind)
 {
     TrainConfig tc;
-    char err[256];
-    if (ir_train_config(g, &tc, err, sizeof err) != 0)
-        return diag_error(&c->diag, LOC_NONE, "%s", err), -1;
+    if (pass_train_config(c, g, &tc))
+        return -1;
     *kind = sched_kind_of(&tc);
     l->m = (int)tc.microbatches;
     l->v = *kind == SCHED_INTERLEAVED && l->p > 1 ? (int)tc.virtual_stages : 1;

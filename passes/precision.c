@@ -136,11 +136,8 @@ static int applied(const Graph *g)
 int pass_precision(Ctx *c, Graph *g)
 {
     TrainConfig tc;
-    char err[256];
-    if (ir_train_config(g, &tc, err, sizeof err) != 0) {
-        diag_error(&c->diag, LOC_NONE, "train: %s", err);
+    if (pass_train_config(c, g, &tc))
         return -1;
-    }
     if (strcmp(tc.precision, "bf16") || applied(g))
         return 0;
     int n = g->ops.len, nv = g->values.len;

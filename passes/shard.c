@@ -364,11 +364,8 @@ int pass_shard(Ctx *c, Graph *g)
 {
     SP s = {c, g, {-1, NULL, 0}, 0, NULL, 0};
     TrainConfig tc;
-    char err[256];
-    if (ir_train_config(g, &tc, err, sizeof err) != 0) {
-        diag_error(&c->diag, LOC_NONE, "%s", err);
+    if (pass_train_config(c, g, &tc))
         return -1;
-    }
     s.zero = (int)tc.zero;
     if (sharded(g))
         return 0;

@@ -358,11 +358,10 @@ static int p2p(CudaDevice *d, const PlanInstr *in, const CudaChannel *ch, char *
     return 0;
 }
 
-/* Whether a collective stages its data in the scratch (gathers and scatters
- * along a dim other than the first, all_to_all). Conservative: any of those kinds. */
-static int uses_scratch(const CudaDevice *d, const PlanInstr *in)
+/* Whether a collective may stage its data in the scratch (gathers and
+ * scatters along a dim other than the first, all_to_all): any of those kinds. */
+static int uses_scratch(const PlanInstr *in)
 {
-    (void)d;
     return in->coll.op == PC_ALL_GATHER || in->coll.op == PC_REDUCE_SCATTER ||
            in->coll.op == PC_ALL_TO_ALL;
 }
@@ -388,7 +387,8 @@ int rt_cuda_coll(CudaDevice *d, int i, int slot, int64_t blk, char *err, size_t 
      * use the scratch as this one may: this one waits for them. They stay
      * pending for compute. */
     for (int j = 0; j < d->npending; j++)
-        if (rt_instr_touches(d->p, i, d->pending[j]) || uses_scratch(d, in))
+        if (rt_instr_touches(d->p, i, d->pending[j]) ||
+            (uses_scratch(in) && uses_scratch(&d->p->instrs[d->pending[j]])))
             CUDA(cudaStreamWaitEvent, s, d->done[d->pending[j]], 0);
     if (ch ? p2p(d, in, ch, err, n) : dispatch(d, in, c, blk, err, n))
         return -1;
