@@ -107,6 +107,11 @@ typedef struct Ctx {
     VEC(Define) defines;
     const char *mesh_spec; /* --mesh text, NULL when absent */
     int verbose;
+    /* recompute = auto: the mode of each layer (repeat index) that the driver chose
+     * to fit the device's memory (RC_* of passes.h), nrecompute_layers of them;
+     * NULL until chosen */
+    const signed char *recompute_layers;
+    int nrecompute_layers;
 } Ctx;
 
 /* A fresh context writing diagnostics to `out`; ctx_free releases everything. */

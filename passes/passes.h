@@ -36,6 +36,13 @@ int pass_precision(Ctx *c, Graph *g);
  * Outputs become loss, learning rate, gradient norm. Needs autodiff's outputs. */
 int pass_optimizer(Ctx *c, Graph *g);
 
+/* Activation recomputation (train setting recompute). A layer is one
+ * iteration of a repeat; its mode says which of its forward values the
+ * backward reads as kept and which it recomputes (ops of phase recompute).
+ * recompute = auto takes each layer's mode from c->recompute_layers. */
+typedef enum { RC_NONE, RC_SELECTIVE, RC_FULL } RecomputeMode;
+int pass_recompute(Ctx *c, Graph *g);
+
 /* Stage partitioning over the pipeline axis: contiguous layers (the embedding
  * and the loss count as one more each) to stages, balanced by forward FLOPs
  * or pinned by the train setting stage_starts; every op gets its stage. */
