@@ -28,6 +28,10 @@ typedef struct Options {
     const char *schedule;   /* --schedule=NAME: the train setting schedule */
     int verify;             /* --verify[=STEPS]: steps to compare, 0 when absent */
     double verify_tol;      /* --verify-tol=X, 0: by dtype */
+    const char *gpu;        /* --gpu NAME: a row of passes/devices.c, or "cpu" */
+    double device_memory;   /* --device-memory SIZE in bytes, 0 when absent */
+    const char *sets[32];   /* --set KEY=VALUE: train settings */
+    int nsets;
 } Options;
 
 /* The pipeline: lowering and the verifier first, then the graph passes. */
@@ -66,8 +70,14 @@ static void usage(FILE *f)
             "  --emit=schedule       print the pipeline schedule, each stage's order of pieces\n"
             "  --emit=trace -o F     write the schedule as a Chrome trace (Perfetto), unit costs\n"
             "  --schedule=NAME       gpipe, 1f1b, interleaved or zb (train setting schedule)\n"
-            "  --emit=memory         print the bytes one device holds: parameters, gradients,\n"
-            "                        optimizer state, and the plan's slab\n"
+            "  --emit=memory         print each stage's peak memory per device: parameters,\n"
+            "                        gradients, optimizer state, activations, temporaries,\n"
+            "                        buffers, with the largest tensors (-o FILE.json: as JSON)\n"
+            "  --emit=memory-plan    each stage's largest moment in the compiled plan itself\n"
+            "  --gpu NAME            plan for this GPU: its memory is the budget a plan must fit\n"
+            "                        (a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200-sxm; cpu)\n"
+            "  --device-memory SIZE  the budget instead of the GPU's memory (80GiB, 40GB, 512MiB)\n"
+            "  --set KEY=VALUE       a train setting (recompute=full, microbatches=16, zero=1, ...)\n"
             "  --dump-after=PASS     print the IR after PASS ('all': after every pass)\n"
             "  --stop-after=PASS     run the pipeline up to PASS only (e.g. lower: the forward IR)\n"
             "  --from-ir FILE.tir    start from a printed IR instead of TDL\n"
@@ -128,6 +138,26 @@ static const char *opt_value(int argc, char **argv, int *i, const char *opt)
     return argv[++*i];
 }
 
+/* "80GiB", "40GB", "512MiB", "1.5TiB" or a byte count, into bytes. */
+static int parse_size(const char *v, double *out)
+{
+    static const struct { const char *unit; double scale; } units[] = {
+        {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+        {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+    };
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || !(x > 0))
+        return -1;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(end, units[i].unit)) {
+            *out = x * units[i].scale;
+            return 0;
+        }
+    return -1;
+}
+
 static int parse_args(Ctx *c, Options *o, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -158,6 +188,19 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
             o->verify_tol = strtod(v, NULL);
             if (!(o->verify_tol > 0))
                 return fail("--verify-tol=%s: expected a positive number", v);
+        } else if ((v = opt_value(argc, argv, &i, "--gpu"))) {
+            if (strcmp(v, "cpu") && !pass_device_lookup(v))
+                return fail("--gpu=%s: unknown GPU (a100-40gb, a100-80gb, h100-sxm, h100-pcie, "
+                            "h200-sxm or cpu)", v);
+            o->gpu = v;
+        } else if ((v = opt_value(argc, argv, &i, "--device-memory"))) {
+            if (parse_size(v, &o->device_memory) != 0)
+                return fail("--device-memory=%s: expected a size like 80GiB, 40GB, 512MiB or "
+                            "bytes", v);
+        } else if ((v = opt_value(argc, argv, &i, "--set"))) {
+            if (o->nsets >= 32)
+                return fail("%s", "at most 32 --set options");
+            o->sets[o->nsets++] = v;
         } else if ((v = opt_value(argc, argv, &i, "--schedule"))) {
             o->schedule = v;
         } else if (!strcmp(a, "--sequence-parallel")) {
@@ -168,8 +211,10 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
             o->roles[o->nroles++] = v;
         } else if ((v = opt_value(argc, argv, &i, "--emit"))) {
             if (strcmp(v, "ir") && strcmp(v, "plan") && strcmp(v, "c") && strcmp(v, "cuda") &&
-                strcmp(v, "memory") && strcmp(v, "schedule") && strcmp(v, "trace"))
-                return fail("--emit=%s: expected ir, plan, c, cuda, memory, schedule or trace", v);
+                strcmp(v, "memory") && strcmp(v, "memory-plan") && strcmp(v, "schedule") &&
+                strcmp(v, "trace"))
+                return fail("--emit=%s: expected ir, plan, c, cuda, memory, memory-plan, schedule "
+                            "or trace", v);
             o->emit = v;
         } else if ((v = opt_value(argc, argv, &i, "--dump-after"))) {
             o->dump_after = v;
@@ -269,9 +314,115 @@ static void set_train(Graph *g, Attr *a)
     VEC_PUSH(g->arena, g->train, a);
 }
 
+/* ---- --set KEY=VALUE: a value as the train block spells it ---- */
+
+typedef struct SetText {
+    Graph *g;
+    const char *p;
+} SetText;
+
+static void set_space(SetText *t)
+{
+    while (*t->p == ' ')
+        t->p++;
+}
+
+static Attr *set_value(SetText *t, const char *key);
+
+/* ITEM {, ITEM} up to close; ITEM: [NAME =] VALUE. */
+static int set_items(SetText *t, char close, Attr ***items, int *n)
+{
+    VEC(Attr *) v = {0};
+    set_space(t);
+    while (*t->p && *t->p != close) {
+        const char *key = NULL, *q = t->p;
+        while (*q == '_' || (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') ||
+               (*q >= '0' && *q <= '9'))
+            q++;
+        if (q > t->p && q[*q == ' '] == '=') {
+            key = intern_n(t->g->strings, t->p, (size_t)(q - t->p));
+            t->p = q + (*q == ' ') + 1;
+        }
+        Attr *a = set_value(t, key);
+        if (!a)
+            return -1;
+        VEC_PUSH(t->g->arena, v, a);
+        set_space(t);
+        if (*t->p == ',')
+            t->p++, set_space(t);
+        else if (*t->p != close)
+            return -1;
+    }
+    if (*t->p++ != close)
+        return -1;
+    *items = v.data, *n = v.len;
+    return 0;
+}
+
+static Attr *set_value(SetText *t, const char *key)
+{
+    Arena *a = t->g->arena;
+    Attr **items = NULL;
+    int n = 0;
+    set_space(t);
+    if (*t->p == '(')
+        return t->p++, set_items(t, ')', &items, &n) ? NULL : ir_attr_list(a, key, items, n);
+    char *end;
+    long long i = strtoll(t->p, &end, 10);
+    if (end > t->p && strchr(",) ", *end)) /* (strchr finds the NUL too) */
+        return t->p = end, ir_attr_int(a, key, i);
+    double x = strtod(t->p, &end);
+    if (end > t->p && strchr(",) ", *end))
+        return t->p = end, ir_attr_float(a, key, x);
+    const char *q = t->p;
+    while (*q == '_' || *q == '-' || (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') ||
+           (*q >= '0' && *q <= '9'))
+        q++;
+    if (q == t->p)
+        return NULL;
+    const char *name = intern_n(t->g->strings, t->p, (size_t)(q - t->p));
+    t->p = q;
+    if (!strcmp(name, "true") || !strcmp(name, "false"))
+        return ir_attr_bool(a, key, name[0] == 't');
+    if (*t->p != '(')
+        return ir_attr_str(a, key, name);
+    t->p++;
+    return set_items(t, ')', &items, &n) ? NULL : ir_attr_call(a, key, name, items, n);
+}
+
+/* --set KEY=VALUE into the train block, checked as the block's own settings are. */
+static int apply_set(Graph *g, const char *text)
+{
+    const char *eq = strchr(text, '=');
+    TrainConfig tc;
+    char err[256];
+    if (!eq || eq == text) {
+        fprintf(stderr, "tcc: error: --set %s: expected KEY=VALUE\n", text);
+        return -1;
+    }
+    SetText t = {g, eq + 1};
+    Attr *a = set_value(&t, intern_n(g->strings, text, (size_t)(eq - text)));
+    if (a)
+        set_space(&t);
+    if (!a || *t.p) {
+        fprintf(stderr, "tcc: error: --set %s: cannot read the value '%s'\n", text, eq + 1);
+        return -1;
+    }
+    ir_train_defaults(&tc);
+    if (ir_train_set(&tc, a, err, sizeof err) != 0) {
+        fprintf(stderr, "tcc: error: --set %s: %s\n", text, err);
+        return -1;
+    }
+    set_train(g, a);
+    return 0;
+}
+
 static int apply_settings(Ctx *c, const Options *o, Graph *g)
 {
     (void)c;
+    for (int i = 0; i < o->nsets; i++)
+        if (apply_set(g, o->sets[i]) != 0)
+            return -1;
     if (o->zero >= 0)
         set_train(g, ir_attr_int(g->arena, intern(g->strings, "zero"), o->zero));
     if (o->sequence_parallel)
@@ -329,21 +480,16 @@ static int write_ir(const Options *o, const Graph *g)
     return bad ? -1 : 0;
 }
 
-/* --emit=memory: the training state and the slab of one device. */
-static int print_memory(const Graph *g, const Plan *plan)
+static int on_gpu(const Options *o) { return o->gpu && strcmp(o->gpu, "cpu") != 0; }
+
+/* --emit=memory-plan (and --emit=memory of an IR file): each stage's largest
+ * moment in the plan as compiled, every microbatch in it, and its slab. */
+static int print_plan_memory(Ctx *c, const Options *o, const Plan *p)
 {
-    CgMemory m;
-    cg_memory(g, &m);
-    printf("memory per device, mesh");
-    for (int i = 0; i < g->mesh.naxes; i++)
-        printf("%s%s=%d", i ? " x " : " ", g->mesh.axes[i].name, g->mesh.axes[i].size);
-    printf(" (%lld devices)\n", (long long)ir_mesh_size(&g->mesh));
-    printf("  parameters       %14.0f bytes\n", m.params);
-    printf("  gradients        %14.0f bytes\n", m.grads);
-    printf("  optimizer state  %14.0f bytes\n", m.state);
-    printf("  training state   %14.0f bytes\n", m.params + m.grads + m.state);
-    printf("  slab             %14llu bytes (every tensor of the step, with reuse)\n",
-           (unsigned long long)plan->slab_bytes);
+    int n = plan_stages(p);
+    for (int s = 0; s < n; s++)
+        printf("stage %d: plan peak %.0f bytes, slab %llu bytes\n", s,
+               pass_memory_plan_peak(c->arena, p, s, on_gpu(o)), (unsigned long long)p->slab_bytes);
     return 0;
 }
 
@@ -372,8 +518,8 @@ static int write_plan(Ctx *c, const Options *o, const Graph *g)
                 (double)plan.slab_bytes / 1048576.0);
     if (!o->emit)
         return cg_write_program(c, &plan, o->out, o->print_commands);
-    if (!strcmp(o->emit, "memory"))
-        return print_memory(g, &plan);
+    if (!strcmp(o->emit, "memory") || !strcmp(o->emit, "memory-plan")) /* the plan as it is */
+        return print_plan_memory(c, o, &plan);
     if (!strcmp(o->emit, "c"))
         return write_text(o, plan.kernel_source);
     if (!strcmp(o->emit, "cuda")) {
@@ -520,6 +666,374 @@ static int emit_schedule(Ctx *c, const Options *o, Graph *g)
     return 0;
 }
 
+/* ---- the memory model and the device's budget (passes/memory.c) ---- */
+
+static double budget_of(const Options *o)
+{
+    const DeviceSpec *d = o->gpu ? pass_device_lookup(o->gpu) : NULL;
+    return o->device_memory > 0 ? o->device_memory : d ? d->memory : 0;
+}
+
+
+/* Another setting or mesh to try (a lever), or none. */
+typedef struct Probe {
+    const char *mesh; /* a --mesh spec, NULL: as given */
+    const char *set;  /* a --set KEY=VALUE, NULL: none */
+} Probe;
+
+/* Which stage each layer's forward runs on, into ls[0..n) (-1: none). */
+static void layer_stages(const Graph *g, int *ls, int n)
+{
+    for (int i = 0; i < n; i++)
+        ls[i] = -1;
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *op = g->ops.data[i];
+        if (op->phase == PH_FWD && op->layer >= 0 && op->layer < n)
+            ls[op->layer] = op->stage;
+    }
+}
+
+/* The memory model of the step as the options say, plus pr: the step of one
+ * microbatch compiled in c (the microbatch pass's model mode), its plan, the
+ * model over the schedule. *gout: that graph, after the passes. */
+static int model_in(Ctx *c, const Options *o, const Probe *pr, MemoryModel *mm, Graph **gout)
+{
+    Options q = *o;
+    q.dump_after = q.stop_after = NULL;
+    if (pr && pr->set && q.nsets < 32)
+        q.sets[q.nsets++] = pr->set;
+    const char *mesh = c->mesh_spec;
+    int verbose = c->verbose;
+    c->mesh_spec = pr && pr->mesh ? pr->mesh : mesh;
+    c->verbose = 0;
+    c->one_microbatch = 1;
+    Graph *g = load(c, &q);
+    Plan plan;
+    Kernel **kernels;
+    const Graph *local;
+    int rc = !g || apply_settings(c, &q, g) || verify(c, &q, g, "lower") ||
+                     run_passes(c, &q, g) || cg_build_plan_local(c, g, 0, &plan, &kernels, &local) ||
+                     pass_memory_model(c, g, local, &plan, on_gpu(o), mm)
+                 ? -1
+                 : 0;
+    c->one_microbatch = 0;
+    c->mesh_spec = mesh;
+    c->verbose = verbose;
+    if (gout)
+        *gout = g;
+    return rc;
+}
+
+/* What a probe gives: each stage's peak and each layer's stage. */
+typedef struct ProbeResult {
+    int ok, nstages, nlayers;
+    double peak, stage_peak[1024];
+    int layer_stage[4096];
+} ProbeResult;
+
+/* model_in in a context of its own whose diagnostics go nowhere: a lever
+ * that does not compile (a mesh that does not divide) is just not offered. */
+static void probe(Ctx *c, const Options *o, const Probe *pr, ProbeResult *r)
+{
+    FILE *null = fopen("/dev/null", "w");
+    Ctx *q = ctx_new(null ? null : stderr);
+    for (int i = 0; i < c->defines.len; i++)
+        VEC_PUSH(q->arena, q->defines, c->defines.data[i]);
+    q->mesh_spec = c->mesh_spec;
+    q->recompute_layers = c->recompute_layers;
+    q->nrecompute_layers = c->nrecompute_layers;
+    MemoryModel mm;
+    Graph *g = NULL;
+    memset(r, 0, sizeof *r);
+    r->ok = model_in(q, o, pr, &mm, &g) == 0 && mm.nstages <= 1024;
+    if (r->ok) {
+        r->peak = mm.peak, r->nstages = mm.nstages;
+        for (int s = 0; s < mm.nstages; s++)
+            r->stage_peak[s] = mm.stage[s].peak;
+        r->nlayers = c->nrecompute_layers > 0 ? c->nrecompute_layers : 0;
+        layer_stages(g, r->layer_stage, 4096);
+    }
+    ctx_free(q);
+    if (null)
+        fclose(null);
+}
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* A mesh spec by name with the pipeline axes doubled and the data axes halved
+ * (the same devices), or NULL when the mesh has no such pair. */
+static const char *deeper_pipeline(Ctx *c, const Mesh *m)
+{
+    int pp = -1, dp = -1;
+    for (int i = 0; i < m->naxes; i++) {
+        if (m->axes[i].role == ROLE_PIPELINE && pp < 0)
+            pp = i;
+        if ((m->axes[i].role == ROLE_DATA || m->axes[i].role == ROLE_FSDP) && m->axes[i].size % 2 == 0 &&
+            dp < 0)
+            dp = i;
+    }
+    if (pp < 0 || dp < 0)
+        return NULL;
+    char spec[512] = "";
+    for (int i = 0, k = 0; i < m->naxes; i++) {
+        int size = m->axes[i].size * (i == pp ? 2 : 1) / (i == dp ? 2 : 1);
+        k += snprintf(spec + k, sizeof spec - (size_t)k, "%s%s=%d", i ? "," : "", m->axes[i].name, size);
+    }
+    return intern(c->strings, spec);
+}
+
+/* The levers that would lower the peak, each tried: recomputation, a ZeRO
+ * level, a deeper pipeline on the same devices, a schedule that holds fewer
+ * microbatches, smaller microbatches, sequence parallelism. */
+static int levers(Ctx *c, const Graph *g, Probe *out)
+{
+    TrainConfig tc;
+    char err[256], buf[64];
+    int n = 0, data = 0, tensor = 0;
+    if (ir_train_config(g, &tc, err, sizeof err) != 0)
+        return 0;
+    for (int i = 0; i < g->mesh.naxes; i++) {
+        data |= (g->mesh.axes[i].role == ROLE_DATA || g->mesh.axes[i].role == ROLE_FSDP) &&
+                g->mesh.axes[i].size > 1;
+        tensor |= g->mesh.axes[i].role == ROLE_TENSOR && g->mesh.axes[i].size > 1;
+    }
+    if (strcmp(tc.recompute, "selective") && strcmp(tc.recompute, "full"))
+        out[n++] = (Probe){NULL, "recompute=selective"};
+    if (strcmp(tc.recompute, "full"))
+        out[n++] = (Probe){NULL, "recompute=full"};
+    for (int z = (int)tc.zero + 1; data && z <= 3; z++)
+        snprintf(buf, sizeof buf, "zero=%d", z), out[n++] = (Probe){NULL, intern(c->strings, buf)};
+    if ((out[n].mesh = deeper_pipeline(c, &g->mesh)))
+        out[n++].set = NULL;
+    if (ir_pipeline_stages(&g->mesh) > 1 && sched_kind_of(&tc) == SCHED_GPIPE)
+        out[n++] = (Probe){NULL, "schedule=1f1b"};
+    snprintf(buf, sizeof buf, "microbatches=%lld", (long long)tc.microbatches * 2);
+    out[n++] = (Probe){NULL, intern(c->strings, buf)};
+    if (tensor && !tc.sequence_parallel)
+        out[n++] = (Probe){NULL, "sequence_parallel=true"};
+    return n;
+}
+
+static Loc budget_loc(const Graph *g)
+{
+    for (int i = 0; i < g->mesh.naxes; i++)
+        if (g->mesh.axes[i].loc.line > 0)
+            return g->mesh.axes[i].loc;
+    return g->ops.len ? g->ops.data[0]->loc : LOC_NONE;
+}
+
+/* The refusal of a plan over budget: the stage, peak and budget, the five
+ * largest tensors, and every lever with the peak it would give. */
+static void refuse(Ctx *c, const Options *o, const Graph *g, const MemoryModel *mm, double budget)
+{
+    const StageMemory *sm = &mm->stage[mm->peak_stage];
+    diag_error(&c->diag, budget_loc(g),
+               "the plan does not fit: stage %d needs %.2f GiB per device at the %s, over the "
+               "%.2f GiB of %s",
+               mm->peak_stage, sm->peak / GIB, sm->moment, budget / GIB,
+               o->device_memory > 0 ? "--device-memory" : o->gpu);
+    for (int i = 0; i < sm->ntop; i++)
+        diag_note(&c->diag, sm->top[i].loc, "%s (%s): %.2f GiB%s", sm->top[i].name,
+                  mem_cat_name(sm->top[i].cat), sm->top[i].bytes * sm->top[i].count / GIB,
+                  sm->top[i].count > 1 ? " over the microbatches in flight" : "");
+    Probe lv[16];
+    int n = levers(c, g, lv);
+    for (int i = 0; i < n; i++) {
+        ProbeResult r;
+        probe(c, o, &lv[i], &r);
+        if (r.ok)
+            diag_note(&c->diag, LOC_NONE, "%s%s: peak %.2f GiB%s", lv[i].mesh ? "--mesh " : "--set ",
+                      lv[i].mesh ? lv[i].mesh : lv[i].set, r.peak / GIB,
+                      r.peak <= budget ? " (fits)" : "");
+    }
+}
+
+/* ---- recompute = auto ---- */
+
+/* The i-th layer of a stage (of n) at level k in [0, 2n]: k <= n: the first
+ * k selective; k > n: all selective, the first k - n full. More recompute,
+ * less memory, as k grows. */
+static signed char auto_mode(int i, int n, int k)
+{
+    if (k <= n)
+        return i < k ? RC_SELECTIVE : RC_NONE;
+    return i < k - n ? RC_FULL : RC_SELECTIVE;
+}
+
+typedef struct Auto {
+    int nlayers, nstages;
+    int *stage_of;   /* by layer */
+    int *index;      /* by layer: its place among its stage's layers */
+    int *count;      /* by stage: layers */
+    signed char *mode;
+} Auto;
+
+static void auto_apply(Ctx *c, Auto *a, const int *k)
+{
+    for (int l = 0; l < a->nlayers; l++) {
+        int s = a->stage_of[l];
+        a->mode[l] = s < 0 ? RC_NONE : auto_mode(a->index[l], a->count[s], k[s]);
+    }
+    c->recompute_layers = a->mode;
+    c->nrecompute_layers = a->nlayers;
+}
+
+static void auto_layers(Ctx *c, Auto *a, const ProbeResult *r)
+{
+    a->nstages = r->nstages;
+    a->nlayers = 0;
+    for (int l = 0; l < 4096; l++)
+        if (r->layer_stage[l] >= 0)
+            a->nlayers = l + 1;
+    a->stage_of = arena_alloc(c->arena, sizeof(int) * (size_t)(a->nlayers + 1));
+    a->index = arena_alloc(c->arena, sizeof(int) * (size_t)(a->nlayers + 1));
+    a->count = arena_alloc(c->arena, sizeof(int) * (size_t)(a->nstages + 1));
+    a->mode = arena_alloc(c->arena, (size_t)a->nlayers + 1);
+    memset(a->count, 0, sizeof(int) * (size_t)(a->nstages + 1));
+    for (int l = 0; l < a->nlayers; l++) {
+        a->stage_of[l] = r->layer_stage[l];
+        a->index[l] = a->stage_of[l] >= 0 ? a->count[a->stage_of[l]]++ : 0;
+    }
+}
+
+/* Per stage, the least recompute whose peak fits: a binary search over the
+ * levels of all stages at once (a stage's peak depends on its own layers). */
+static int choose_recompute(Ctx *c, const Options *o, double budget)
+{
+    ProbeResult r;
+    Auto a;
+    c->recompute_layers = NULL;
+    c->nrecompute_layers = 0;
+    probe(c, o, &(Probe){NULL, "recompute=none"}, &r);
+    if (!r.ok)
+        return -1;
+    auto_layers(c, &a, &r);
+    int lo[1024], hi[1024], k[1024];
+    for (int s = 0; s < a.nstages; s++)
+        lo[s] = 0, hi[s] = r.stage_peak[s] <= budget ? 0 : 2 * a.count[s];
+    for (int busy = 1; busy;) {
+        busy = 0;
+        for (int s = 0; s < a.nstages; s++)
+            k[s] = lo[s] < hi[s] ? (lo[s] + hi[s]) / 2 : hi[s], busy |= lo[s] < hi[s];
+        if (!busy)
+            break;
+        auto_apply(c, &a, k);
+        probe(c, o, NULL, &r);
+        for (int s = 0; r.ok && s < a.nstages; s++)
+            if (lo[s] < hi[s])
+                *(r.stage_peak[s] <= budget ? &hi[s] : &lo[s]) = k[s] + (r.stage_peak[s] > budget);
+        if (!r.ok)
+            return -1;
+    }
+    auto_apply(c, &a, hi);
+    return 0;
+}
+
+/* "recompute = auto: stage 0: layers 0-3 full, 4-5 selective, 6-11 none" */
+static void print_auto(FILE *f, const Ctx *c)
+{
+    static const char *const names[] = {"none", "selective", "full"};
+    fprintf(f, "recompute = auto:");
+    for (int l = 0; l < c->nrecompute_layers;) {
+        int e = l;
+        while (e + 1 < c->nrecompute_layers && c->recompute_layers[e + 1] == c->recompute_layers[l])
+            e++;
+        fprintf(f, "%s layer%s %d", l ? "," : "", e > l ? "s" : "", l);
+        if (e > l)
+            fprintf(f, "-%d", e);
+        fprintf(f, " %s", names[c->recompute_layers[l]]);
+        l = e + 1;
+    }
+    fputc('\n', f);
+}
+
+/* ---- --emit=memory ---- */
+
+static void print_header(FILE *f, const Graph *g, const MemoryModel *mm, const Options *o, double budget)
+{
+    CgMemory m;
+    cg_memory(g, &m);
+    fprintf(f, "memory per device, mesh");
+    for (int i = 0; i < g->mesh.naxes; i++)
+        fprintf(f, "%s%s=%d", i ? " x " : " ", g->mesh.axes[i].name, g->mesh.axes[i].size);
+    fprintf(f, " (%lld devices), %d microbatch%s, %s schedule\n", (long long)ir_mesh_size(&g->mesh),
+            mm->microbatches, mm->microbatches == 1 ? "" : "es", mm->schedule);
+    fprintf(f, "device: %s", on_gpu(o) ? pass_device_lookup(o->gpu)->what : "cpu (this runtime)");
+    if (budget > 0)
+        fprintf(f, ", budget %.0f bytes (%.2f GiB)", budget, budget / GIB);
+    fprintf(f, "\ntraining state of the whole model per device (before pipeline stages):\n");
+    fprintf(f, "  parameters       %14.0f bytes\n", m.params);
+    fprintf(f, "  gradients        %14.0f bytes\n", m.grads);
+    fprintf(f, "  optimizer state  %14.0f bytes\n", m.state);
+    fprintf(f, "  training state   %14.0f bytes\n", m.params + m.grads + m.state);
+    fprintf(f, "the largest moment of each stage's step:\n");
+}
+
+static int emit_memory(Ctx *c, const Options *o, double budget)
+{
+    MemoryModel mm;
+    Graph *g;
+    if (model_in(c, o, NULL, &mm, &g) != 0)
+        return -1;
+    int json = o->out && strlen(o->out) > 5 && !strcmp(o->out + strlen(o->out) - 5, ".json");
+    FILE *f = o->out ? fopen(o->out, "w") : stdout;
+    if (!f) {
+        fprintf(stderr, "tcc: error: cannot write '%s': %s\n", o->out, strerror(errno));
+        return -1;
+    }
+    if (json) {
+        char *text = pass_memory_json(&mm, g->name, on_gpu(o) ? o->gpu : "cpu", budget);
+        fputs(text, f);
+        fputc('\n', f);
+        free(text);
+    } else {
+        print_header(f, g, &mm, o, budget);
+        if (c->recompute_layers)
+            print_auto(f, c);
+        pass_memory_print(f, &mm, budget);
+    }
+    if (o->out && fclose(f) != 0) {
+        fprintf(stderr, "tcc: error: writing '%s' failed\n", o->out);
+        return -1;
+    }
+    if (budget > 0 && mm.peak > budget)
+        return refuse(c, o, g, &mm, budget), -1;
+    return 0;
+}
+
+/* Before a plan is built: recompute = auto chosen, and the step's peak
+ * checked against the budget (a plan over it is refused). */
+static int fit_budget(Ctx *c, const Options *o, const Graph *g)
+{
+    double budget = budget_of(o);
+    TrainConfig tc;
+    char err[256];
+    if (ir_train_config(g, &tc, err, sizeof err) != 0)
+        return 0; /* the passes report it */
+    if (!strcmp(tc.recompute, "auto")) {
+        if (budget <= 0)
+            return diag_error(&c->diag, budget_loc(g),
+                              "recompute = auto needs a device budget: --gpu NAME or "
+                              "--device-memory SIZE"),
+                   -1;
+        if (choose_recompute(c, o, budget) != 0)
+            return -1;
+        if (!o->emit || strcmp(o->emit, "memory"))
+            print_auto(stderr, c);
+    }
+    int builds = (o->emit && strcmp(o->emit, "ir")) || (!o->emit && o->out);
+    if (budget <= 0 || !builds || (o->emit && !strcmp(o->emit, "memory")))
+        return 0;
+    MemoryModel mm;
+    Graph *gm;
+    if (model_in(c, o, NULL, &mm, &gm) != 0)
+        return -1;
+    if (c->verbose)
+        fprintf(stderr, "tcc: memory     peak %.2f GiB per device (stage %d) of %.2f GiB\n",
+                mm.peak / GIB, mm.peak_stage, budget / GIB);
+    return mm.peak > budget ? (refuse(c, o, gm, &mm, budget), -1) : 0;
+}
+
 static int run(Ctx *c, Options *o)
 {
     const char *names[2] = {o->dump_after, o->stop_after};
@@ -534,6 +1048,10 @@ static int run(Ctx *c, Options *o)
         return -1;
     if (o->emit && (!strcmp(o->emit, "schedule") || !strcmp(o->emit, "trace")))
         return emit_schedule(c, o, g);
+    if (!o->from_ir && fit_budget(c, o, g) != 0)
+        return -1;
+    if (o->emit && !strcmp(o->emit, "memory") && !o->from_ir)
+        return emit_memory(c, o, budget_of(o));
     if (run_passes(c, o, g) != 0)
         return -1;
     if (o->verify)

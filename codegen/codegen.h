@@ -110,6 +110,11 @@ int cg_write_program(Ctx *c, Plan *p, const char *out, int print_commands);
  * out->kernels (*kernels: an arena array of out->nkernels). */
 int cg_build_plan_ir(Ctx *c, const Graph *g, int flags, Plan *out, Kernel ***kernels);
 
+/* cg_build_plan_ir, and the per-device graph the plan was built from: its
+ * tensors' `value` fields index local->values. */
+int cg_build_plan_local(Ctx *c, const Graph *global, int flags, Plan *out, Kernel ***kernels,
+                        const Graph **local);
+
 /* C source of one kernel: void NAME(char *const *args). Every source needs
  * cg_c_prelude() once before its kernels (includes, the bf16 conversions). */
 char *cg_emit_c(Arena *a, const Kernel *k);

@@ -349,8 +349,11 @@ static void find_fusions(Gen *gen, int flags)
         int same = out && v->rank == out->rank &&
                    !memcmp(v->shape, out->shape, sizeof(int64_t) * (size_t)v->rank);
         int scalar = op->kind == OP_CONSTANT && v->rank == 0;
+        /* a stage computes only its own ops; a value of an earlier piece of the schedule
+         * is stored there (a microbatch's gradient is added into the sum in its own
+         * backward, not read again by the last one) */
         if (out && cg_fusable(user[v->id]) && user[v->id]->kind != OP_CONSTANT && (same || scalar) &&
-            user[v->id]->stage == op->stage) /* a stage computes only its own ops */
+            user[v->id]->stage == op->stage && (scalar || user[v->id]->tick == op->tick))
             gen->fused[v->id] = 1;
     }
     gen->dead = arena_alloc(gen->a, (size_t)g->ops.len + 1);
@@ -907,7 +910,7 @@ static PlanInstr p2p(Gen *gen, PlanCollKind k, int tensor, int stage, int peer, 
                      const PlanInstr *like)
 {
     PlanInstr in = {.kind = PI_COLL, .nargs = 1, .phase = like->phase, .layer = like->layer,
-                    .stage = stage};
+                    .stage = stage, .mb = like->mb, .tick = like->tick};
     in.args = arena_alloc(gen->a, sizeof(int));
     in.args[0] = tensor;
     in.coll.op = k;
@@ -1046,7 +1049,15 @@ int cg_build_plan(Ctx *c, const Graph *global, int flags, Plan *out)
 
 int cg_build_plan_ir(Ctx *c, const Graph *global, int flags, Plan *out, Kernel ***kernels)
 {
+    const Graph *local;
+    return cg_build_plan_local(c, global, flags, out, kernels, &local);
+}
+
+int cg_build_plan_local(Ctx *c, const Graph *global, int flags, Plan *out, Kernel ***kernels,
+                        const Graph **local)
+{
     const Graph *g = cg_localize(c->arena, global);
+    *local = g;
     Gen gen = {.c = c, .g = g, .a = c->arena};
     gen.tensor_of = arena_alloc(c->arena, sizeof(int) * (size_t)(g->values.len + 1));
     for (int i = 0; i < g->values.len; i++)
@@ -1056,8 +1067,11 @@ int cg_build_plan_ir(Ctx *c, const Graph *global, int flags, Plan *out, Kernel *
     int bad = 0;
     for (int i = 0; i < g->ops.len; i++) {
         bad |= lower_op(&gen, g->ops.data[i]) != 0;
-        while (gen.owner.len < gen.instrs.len)
+        while (gen.owner.len < gen.instrs.len) {
+            PlanInstr *in = &gen.instrs.data[gen.owner.len];
+            in->mb = g->ops.data[i]->mb, in->tick = g->ops.data[i]->tick;
             VEC_PUSH(c->arena, gen.owner, i);
+        }
     }
     if (bad || stage_programs(&gen) != 0)
         return -1;

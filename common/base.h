@@ -112,6 +112,9 @@ typedef struct Ctx {
      * NULL until chosen */
     const signed char *recompute_layers;
     int nrecompute_layers;
+    /* the memory model's compile: the microbatch pass builds the forward of
+     * microbatch 0 only (its rows), the schedule still has every microbatch */
+    int one_microbatch;
 } Ctx;
 
 /* A fresh context writing diagnostics to `out`; ctx_free releases everything. */

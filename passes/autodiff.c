@@ -10,10 +10,17 @@
 
 #include <string.h>
 
+/* A microbatch's part of a gradient, summed over its own contributions. */
+typedef struct Part {
+    Value *sum;
+    int mb;
+    struct Part *next;
+} Part;
+
 typedef struct AD {
     Ctx *c;
     Graph *g;
-    Value **grad;  /* by Value.id: the gradient so far, NULL when none */
+    Part **grad;   /* by Value.id: the gradient so far, one part per microbatch; NULL when none */
     char *needs;   /* by Value.id: depends on a parameter */
     const Op *fwd; /* the forward op being differentiated */
     int failed;    /* an op had no rule (hand-written IR) */
@@ -81,15 +88,56 @@ static Value *unbroadcast(AD *ad, Value *dy, const Value *like)
     return emit(ad, OP_SUM_TO, &dy, 1, &a, 1);
 }
 
-/* Add g to the gradient of v. */
+/* Add g to the gradient of v: into the part of g's microbatch. */
 static void accumulate(AD *ad, Value *v, Value *g)
 {
     if (!ad->needs[v->id] || !g)
         return;
-    Value *old = ad->grad[v->id];
-    ad->grad[v->id] = old ? bin(ad, OP_ADD, old, g) : g;
-    if (old && old->def->mb != g->def->mb) /* a sum over microbatches: shared */
-        ad->grad[v->id]->def->mb = -1;
+    Part *p = ad->grad[v->id];
+    while (p && p->mb != g->def->mb)
+        p = p->next;
+    if (p) {
+        p->sum = bin(ad, OP_ADD, p->sum, g);
+        return;
+    }
+    p = arena_alloc(ad->g->arena, sizeof(Part));
+    *p = (Part){g, g->def->mb, ad->grad[v->id]};
+    ad->grad[v->id] = p;
+}
+
+/* The gradient of v, once every contribution is in. The parts of several
+ * microbatches are summed in microbatch order (shared adds, mb -1), so a
+ * schedule that runs microbatch j's backward adds its part then and frees it:
+ * no microbatch's gradient waits for the last one. A part of shared ops (a
+ * sum over the microbatches already, like a tied weight's) comes last. */
+static Value *grad_of(AD *ad, const Value *v)
+{
+    Part *p = ad->grad[v->id];
+    if (!p || !p->next)
+        return p ? p->sum : NULL;
+    int n = 0;
+    for (Part *q = p; q; q = q->next)
+        n++;
+    Part **order = arena_alloc(ad->g->arena, sizeof(Part *) * (size_t)n);
+    n = 0;
+    for (; p; p = p->next) {
+        int k = n++;
+        for (; k > 0 && (unsigned)order[k - 1]->mb > (unsigned)p->mb; k--) /* shared (-1) last */
+            order[k] = order[k - 1];
+        order[k] = p;
+    }
+    Value *sum = order[0]->sum;
+    const Op *at = ad->fwd;
+    for (int i = 1; i < n; i++) { /* each add where its part is made: one send at most */
+        ad->fwd = order[i]->sum->def;
+        sum = bin(ad, OP_ADD, sum, order[i]->sum);
+        sum->def->mb = -1; /* a sum over microbatches: shared */
+    }
+    ad->fwd = at;
+    p = arena_alloc(ad->g->arena, sizeof(Part));
+    *p = (Part){sum, -1, NULL};
+    ad->grad[v->id] = p;
+    return sum;
 }
 
 static Value *transpose_last(AD *ad, Value *v)
@@ -362,8 +410,8 @@ static void set_outputs(AD *ad, Value *loss, int nops)
         const Op *op = g->ops.data[i];
         if (op->kind != OP_PARAM)
             continue;
-        Value *p = op->res[0], *d = ad->grad[p->id];
-        ad->fwd = op;
+        ad->fwd = op; /* the sum over microbatches takes the parameter's layer and place */
+        Value *p = op->res[0], *d = grad_of(ad, p);
         if (!d)
             d = constant(ad, 0.0, p->dtype, p->rank, p->shape);
         if (d->name) { /* shared with another value: give this gradient its own copy */
@@ -387,16 +435,18 @@ int pass_autodiff(Ctx *c, Graph *g)
     }
     int nops = g->ops.len, nvals = g->values.len;
     AD ad = {c, g, NULL, NULL, NULL, 0};
-    ad.grad = arena_alloc(g->arena, sizeof(Value *) * (size_t)(nvals + 1));
+    ad.grad = arena_alloc(g->arena, sizeof(Part *) * (size_t)(nvals + 1));
+    memset(ad.grad, 0, sizeof(Part *) * (size_t)(nvals + 1));
     ad.needs = arena_alloc(g->arena, (size_t)nvals + 1);
     mark_needs(&ad, nops);
     Value *loss = g->outputs.data[0];
     ad.fwd = loss->def;
     if (ad.needs[loss->id])
-        ad.grad[loss->id] = constant(&ad, 1.0, loss->dtype, 0, NULL);
+        accumulate(&ad, loss, constant(&ad, 1.0, loss->dtype, 0, NULL));
     for (int i = nops - 1; i >= 0; i--) {
         const Op *op = g->ops.data[i];
-        Value *dy = op->nres ? ad.grad[op->res[0]->id] : NULL;
+        ad.fwd = op;
+        Value *dy = op->nres ? grad_of(&ad, op->res[0]) : NULL;
         if (dy)
             vjp(&ad, op, dy);
     }

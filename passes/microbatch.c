@@ -7,7 +7,9 @@
  * cross_entropy is), the mean of the k microbatch losses is the full-batch
  * loss, so autodiff of the new loss accumulates the gradients exactly (a loss
  * that sums over rows comes out k times smaller), and later passes (pipeline
- * schedules) see one copy of the forward pass per microbatch to order. */
+ * schedules) see one copy of the forward pass per microbatch to order. In
+ * the memory model's mode (Ctx.one_microbatch) only copy 0 is built: the
+ * step of one microbatch, whose pieces the model replays k times. */
 #include "passes.h"
 
 #include <string.h>
@@ -162,7 +164,7 @@ static Value *mean_loss(MB *m, Value **losses)
 {
     Value *sum = losses[0];
     Loc loc = sum->loc;
-    for (int j = 1; j < m->k; j++) {
+    for (int j = 1; j < m->k && !m->c->one_microbatch; j++) {
         Op *add = ir_op_new(m->g, OP_ADD, (Value *[]){sum, losses[j]}, 2, loc);
         sum = ir_op_result(m->g, add, sum->dtype, 0, NULL);
     }
@@ -209,7 +211,7 @@ int pass_microbatch(Ctx *c, Graph *g)
     for (int i = 0; i < nops; i++)
         if (!op_dep(&m, g->ops.data[i]) || g->ops.data[i]->kind == OP_INPUT)
             VEC_PUSH(g->arena, kept, g->ops.data[i]);
-    for (int j = 0; j < m.k; j++) {
+    for (int j = 0; j < (c->one_microbatch ? 1 : m.k); j++) { /* model mode: the first only */
         m.mb = j;
         m.map = arena_alloc(g->arena, mapsz);
         for (int i = 0; i < nops; i++) {

@@ -6,6 +6,7 @@
 #define TCC_PASSES_H
 
 #include "../ir/ir.h"
+#include "../runtime/plan.h"
 
 typedef struct Pass {
     const char *name;                 /* --dump-after=NAME */
@@ -61,6 +62,86 @@ int pass_shard(Ctx *c, Graph *g);
  * all_to_all) and local slices each sharding mismatch needs, with the bytes
  * each device sends; outputs end replicated. Nothing to do on one device. */
 int pass_partition(Ctx *c, Graph *g);
+
+/* ---- devices (passes/devices.c) ---- */
+/* An accelerator: its memory and its datasheet peaks. */
+typedef struct DeviceSpec {
+    const char *name;     /* --gpu NAME: "h100-sxm" */
+    const char *what;     /* "NVIDIA H100 SXM5 80GB" */
+    double memory;        /* bytes on the board */
+    double bf16_tflops;   /* dense bf16 tensor-core peak, TFLOP/s */
+    double f32_tflops;    /* fp32 (non-tensor) peak, TFLOP/s */
+    double hbm_gbs;       /* memory bandwidth, GB/s */
+} DeviceSpec;
+/* The row called name, or NULL. */
+const DeviceSpec *pass_device_lookup(const char *name);
+/* Every row, ended by one whose name is NULL. */
+const DeviceSpec *pass_device_table(void);
+
+/* ---- the memory model (passes/memory.c, docs/memory.md) ---- */
+typedef enum {
+    MC_PARAMS,      /* parameters, and their low-precision or gathered copies */
+    MC_GRADS,       /* parameter gradients: accumulators and their reductions */
+    MC_OPTIMIZER,   /* optimizer state */
+    MC_ACTIVATIONS, /* forward (and recomputed) values, held for the backward */
+    MC_TEMPORARIES, /* the rest of the step's values, data inputs */
+    MC_COMM,        /* the runtime's staging for collectives */
+    MC_WORKSPACE,   /* GEMM workspace */
+    MC_RESERVED,    /* allowances: CUDA context, NCCL's buffers */
+    MC_COUNT
+} MemCat;
+const char *mem_cat_name(MemCat c); /* "params", the JSON key */
+
+typedef struct MemItem {
+    const char *name; /* the TDL name, or what computes it */
+    Loc loc;
+    MemCat cat;
+    double bytes;     /* one copy */
+    int count;        /* copies alive (microbatches in flight) */
+} MemItem;
+
+typedef struct StageMemory {
+    double cat[MC_COUNT]; /* at the stage's largest moment */
+    double peak;          /* their sum */
+    int inflight;         /* microbatches in flight at that moment */
+    char moment[96];      /* "backward of microbatch 3", "optimizer" */
+    MemItem top[5];       /* the largest tensors alive then */
+    int ntop;
+} StageMemory;
+
+typedef struct MemoryModel {
+    int nstages;
+    StageMemory *stage;
+    int peak_stage;       /* the stage with the device's largest moment */
+    double peak;
+    int microbatches;
+    const char *schedule; /* its name */
+    int gpu;              /* 1: a CUDA device's workspace and allowances are counted */
+} MemoryModel;
+
+/* Bytes the runtime reserves beside the slab on a CUDA device (docs/memory.md). */
+#define MEM_CUDA_CONTEXT (768.0 * 1048576.0) /* context, cuBLASLt handle, loaded kernels */
+#define MEM_NCCL (512.0 * 1048576.0)         /* NCCL's channel buffers */
+
+/* The memory of every stage of one step with the train block's microbatches
+ * and schedule, from the plan p of ONE microbatch's step (the microbatch
+ * pass's model mode; or the whole step when microbatches = 1) and the
+ * per-device graph it was built from (local). gpu: count the CUDA device's
+ * workspace, scratch and allowances, else the CPU runtime's buffers. 0, or -1
+ * after reporting. */
+int pass_memory_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p, int gpu,
+                      MemoryModel *out);
+
+/* The largest moment of stage s in plan p as compiled (every microbatch in
+ * it): persistent tensors, the temporaries alive together, the runtime's
+ * buffers as pass_memory_model counts them. */
+double pass_memory_plan_peak(Arena *a, const Plan *p, int s, int gpu);
+
+/* The per-stage table of --emit=memory; budget 0: none. */
+void pass_memory_print(FILE *f, const MemoryModel *mm, double budget);
+/* The same as JSON (malloc'ed; free it): per stage the MC_* keys, peak, the
+ * moment, the largest tensors; the device's peak. */
+char *pass_memory_json(const MemoryModel *mm, const char *model, const char *device, double budget);
 
 /* The graph passes in pipeline order, terminated by a {NULL} entry. */
 extern const Pass pass_table[];

@@ -118,6 +118,10 @@ typedef struct PlanInstr {
     int phase;     /* 0 fwd, 1 bwd, 2 recompute, 3 opt: for profiles and logs */
     int layer;
     int stage;     /* the pipeline stage whose devices run it (0 in one-stage plans) */
+    /* compile time only (not in the plan file, 0 after loading): the microbatch of the
+     * op it came from (-1: shared) and the op's order key on its stage (its schedule
+     * piece, passes/pipeline.c), which the memory model reads */
+    int mb, tick;
 } PlanInstr;
 
 typedef struct PlanKernel {

@@ -1,0 +1,694 @@
+/* memory.c: the memory model of one training step, per pipeline stage.
+ * Reads a plan (tensors, and each stage's program with every instruction's
+ * microbatch and schedule piece), the per-device graph it came from (names,
+ * locations) and the pipeline schedule; writes, per stage, the bytes of the
+ * device's largest moment split into parameters, gradients, optimizer state,
+ * activations, temporaries, communication buffers, workspace and reserved
+ * memory, with the largest tensors alive then.
+ *
+ * Key idea: the plan of ONE microbatch (passes/microbatch.c's model mode)
+ * says everything the step needs per microbatch. Walking a stage's program,
+ * every temporary lives from its first to its last instruction; a tensor born
+ * in one piece of the schedule (the forward of chunk c, say) and dying in a
+ * later one (its backward) is held across the pieces between, once per
+ * microbatch in flight; a gradient that lives on to the optimizer is the
+ * accumulation buffer, once per step. Replaying the stage's piece list of the
+ * real schedule (m microbatches) with these per-piece profiles gives every
+ * moment's live bytes without building m copies of the graph: the peak is the
+ * largest moment, not a sum of maxima. docs/memory.md has the rules. */
+#include "passes.h"
+
+#include "../runtime/plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const cat_names[MC_COUNT] = {
+    "params", "grads", "optimizer", "activations", "temporaries", "comm", "workspace", "reserved",
+};
+
+const char *mem_cat_name(MemCat c) { return c >= 0 && c < MC_COUNT ? cat_names[c] : "?"; }
+
+typedef double Bytes[MC_COUNT];
+
+static double total(const double *v)
+{
+    double s = 0;
+    for (int c = 0; c < MC_COUNT; c++)
+        s += v[c];
+    return s;
+}
+
+static void add(double *to, const double *v, double k)
+{
+    for (int c = 0; c < MC_COUNT; c++)
+        to[c] += k * v[c];
+}
+
+static double aligned(uint64_t n) { return (double)((n + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN); }
+
+/* ---- what each tensor is ---- */
+
+/* Values that are parameter gradients: read by the optimizer (not made by
+ * it), and what reduces or accumulates into those (collectives, shared adds). */
+static char *gradient_values(Arena *a, const Graph *l)
+{
+    char *grad = arena_alloc(a, (size_t)l->values.len + 1);
+    memset(grad, 0, (size_t)l->values.len + 1);
+    for (int i = l->ops.len - 1; i >= 0; i--) {
+        const Op *op = l->ops.data[i];
+        int reads_grad = op->phase == PH_OPT;
+        for (int j = 0; j < op->nres && !reads_grad; j++)
+            reads_grad = grad[op->res[j]->id] && op->phase != PH_OPT;
+        if (!reads_grad)
+            continue;
+        for (int k = 0; k < op->nargs; k++) {
+            const Op *d = op->args[k]->def;
+            if (!d || d->phase == PH_OPT || d->phase == PH_FWD || d->kind == OP_PARAM ||
+                d->kind == OP_STATE || d->kind == OP_INPUT)
+                continue;
+            if (op->phase == PH_OPT || d->mb < 0 || d->kind == OP_ALL_REDUCE ||
+                d->kind == OP_REDUCE_SCATTER)
+                grad[op->args[k]->id] = 1;
+        }
+    }
+    return grad;
+}
+
+/* A parameter, or a copy or cast of one made for the step's use. */
+static int weight_value(const Value *v)
+{
+    for (int hops = 0; v && v->def && hops < 4; hops++) {
+        const Op *d = v->def;
+        if (d->kind == OP_PARAM)
+            return 1;
+        if (d->mb >= 0 || (d->kind != OP_CAST && d->kind != OP_ALL_GATHER && d->kind != OP_RESHAPE &&
+                           d->kind != OP_TRANSPOSE))
+            return 0;
+        v = d->args[0];
+    }
+    return 0;
+}
+
+static MemCat category(const Plan *p, const Graph *l, const char *grad, int t, const PlanInstr *first)
+{
+    const PlanTensor *pt = &p->tensors[t];
+    switch (pt->role) {
+    case PT_PARAM: return MC_PARAMS;
+    case PT_STATE: return MC_OPTIMIZER;
+    case PT_TEMP: break;
+    default: return MC_TEMPORARIES; /* data, step, hyperparameters */
+    }
+    const Value *v = pt->value >= 0 && pt->value < l->values.len ? l->values.data[pt->value] : NULL;
+    if (v && grad[v->id])
+        return MC_GRADS;
+    if (v && weight_value(v))
+        return MC_PARAMS;
+    if (first && first->kind == PI_COLL && (first->coll.op == PC_RECV || first->coll.op == PC_SEND))
+        return v && v->def && (v->def->phase == PH_FWD || v->def->phase == PH_RECOMPUTE)
+                   ? MC_ACTIVATIONS
+                   : MC_TEMPORARIES;
+    int ph = v && v->def ? (int)v->def->phase : first ? first->phase : PH_BWD;
+    return ph == PH_FWD || ph == PH_RECOMPUTE ? MC_ACTIVATIONS : MC_TEMPORARIES;
+}
+
+/* ---- one stage's program ---- */
+
+typedef struct Span {
+    int first, last; /* positions in the stage's program; -1 when untouched */
+} Span;
+
+typedef struct StageProg {
+    int n;           /* instructions */
+    int *instr;      /* position -> plan instruction */
+    int *piece;      /* position -> piece index, -1 prologue, npieces epilogue */
+    int npieces;
+    PieceKind *kind; /* by piece */
+    Span *span;      /* by tensor */
+} StageProg;
+
+static void touch_span(Span *s, int pos)
+{
+    if (s->first < 0)
+        s->first = pos;
+    s->last = pos;
+}
+
+/* Every tensor that instruction in touches, into span at position pos. */
+static void touch_instr(const PlanInstr *in, Span *span, int pos)
+{
+    for (int a = 0; a < in->nargs; a++)
+        touch_span(&span[in->args[a]], pos);
+    if (in->kind == PI_GEMM) {
+        touch_span(&span[in->gemm.a], pos), touch_span(&span[in->gemm.b], pos);
+        touch_span(&span[in->gemm.c], pos);
+        if (in->gemm.epilogue == PE_BIAS)
+            touch_span(&span[in->gemm.bias], pos);
+    }
+}
+
+static int on_stage(const Plan *p, const PlanInstr *in, int s)
+{
+    return plan_stages(p) <= 1 || in->stage == s;
+}
+
+/* Pieces: a new one where the microbatch's (tick, F or B) changes; shared
+ * instructions join the piece in progress; the optimizer is the epilogue. */
+static void split_pieces(Arena *a, const Plan *p, StageProg *sp)
+{
+    sp->piece = arena_alloc(a, sizeof(int) * (size_t)(sp->n + 1));
+    sp->kind = arena_alloc(a, sizeof(PieceKind) * (size_t)(sp->n + 1));
+    int cur = -1, tick = -1, fwd = -1, epi = 0, last = -1;
+    for (int i = 0; i < sp->n; i++) /* the optimizer follows the last microbatch's work */
+        if (p->instrs[sp->instr[i]].mb >= 0 || p->instrs[sp->instr[i]].phase == PH_BWD)
+            last = i;
+    for (int i = 0; i < sp->n; i++) {
+        const PlanInstr *in = &p->instrs[sp->instr[i]];
+        epi |= i > last && in->phase == PH_OPT;
+        int send = in->kind == PI_COLL && in->coll.op == PC_SEND;
+        if (!epi && in->mb >= 0 && !send) {
+            int f = in->phase == PH_FWD;
+            if (cur < 0 || in->tick != tick || f != fwd) {
+                cur = sp->npieces++;
+                sp->kind[cur] = f ? PIECE_F : PIECE_B;
+                tick = in->tick, fwd = f;
+            }
+        }
+        sp->piece[i] = epi ? -2 : cur;
+    }
+    for (int i = 0; i < sp->n; i++)
+        if (sp->piece[i] == -2)
+            sp->piece[i] = sp->npieces;
+}
+
+static void stage_prog(Arena *a, const Plan *p, int s, StageProg *sp)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->instr = arena_alloc(a, sizeof(int) * (size_t)(p->ninstrs + 1));
+    for (int i = 0; i < p->ninstrs; i++)
+        if (on_stage(p, &p->instrs[i], s))
+            sp->instr[sp->n++] = i;
+    sp->span = arena_alloc(a, sizeof(Span) * (size_t)(p->ntensors + 1));
+    for (int t = 0; t < p->ntensors; t++)
+        sp->span[t] = (Span){-1, -1};
+    for (int i = 0; i < sp->n; i++)
+        touch_instr(&p->instrs[sp->instr[i]], sp->span, i);
+    split_pieces(a, p, sp);
+}
+
+/* Held by the device of stage s for the whole step. */
+static int persistent_on(const Plan *p, const PlanTensor *t, int s)
+{
+    return t->role != PT_TEMP && (plan_stages(p) <= 1 || t->stage < 0 || t->stage == s);
+}
+
+/* ---- per-piece profiles of the one-microbatch program ---- */
+
+typedef struct PieceProf {
+    Bytes born_out;   /* born here, held until a later piece of the same microbatch */
+    Bytes held_in;    /* born in an earlier piece of the microbatch, dying here */
+    Bytes acc;        /* gradients born here that live to the optimizer: accumulators */
+    Bytes first, later; /* the piece's own largest moment on its first run, on later runs */
+    int at_first, at_later; /* the positions of those moments */
+} PieceProf;
+
+typedef struct Model {
+    Arena *a;
+    const Plan *p;
+    const Graph *l;
+    StageProg sp;
+    MemCat *cat;    /* by tensor */
+    int *birth, *death; /* by tensor: piece of first and last touch (-1 prologue) */
+    PieceProf *prof;
+    Bytes base;     /* persistent, prologue-born, workspace, comm, reserved */
+} Model;
+
+static void tensor_pieces(Model *m)
+{
+    const StageProg *sp = &m->sp;
+    for (int t = 0; t < m->p->ntensors; t++) {
+        Span s = sp->span[t];
+        m->birth[t] = s.first < 0 ? -1 : sp->piece[s.first];
+        m->death[t] = s.first < 0 ? -1 : sp->piece[s.last];
+    }
+}
+
+/* Per position: the tensors whose first touch (born) and last touch (dies) it is. */
+typedef struct Events {
+    int *born, *dies;           /* by position: first tensor, -1 */
+    int *next_born, *next_dies; /* by tensor */
+} Events;
+
+static void events(const Model *m, Events *e)
+{
+    int n = m->sp.n, nt = m->p->ntensors;
+    e->born = arena_alloc(m->a, sizeof(int) * (size_t)(n + 1));
+    e->dies = arena_alloc(m->a, sizeof(int) * (size_t)(n + 1));
+    e->next_born = arena_alloc(m->a, sizeof(int) * (size_t)(nt + 1));
+    e->next_dies = arena_alloc(m->a, sizeof(int) * (size_t)(nt + 1));
+    for (int i = 0; i < n; i++)
+        e->born[i] = e->dies[i] = -1;
+    for (int t = nt - 1; t >= 0; t--) {
+        Span s = m->sp.span[t];
+        if (m->p->tensors[t].role != PT_TEMP || s.first < 0)
+            continue;
+        e->next_born[t] = e->born[s.first], e->born[s.first] = t;
+        e->next_dies[t] = e->dies[s.last], e->dies[s.last] = t;
+    }
+}
+
+static int accumulator(const Model *m, int t)
+{
+    return m->cat[t] == MC_GRADS && m->death[t] == m->sp.npieces && m->birth[t] >= 0 &&
+           m->birth[t] < m->sp.npieces;
+}
+
+/* Whether tensor t is part of piece pc's own moment: born in it, or held
+ * into it from an earlier piece of the microbatch and dying in it (the
+ * optimizer's epilogue counts only what it makes: the rest is held). */
+static int counted(const Model *m, int t, int pc)
+{
+    int b = m->birth[t], d = m->death[t];
+    return b == pc || (b >= 0 && b < pc && d == pc && pc < m->sp.npieces);
+}
+
+/* The pieces' own moments: held-in bytes at the start, births added, deaths
+ * removed after their position; on a later run an accumulator's gradient
+ * counts twice at its birth only (it is added into the sum there). */
+static void sweep(Model *m, const Events *e)
+{
+    Bytes first, later;
+    for (int i = 0, pc = -1; i < m->sp.n; i++) {
+        int cur = m->sp.piece[i];
+        if (cur < 0)
+            continue;
+        PieceProf *pf = &m->prof[cur];
+        if (cur != pc) {
+            memcpy(first, pf->held_in, sizeof(Bytes));
+            memcpy(later, pf->held_in, sizeof(Bytes));
+            pc = cur;
+        }
+        Bytes once = {0};
+        for (int t = e->born[i]; t >= 0; t = e->next_born[t]) {
+            double b = aligned(m->p->tensors[t].bytes);
+            first[m->cat[t]] += b;
+            if (accumulator(m, t))
+                once[MC_GRADS] += 2 * b;
+            else
+                later[m->cat[t]] += b;
+        }
+        add(later, once, 1);
+        if (total(first) > total(pf->first))
+            memcpy(pf->first, first, sizeof(Bytes)), pf->at_first = i;
+        if (total(later) > total(pf->later))
+            memcpy(pf->later, later, sizeof(Bytes)), pf->at_later = i;
+        add(later, once, -1);
+        for (int t = e->dies[i]; t >= 0; t = e->next_dies[t]) {
+            double b = aligned(m->p->tensors[t].bytes);
+            if (counted(m, t, cur)) {
+                first[m->cat[t]] -= b;
+                if (!accumulator(m, t))
+                    later[m->cat[t]] -= b;
+            }
+        }
+    }
+}
+
+/* Where each temporary is born and dies, and what that makes of it: part of
+ * the base (born before the first piece), held across pieces, an
+ * accumulator, or the piece's own. */
+static void classify(Model *m)
+{
+    int np = m->sp.npieces;
+    for (int t = 0; t < m->p->ntensors; t++) {
+        const PlanTensor *pt = &m->p->tensors[t];
+        int b = m->birth[t], d = m->death[t];
+        if (pt->role != PT_TEMP || m->sp.span[t].first < 0)
+            continue;
+        double by = aligned(pt->bytes);
+        if (b < 0)
+            m->base[m->cat[t]] += by;
+        else if (accumulator(m, t))
+            m->prof[b].acc[MC_GRADS] += by;
+        else if (b < np && d > b) {
+            m->prof[b].born_out[m->cat[t]] += by;
+            if (d < np)
+                m->prof[d].held_in[m->cat[t]] += by;
+        }
+    }
+}
+
+/* ---- replaying the schedule ---- */
+
+typedef struct Replay {
+    int *map;     /* by kind * v + chunk: the program's piece, -1 when it has none */
+    int npc;      /* pieces of the rank's schedule */
+    const Piece *pcs;
+    int v, m;
+} Replay;
+
+/* The rank's pieces of microbatch 0 in schedule order are the program's pieces
+ * in program order (a piece with nothing on this stage is skipped). */
+static void align(Model *m, const Schedule *sc, int s, Replay *r)
+{
+    r->v = sc->v, r->m = sc->m;
+    r->pcs = sc->ranks[s].pieces, r->npc = sc->ranks[s].n;
+    r->map = arena_alloc(m->a, sizeof(int) * (size_t)(3 * sc->v + 1));
+    for (int i = 0; i < 3 * sc->v; i++)
+        r->map[i] = -1;
+    int k = 0;
+    for (int i = 0; i < r->npc; i++) {
+        const Piece *pc = &r->pcs[i];
+        if (pc->mb != 0 || k >= m->sp.npieces)
+            continue;
+        if ((pc->kind == PIECE_F) == (m->sp.kind[k] == PIECE_F))
+            r->map[pc->kind * sc->v + pc->chunk] = k++;
+    }
+}
+
+typedef struct Peak {
+    Bytes b;
+    int at, piece, mb, later; /* the schedule position, program piece, microbatch, run */
+    int inflight;
+} Peak;
+
+static int piece_of(const Replay *r, int i) { return r->map[r->pcs[i].kind * r->v + r->pcs[i].chunk]; }
+
+/* Every piece of the rank in order: the held bytes of the microbatches in
+ * flight and the accumulators so far, plus the piece's own moment. */
+static void replay(Model *m, const Replay *r, Peak *pk)
+{
+    int np = m->sp.npieces, inflight = 0;
+    Bytes run = {0}, acc = {0}, now;
+    char *started = arena_alloc(m->a, (size_t)np + 1);
+    int *done = arena_alloc(m->a, sizeof(int) * (size_t)(r->m + 1)), total_pcs = 0;
+    memset(started, 0, (size_t)np + 1);
+    memset(done, 0, sizeof(int) * (size_t)(r->m + 1));
+    for (int i = 0; i < np; i++)
+        total_pcs += 1;
+    memset(pk, 0, sizeof *pk);
+    pk->at = -1;
+    for (int i = 0; i < r->npc; i++) {
+        int P = piece_of(r, i), j = r->pcs[i].mb;
+        if (P < 0)
+            continue;
+        inflight += done[j] == 0;
+        int later = started[P];
+        memcpy(now, m->base, sizeof(Bytes));
+        add(now, acc, 1), add(now, run, 1), add(now, m->prof[P].held_in, -1);
+        add(now, later ? m->prof[P].later : m->prof[P].first, 1);
+        if (total(now) > total(pk->b) || pk->at < 0)
+            *pk = (Peak){.at = i, .piece = P, .mb = j, .later = later, .inflight = inflight},
+            memcpy(pk->b, now, sizeof(Bytes));
+        add(run, m->prof[P].born_out, 1), add(run, m->prof[P].held_in, -1);
+        if (!later)
+            add(acc, m->prof[P].acc, 1), started[P] = 1;
+        if (++done[j] == total_pcs)
+            inflight--;
+    }
+    /* the optimizer: every accumulator, what the microbatches hold to it, its own */
+    memcpy(now, m->base, sizeof(Bytes));
+    add(now, acc, 1), add(now, run, 1), add(now, m->prof[np].first, 1);
+    if (total(now) > total(pk->b))
+        *pk = (Peak){.at = r->npc, .piece = np, .mb = -1}, memcpy(pk->b, now, sizeof(Bytes));
+}
+
+/* ---- beside the slab: what the runtime allocates (runtime/mesh.c, cpu.c, gpu/cuda.c) ---- */
+
+#define CUDA_WORKSPACE (32.0 * 1048576.0) /* cuBLASLt's, runtime/gpu/cuda.c */
+
+static double tensor_bytes(const Plan *p, int t) { return (double)p->tensors[t].bytes; }
+
+/* The collectives' staging: the threads and MPI backends keep one buffer of
+ * the largest bucket or twice the largest all_to_all; the cuda device twice
+ * the largest copy or collective (its operands together). */
+static double comm_scratch(const Plan *p, int gpu)
+{
+    double need = 0;
+    for (int i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *in = &p->instrs[i];
+        double sum = 0, k = 0;
+        if (gpu && (in->kind == PI_COPY || in->kind == PI_COLL)) {
+            for (int a = 0; a < in->nargs; a++)
+                sum += tensor_bytes(p, in->args[a]);
+            k = 2 * sum;
+        } else if (!gpu && in->kind == PI_COLL) {
+            if (in->coll.op == PC_ALL_TO_ALL)
+                k = 2 * tensor_bytes(p, in->args[0]);
+            for (int a = 0; in->nargs > 2 && a < in->nargs; a += 2)
+                sum += tensor_bytes(p, in->args[a]);
+            k = sum > k ? sum : k;
+        }
+        need = k > need ? k : need;
+    }
+    return need;
+}
+
+/* The CPU's bf16 GEMMs widen A, B (and a bf16 C) to f32 in one buffer. */
+static double cpu_workspace(const Plan *p, int s)
+{
+    double need = 0;
+    for (int i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *in = &p->instrs[i];
+        if (in->kind != PI_GEMM || !on_stage(p, in, s) || p->tensors[in->gemm.a].dtype != PD_BF16)
+            continue;
+        const PlanTensor *c = &p->tensors[in->gemm.c];
+        double k = 2 * (tensor_bytes(p, in->gemm.a) + tensor_bytes(p, in->gemm.b) +
+                        (c->dtype == PD_BF16 ? (double)c->bytes : 0));
+        need = k > need ? k : need;
+    }
+    return need;
+}
+
+static void set_base(Model *m, int s, int gpu)
+{
+    const Plan *p = m->p;
+    for (int t = 0; t < p->ntensors; t++)
+        if (persistent_on(p, &p->tensors[t], s))
+            m->base[m->cat[t]] += aligned(p->tensors[t].bytes);
+    int mesh = plan_mesh_size(p) > 1;
+    if (gpu) {
+        m->base[MC_WORKSPACE] += CUDA_WORKSPACE;
+        m->base[MC_COMM] += comm_scratch(p, 1) + (mesh ? MEM_NCCL : 0);
+        m->base[MC_RESERVED] += MEM_CUDA_CONTEXT;
+    } else {
+        m->base[MC_WORKSPACE] += cpu_workspace(p, s);
+        m->base[MC_COMM] += mesh ? comm_scratch(p, 0) : 0;
+    }
+}
+
+/* ---- the largest tensors at the peak ---- */
+
+static void item_of(const Model *m, int t, int count, MemItem *it)
+{
+    const PlanTensor *pt = &m->p->tensors[t];
+    const Value *v = pt->value >= 0 && pt->value < m->l->values.len ? m->l->values.data[pt->value]
+                                                                   : NULL;
+    it->name = pt->name && *pt->name ? pt->name : v && v->name ? v->name : NULL;
+    if (!it->name && v && v->def)
+        it->name = ir_ops[v->def->kind].name;
+    if (!it->name)
+        it->name = "temporary";
+    it->loc = v ? v->loc : LOC_NONE;
+    if (v && v->def && v->def->loc.line)
+        it->loc = v->def->loc;
+    it->cat = m->cat[t];
+    it->bytes = aligned(pt->bytes);
+    it->count = count;
+}
+
+static void keep_top(StageMemory *sm, const MemItem *it)
+{
+    int k = sm->ntop < 5 ? sm->ntop++ : 4;
+    if (k == 4 && sm->ntop == 5 && sm->top[4].bytes * sm->top[4].count >= it->bytes * it->count)
+        return;
+    sm->top[k] = *it;
+    for (; k > 0 && sm->top[k - 1].bytes * sm->top[k - 1].count < sm->top[k].bytes * sm->top[k].count; k--) {
+        MemItem x = sm->top[k - 1];
+        sm->top[k - 1] = sm->top[k], sm->top[k] = x;
+    }
+}
+
+/* How many copies of tensor t are alive at the peak: persistent and
+ * prologue tensors once; held ones once per microbatch that made them and has
+ * not reached their last piece; the peak piece's own at its moment. */
+static int copies_at(const Model *m, const Replay *r, const Peak *pk, const char *done, int t)
+{
+    const PlanTensor *pt = &m->p->tensors[t];
+    int np = m->sp.npieces, b = m->birth[t], d = m->death[t], n = 0;
+    Span s = m->sp.span[t];
+    if (pt->role != PT_TEMP)
+        return 1;
+    if (s.first < 0)
+        return 0;
+    if (b < 0)
+        return 1;
+    int pos = pk->piece == np || !pk->later ? m->prof[pk->piece].at_first
+                                            : m->prof[pk->piece].at_later;
+    if (pk->piece == np) { /* the optimizer */
+        if (b == np)
+            return s.first <= pos && pos <= s.last;
+        return accumulator(m, t) ? 1 : d == np ? r->m : 0;
+    }
+    if (accumulator(m, t))
+        return b != pk->piece ? done[b] != 0 : !pk->later && s.first <= pos;
+    for (int j = 0; j < r->m; j++) {
+        const char *dj = done + (size_t)(j + 1) * (size_t)(np + 1);
+        int mine = j == pk->mb && counted(m, t, pk->piece);
+        if (mine)
+            n += s.first <= pos && pos <= s.last;
+        else if (b < np && dj[b] && (d >= np || !dj[d]))
+            n++;
+    }
+    return n;
+}
+
+/* The schedule up to the peak: which pieces each microbatch has run
+ * (done[0][P]: any microbatch; done[1 + j][P]: microbatch j). */
+static char *done_before(Model *m, const Replay *r, int upto)
+{
+    int np = m->sp.npieces;
+    size_t row = (size_t)np + 1;
+    char *done = arena_alloc(m->a, row * (size_t)(r->m + 1));
+    memset(done, 0, row * (size_t)(r->m + 1));
+    for (int i = 0; i < upto && i < r->npc; i++) {
+        int P = piece_of(r, i);
+        if (P >= 0)
+            done[P] = 1, done[(size_t)(r->pcs[i].mb + 1) * row + (size_t)P] = 1;
+    }
+    return done;
+}
+
+static void top_tensors(Model *m, int s, const Replay *r, const Peak *pk, StageMemory *sm)
+{
+    char *done = done_before(m, r, pk->at);
+    for (int t = 0; t < m->p->ntensors; t++) {
+        const PlanTensor *pt = &m->p->tensors[t];
+        int n = pt->role == PT_TEMP ? copies_at(m, r, pk, done, t) : persistent_on(m->p, pt, s);
+        if (n <= 0)
+            continue;
+        MemItem it;
+        item_of(m, t, n, &it);
+        keep_top(sm, &it);
+    }
+}
+
+/* ---- the model ---- */
+
+static void describe(const Replay *r, const Peak *pk, int np, StageMemory *sm)
+{
+    static const char *const kinds[] = {"forward", "backward", "weight gradient"};
+    sm->inflight = pk->inflight;
+    if (pk->piece >= np || pk->at < 0 || pk->at >= r->npc) {
+        snprintf(sm->moment, sizeof sm->moment, "optimizer");
+        return;
+    }
+    const Piece *pc = &r->pcs[pk->at];
+    int n = snprintf(sm->moment, sizeof sm->moment, "%s of microbatch %d", kinds[pc->kind], pc->mb);
+    if (r->v > 1)
+        snprintf(sm->moment + n, sizeof sm->moment - (size_t)n, ", chunk %d", pc->chunk);
+}
+
+static void model_stage(Model *m, int s, int gpu, const Schedule *sc, StageMemory *sm)
+{
+    const Plan *p = m->p;
+    stage_prog(m->a, p, s, &m->sp);
+    int nt = p->ntensors, np = m->sp.npieces;
+    m->birth = arena_alloc(m->a, sizeof(int) * (size_t)(nt + 1));
+    m->death = arena_alloc(m->a, sizeof(int) * (size_t)(nt + 1));
+    m->prof = arena_alloc(m->a, sizeof(PieceProf) * (size_t)(np + 1));
+    memset(m->prof, 0, sizeof(PieceProf) * (size_t)(np + 1));
+    memset(m->base, 0, sizeof(Bytes));
+    tensor_pieces(m);
+    char *grad = gradient_values(m->a, m->l);
+    for (int t = 0; t < nt; t++) {
+        Span sp = m->sp.span[t];
+        m->cat[t] = category(p, m->l, grad, t, sp.first >= 0 ? &p->instrs[m->sp.instr[sp.first]] : NULL);
+    }
+    set_base(m, s, gpu);
+    classify(m);
+    Events e;
+    events(m, &e);
+    sweep(m, &e);
+    Replay r;
+    Peak pk;
+    align(m, sc, s, &r);
+    replay(m, &r, &pk);
+    memcpy(sm->cat, pk.b, sizeof(Bytes));
+    sm->peak = total(pk.b);
+    describe(&r, &pk, np, sm);
+    top_tensors(m, s, &r, &pk, sm);
+}
+
+static int schedule_of(Ctx *c, const Graph *g, Schedule *sc, int *m)
+{
+    TrainConfig tc;
+    char err[256];
+    if (pass_train_config(c, g, &tc) != 0)
+        return -1;
+    int p = ir_pipeline_stages(&g->mesh);
+    SchedKind kind = p > 1 ? sched_kind_of(&tc) : SCHED_1F1B;
+    int v = kind == SCHED_INTERLEAVED && p > 1 ? (int)tc.virtual_stages : 1;
+    *m = (int)tc.microbatches;
+    if (sched_build(c->arena, kind, p, *m, v, sc, err, sizeof err) != 0)
+        return diag_error(&c->diag, LOC_NONE, "memory model: the %s schedule: %s",
+                          sched_kind_name(kind), err),
+               -1;
+    return 0;
+}
+
+int pass_memory_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p, int gpu,
+                      MemoryModel *out)
+{
+    Schedule sc;
+    memset(out, 0, sizeof *out);
+    if (schedule_of(c, g, &sc, &out->microbatches) != 0)
+        return -1;
+    out->schedule = sched_kind_name(sc.kind);
+    out->gpu = gpu;
+    out->nstages = sc.p;
+    out->stage = arena_alloc(c->arena, sizeof(StageMemory) * (size_t)sc.p);
+    memset(out->stage, 0, sizeof(StageMemory) * (size_t)sc.p);
+    Model m = {.a = c->arena, .p = p, .l = local};
+    m.cat = arena_alloc(c->arena, sizeof(MemCat) * (size_t)(p->ntensors + 1));
+    for (int s = 0; s < sc.p; s++) {
+        model_stage(&m, s, gpu, &sc, &out->stage[s]);
+        if (out->stage[s].peak > out->peak)
+            out->peak = out->stage[s].peak, out->peak_stage = s;
+    }
+    return 0;
+}
+
+/* ---- the plan as it is ---- */
+
+double pass_memory_plan_peak(Arena *a, const Plan *p, int s, int gpu)
+{
+    Model m = {.a = a, .p = p};
+    stage_prog(a, p, s, &m.sp);
+    m.cat = arena_alloc(a, sizeof(MemCat) * (size_t)(p->ntensors + 1));
+    for (int t = 0; t < p->ntensors; t++)
+        m.cat[t] = MC_TEMPORARIES;
+    memset(m.base, 0, sizeof(Bytes));
+    set_base(&m, s, gpu);
+    Events e;
+    events(&m, &e);
+    double live = total(m.base), peak = live;
+    int at = -1;
+    for (int i = 0; i < m.sp.n; i++) {
+        for (int t = e.born[i]; t >= 0; t = e.next_born[t])
+            live += aligned(p->tensors[t].bytes);
+        if (live > peak)
+            peak = live, at = i;
+        for (int t = e.dies[i]; t >= 0; t = e.next_dies[t])
+            live -= aligned(p->tensors[t].bytes);
+    }
+    if (getenv("TCC_MEMDEBUG"))
+        for (int t = 0; t < p->ntensors; t++)
+            if (p->tensors[t].role == PT_TEMP && m.sp.span[t].first >= 0 && m.sp.span[t].first <= at &&
+                m.sp.span[t].last >= at)
+                fprintf(stderr, "%8llu t%d v%d [%d,%d] mb %d ph %d\n", (unsigned long long)p->tensors[t].bytes, t,
+                        p->tensors[t].value, m.sp.span[t].first, m.sp.span[t].last,
+                        p->instrs[m.sp.instr[m.sp.span[t].first]].mb, p->instrs[m.sp.instr[m.sp.span[t].last]].kind*100+p->instrs[m.sp.instr[m.sp.span[t].last]].phase*10+p->instrs[m.sp.instr[m.sp.span[t].last]].tick);
+    return peak;
+}
