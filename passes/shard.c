@@ -238,6 +238,25 @@ static void scatter_microbatches(SP *s, Value *g, const Sharding *sh)
     s->pinned[g->id] = 1;
 }
 
+/* Gradient g is reduced straight into the layout the update reads, `to`: the
+ * parameter's storage, or with zero >= 1 the optimizer state's (`split`: the
+ * state is split where the parameter is not). ZeRO-1 reduce-scatters the sum
+ * over microbatches once; ZeRO-2 each microbatch's gradient. */
+static void seed_gradient(SP *s, Value *g, const Sharding *to, int split)
+{
+    int scattered = s->zero >= 1 && split;
+    const char *why = "gradients reduced to the parameter's layout";
+    if (scattered)
+        why = s->zero == 1 ? "zero-1: the sum over microbatches reduce-scattered to the "
+                             "optimizer state's shards"
+                           : "zero-2: gradients reduce-scattered to the optimizer state's shards";
+    g->shard = *to;
+    g->shard.why = (Why){WHY_ROLE, LOC_NONE, why};
+    s->pinned[g->id] = 1;
+    if (scattered && s->zero >= 2)
+        scatter_microbatches(s, g, &g->shard);
+}
+
 /* Parameter p updated by op (SGD, AdamW; NULL: plain SGD without state). */
 static void seed_optimizer(SP *s, Value *p, const Op *op)
 {
@@ -256,22 +275,8 @@ static void seed_optimizer(SP *s, Value *p, const Op *op)
         if (st->def && st->def->kind == OP_STATE && !shard_pinned(&st->shard))
             st->shard = state, s->pinned[st->id] = 1;
     }
-    /* gradients are reduced straight into the layout the update reads:
-     * the parameter's storage, or with zero >= 1 the optimizer state's */
-    if (g && !s->pinned[g->id] && g->def && g->def->phase != PH_OPT) {
-        g->shard = s->zero >= 1 ? state : store;
-        int scattered = s->zero >= 1 && !shard_same(&state, &p->shard, p->rank);
-        const char *why = "gradients reduced to the parameter's layout";
-        if (scattered)
-            why = s->zero == 1 ? "zero-1: the sum over microbatches reduce-scattered to the "
-                                 "optimizer state's shards"
-                               : "zero-2: gradients reduce-scattered to the optimizer state's "
-                                 "shards";
-        g->shard.why = (Why){WHY_ROLE, LOC_NONE, why};
-        s->pinned[g->id] = 1;
-        if (scattered && s->zero >= 2)
-            scatter_microbatches(s, g, &g->shard);
-    }
+    if (g && !s->pinned[g->id] && g->def && g->def->phase != PH_OPT)
+        seed_gradient(s, g, s->zero >= 1 ? &state : &store, !shard_same(&state, &compute, p->rank));
     if (!shard_same(&store, &compute, p->rank)) {
         p->shard = store;
         s->pinned[p->id] = 1;
