@@ -85,8 +85,8 @@ enum {
 };
 
 /* What the training state takes on one device of the mesh, in bytes:
- * parameters, gradients (as reduced for the update: whole, or the shard of
- * the optimizer state with zero >= 2) and optimizer state. */
+ * parameters, gradients (as summed over the microbatches: whole, or with
+ * zero >= 2 the shard of the optimizer state) and optimizer state. */
 typedef struct CgMemory {
     double params, grads, state;
     int nparams;

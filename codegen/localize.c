@@ -162,8 +162,22 @@ static double local_bytes(const Graph *g, const Value *v)
     return b;
 }
 
+/* The buffer gradient v is summed in over the microbatches: v itself, but
+ * with zero = 1 the whole sum that the step reduce-scatters once. */
+static const Value *kept_gradient(const Value *v, int zero)
+{
+    while (zero == 1 && v->def && v->def->phase == PH_BWD &&
+           (v->def->kind == OP_REDUCE_SCATTER || v->def->kind == OP_ALL_REDUCE))
+        v = v->def->args[0];
+    return v;
+}
+
 void cg_memory(const Graph *g, CgMemory *m)
 {
+    TrainConfig tc;
+    char err[256];
+    if (ir_train_config(g, &tc, err, sizeof err))
+        tc.zero = 0;
     memset(m, 0, sizeof *m);
     for (int i = 0; i < g->ops.len; i++) {
         const Op *op = g->ops.data[i];
@@ -177,7 +191,7 @@ void cg_memory(const Graph *g, CgMemory *m)
             while (grad->def && ((grad->def->kind == OP_MUL && grad->def->phase == PH_OPT) ||
                                  grad->def->kind == OP_SHARD_SLICE))
                 grad = grad->def->args[grad->def->kind == OP_MUL && grad->def->args[0]->rank == 0];
-            m->grads += local_bytes(g, grad);
+            m->grads += local_bytes(g, kept_gradient(grad, (int)tc.zero));
         }
     }
 }

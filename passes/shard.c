@@ -3,12 +3,14 @@
  * sequence_parallel settings; writes a sharding, with its reason, on every
  * value. Key idea: sources are seeded (annotations; the data and fsdp axes
  * split the batch of inputs; fsdp and zero = 3 split parameters, zero >= 1
- * optimizer state, zero >= 2 gradients, each on its first dimension that
- * divides), then one sweep in definition order gives every other value the
- * result of its op's rule (shard_rules.c) over its operands. A seeded value
- * keeps its seed: the partition pass reshards into it. ZeRO-3 parameters get
- * one gathered copy per phase (forward, backward), made just before its first
- * use there, so the gathered memory lives only while that phase needs it. */
+ * optimizer state and the gradients the update reads, each on its first
+ * dimension that divides; zero >= 2 also each microbatch's gradient, so only
+ * shards are summed over microbatches), then one sweep in definition order
+ * gives every other value the result of its op's rule (shard_rules.c) over its
+ * operands. A seeded value keeps its seed: the partition pass reshards into
+ * it. ZeRO-3 parameters get one gathered copy per phase (forward, backward),
+ * made just before its first use there, so the gathered memory lives only
+ * while that phase needs it. */
 #include "shard.h"
 
 #include <stdio.h>
@@ -19,7 +21,8 @@ typedef struct SP {
     Graph *g;
     ShardOpts o;
     int zero;
-    char *pinned; /* by Value.id */
+    char *pinned;    /* by Value.id */
+    const int *uses; /* by Value.id, before seeding: how many operands read it */
     int errors;
 } SP;
 
@@ -211,6 +214,49 @@ static Value *gradient_of(SP *s, Value *p, const Op *op)
     return NULL;
 }
 
+/* ZeRO-2: the sum over microbatches of gradient g (a tree of shared adds of
+ * the backward) adds shards: each microbatch's gradient, read by that sum
+ * alone, is pinned to sh, so the partition pass reduce-scatters it right
+ * after the op that makes it, and no whole gradient outlives its microbatch. */
+static void scatter_microbatches(SP *s, Value *g, const Sharding *sh)
+{
+    const Op *op = g->def;
+    if (op && op->kind == OP_ADD && op->mb < 0 && op->phase == PH_BWD) {
+        for (int a = 0; a < 2; a++) {
+            Value *x = op->args[a];
+            if (x->rank == g->rank &&
+                !memcmp(x->shape, g->shape, sizeof(int64_t) * (size_t)g->rank))
+                scatter_microbatches(s, x, sh);
+        }
+        return;
+    }
+    if (s->pinned[g->id] || !op || op->mb < 0 || op->phase != PH_BWD || s->uses[g->id] != 1)
+        return;
+    g->shard = *sh;
+    g->shard.why = (Why){WHY_ROLE, LOC_NONE,
+                         "zero-2: a microbatch's gradient reduce-scattered before the sum"};
+    s->pinned[g->id] = 1;
+}
+
+/* Gradient g is reduced straight into the layout the update reads, `to`: the
+ * parameter's storage, or with zero >= 1 the optimizer state's (`split`: the
+ * state is split where the parameter is not). ZeRO-1 reduce-scatters the sum
+ * over microbatches once; ZeRO-2 each microbatch's gradient. */
+static void seed_gradient(SP *s, Value *g, const Sharding *to, int split)
+{
+    int scattered = s->zero >= 1 && split;
+    const char *why = "gradients reduced to the parameter's layout";
+    if (scattered)
+        why = s->zero == 1 ? "zero-1: the sum over microbatches reduce-scattered to the "
+                             "optimizer state's shards"
+                           : "zero-2: gradients reduce-scattered to the optimizer state's shards";
+    g->shard = *to;
+    g->shard.why = (Why){WHY_ROLE, LOC_NONE, why};
+    s->pinned[g->id] = 1;
+    if (scattered && s->zero >= 2)
+        scatter_microbatches(s, g, &g->shard);
+}
+
 /* Parameter p updated by op (SGD, AdamW; NULL: plain SGD without state). */
 static void seed_optimizer(SP *s, Value *p, const Op *op)
 {
@@ -229,17 +275,8 @@ static void seed_optimizer(SP *s, Value *p, const Op *op)
         if (st->def && st->def->kind == OP_STATE && !shard_pinned(&st->shard))
             st->shard = state, s->pinned[st->id] = 1;
     }
-    /* gradients are reduced straight into the layout the update reads:
-     * the parameter's storage, or with zero >= 2 the optimizer state's */
-    if (g && !s->pinned[g->id] && g->def && g->def->phase != PH_OPT) {
-        g->shard = s->zero >= 2 ? state : store;
-        int scattered = s->zero >= 2 && !shard_same(&state, &p->shard, p->rank);
-        g->shard.why = (Why){WHY_ROLE, LOC_NONE,
-                             scattered ? "zero-2: gradients reduce-scattered to the optimizer "
-                                         "state's shards"
-                                       : "gradients reduced to the parameter's layout"};
-        s->pinned[g->id] = 1;
-    }
+    if (g && !s->pinned[g->id] && g->def && g->def->phase != PH_OPT)
+        seed_gradient(s, g, s->zero >= 1 ? &state : &store, !shard_same(&state, &compute, p->rank));
     if (!shard_same(&store, &compute, p->rank)) {
         p->shard = store;
         s->pinned[p->id] = 1;
@@ -257,6 +294,9 @@ static void seed(SP *s)
         if (v->def && v->def->kind == OP_INPUT)
             seed_input(s, v), s->pinned[v->id] = 1;
     }
+    ShardOpts before;
+    shard_opts(s->g, &before);
+    s->uses = before.uses;
     int n = s->g->ops.len; /* seeding inserts ops: walk a copy */
     Op **ops = arena_alloc(s->g->arena, sizeof(Op *) * (size_t)(n + 1));
     memcpy(ops, s->g->ops.data, sizeof(Op *) * (size_t)n);
@@ -362,7 +402,7 @@ static int sharded(const Graph *g)
 
 int pass_shard(Ctx *c, Graph *g)
 {
-    SP s = {c, g, {-1, NULL, 0}, 0, NULL, 0};
+    SP s = {c, g, {-1, NULL, 0}, 0, NULL, NULL, 0};
     TrainConfig tc;
     if (pass_train_config(c, g, &tc))
         return -1;
