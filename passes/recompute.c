@@ -56,16 +56,19 @@ static int group_of(const RC *r, const Op *op)
 
 /* The value selective keeps of a matmul: its result, or the bias add that
  * is its only reader (codegen computes the two as one GEMM with a bias
- * epilogue; keeping the bare product would split them and round it once more
- * in bf16). */
+ * epilogue, on the same conditions as here; keeping the bare product would
+ * split them and round it once more in bf16). */
 static Value *gemm_result(const Op *mm, const int *nread, Op *const *reader)
 {
     Value *m = mm->res[0];
     const Op *add = reader[m->id];
-    if (nread[m->id] != 1 || add->kind != OP_ADD || add->phase != PH_FWD)
+    if (nread[m->id] != 1 || add->kind != OP_ADD || add->phase != PH_FWD ||
+        mm->args[1]->rank != 2 || m->rank < 2)
         return m;
-    const Value *b = add->args[0] == m ? add->args[1] : add->args[0];
-    if (b->rank != 1 || m->rank < 1 || b->shape[0] != m->shape[m->rank - 1] || b->dtype != m->dtype)
+    const Value *b = add->args[0] == m ? add->args[1] : add->args[0], *out = add->res[0];
+    if (b->rank != 1 || b->shape[0] != m->shape[m->rank - 1] || b->dtype != m->dtype ||
+        out->dtype != m->dtype || out->rank != m->rank ||
+        memcmp(out->shape, m->shape, sizeof(int64_t) * (size_t)m->rank))
         return m;
     return add->res[0];
 }
