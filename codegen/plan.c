@@ -314,6 +314,23 @@ static void find_bias_adds(Gen *gen, const int *uses)
     }
 }
 
+/* A forward value and its recomputed copy (passes/recompute.c) fuse as the
+ * forward value did without recomputation: both count the readers it had then,
+ * its own and its copy's other than recompute ops. Fusion decides the
+ * arithmetic (a fused bf16 intermediate is never rounded to bf16, a product
+ * with its bias add is one GEMM epilogue), so recomputation changes no bit. */
+static void twin_uses(Gen *gen, int *uses, const int *recomputed)
+{
+    const Value **twin = ir_recompute_twins(gen->g, gen->a);
+    for (int i = 0; i < gen->g->values.len; i++) {
+        const Value *t = twin[i];
+        if (!t)
+            continue;
+        int n = uses[t->id] + uses[i] - recomputed[i];
+        uses[t->id] = uses[i] = n;
+    }
+}
+
 static void find_fusions(Gen *gen, int flags)
 {
     const Graph *g = gen->g;
@@ -322,17 +339,20 @@ static void find_fusions(Gen *gen, int flags)
     gen->fused = arena_alloc(gen->a, (size_t)g->values.len + 1);
     if (flags & CG_KEEP_VALUES)
         return;
+    int *recomputed = arena_alloc(gen->a, sizeof(int) * (size_t)(g->values.len + 1));
     for (int i = 0; i < g->ops.len; i++) {
         const Op *op = g->ops.data[i];
         int folds = op->kind == OP_MATMUL ? gemm_folds(op) : 0;
         for (int j = 0; j < op->nargs; j++) {
             const Value *v = folds & (1 << j) ? transposed_from(op->args[j]) : op->args[j];
             uses[v->id]++;
+            recomputed[v->id] += op->phase == PH_RECOMPUTE;
             user[v->id] = op;
         }
     }
     for (int i = 0; i < g->outputs.len; i++)
         uses[g->outputs.data[i]->id] += 2;
+    twin_uses(gen, uses, recomputed);
     find_bias_adds(gen, uses);
     int *leaves = arena_alloc(gen->a, sizeof(int) * (size_t)(g->values.len + 1));
     for (int i = 0; i < g->ops.len; i++) {

@@ -93,6 +93,96 @@ int ir_pipeline_stages(const Mesh *m)
     return p;
 }
 
+double ir_numel(const Value *v)
+{
+    double n = 1;
+    for (int d = 0; d < v->rank; d++)
+        n *= (double)v->shape[d];
+    return n;
+}
+
+double ir_op_flops(const Op *op)
+{
+    if (!op->nres)
+        return 0;
+    const Value *r = op->res[0];
+    if (op->kind == OP_MATMUL) {
+        const Value *a = op->args[0];
+        return 2 * ir_numel(r) * (double)a->shape[a->rank - 1];
+    }
+    if (op->kind == OP_ATTENTION) { /* 4 B S^2 (H Dh) */
+        const Value *q = op->args[0];
+        return 4 * ir_numel(q) * (double)q->shape[1];
+    }
+    if (op->kind == OP_CROSS_ENTROPY || op->kind == OP_EMBED)
+        return 4 * ir_numel(op->args[0]);
+    return ir_numel(r);
+}
+
+int ir_attr_equal(const Attr *a, const Attr *b)
+{
+    if (a == b)
+        return 1;
+    if (a->kind != b->kind || a->i != b->i || a->nitems != b->nitems ||
+        memcmp(&a->f, &b->f, sizeof a->f) || (!a->key != !b->key) ||
+        (a->key && strcmp(a->key, b->key)) || (!a->s != !b->s) || (a->s && strcmp(a->s, b->s)))
+        return 0;
+    for (int i = 0; i < a->nitems; i++)
+        if (!ir_attr_equal(a->items[i], b->items[i]))
+            return 0;
+    return 1;
+}
+
+/* Forward op f is what recompute op r copies, given the twins of r's operands. */
+static int same_op(const Op *f, const Op *r, const Value **twin)
+{
+    if (f->phase != PH_FWD || f->kind != r->kind || f->layer != r->layer || f->mb != r->mb ||
+        f->loc.line != r->loc.line || f->loc.col != r->loc.col || f->nargs != r->nargs ||
+        f->nres != r->nres || f->nattrs != r->nattrs)
+        return 0;
+    for (int i = 0; i < f->nargs; i++)
+        if (f->args[i] != r->args[i] && f->args[i] != twin[r->args[i]->id])
+            return 0;
+    for (int i = 0; i < f->nattrs; i++)
+        if (!ir_attr_equal(f->attrs[i], r->attrs[i]))
+            return 0;
+    return 1;
+}
+
+const Value **ir_recompute_twins(const Graph *g, Arena *a)
+{
+    int nv = g->values.len;
+    const Value **twin = arena_alloc(a, sizeof(Value *) * (size_t)(nv + 1));
+    int *first = arena_alloc(a, sizeof(int) * (size_t)(nv + 2)); /* readers, by value: CSR */
+    memset(twin, 0, sizeof(Value *) * (size_t)(nv + 1));
+    memset(first, 0, sizeof(int) * (size_t)(nv + 2));
+    int nargs = 0;
+    for (int i = 0; i < g->ops.len; i++)
+        for (int j = 0; j < g->ops.data[i]->nargs; j++)
+            first[g->ops.data[i]->args[j]->id + 1]++, nargs++;
+    for (int v = 0; v < nv; v++)
+        first[v + 1] += first[v];
+    const Op **reader = arena_alloc(a, sizeof(Op *) * (size_t)(nargs + 1));
+    int *fill = arena_alloc(a, sizeof(int) * (size_t)(nv + 1));
+    memcpy(fill, first, sizeof(int) * (size_t)nv);
+    for (int i = 0; i < g->ops.len; i++)
+        for (int j = 0; j < g->ops.data[i]->nargs; j++)
+            reader[fill[g->ops.data[i]->args[j]->id]++] = g->ops.data[i];
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *r = g->ops.data[i];
+        if (r->phase != PH_RECOMPUTE || !r->nargs)
+            continue;
+        const Value *in = twin[r->args[0]->id] ? twin[r->args[0]->id] : r->args[0];
+        for (int k = first[in->id]; k < first[in->id + 1]; k++)
+            if (same_op(reader[k], r, twin)) {
+                for (int j = 0; j < r->nres; j++)
+                    twin[r->res[j]->id] = reader[k]->res[j];
+                break;
+            }
+    }
+    return twin;
+}
+
 void ir_op_place_like(Op *dst, const Op *site)
 {
     dst->layer = site->layer;

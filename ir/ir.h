@@ -152,6 +152,22 @@ int ir_op_lookup(const char *name);      /* OpKind, or -1 */
 /* The pipeline stages of a mesh: the product of its pipeline-role axes' sizes. */
 int ir_pipeline_stages(const Mesh *m);
 
+/* The elements of v's global shape. */
+double ir_numel(const Value *v);
+/* The nominal FLOPs of op on global shapes: 2 M N K per matmul, 4 B S^2 (H Dh)
+ * per attention, 4 per logit (cross_entropy) or gathered element (embed), one
+ * per result element for the rest; 0 for an op without results. The pipeline
+ * pass balances stages by it, and recompute reports what it adds. */
+double ir_op_flops(const Op *op);
+
+/* Same kind, key and value (items compared in order). */
+int ir_attr_equal(const Attr *a, const Attr *b);
+/* By value id, in a: for each result of a recompute op, the forward value it
+ * recomputes (the result of a forward op of the same kind, attributes,
+ * location, layer and microbatch whose operands are the same values or the
+ * ones they recompute); NULL for every other value. */
+const Value **ir_recompute_twins(const Graph *g, Arena *a);
+
 /* ---- building ---- */
 Graph *ir_graph_new(Arena *a, Interner *strings, const char *name);
 /* A new Value owned by g (not yet defined by an op). */

@@ -7,6 +7,7 @@ const Pass pass_table[] = {
     {"microbatch", pass_microbatch, "gradient accumulation: one forward copy per microbatch"},
     {"autodiff", pass_autodiff, "reverse-mode gradients of the loss for every parameter"},
     {"precision", pass_precision, "precision = bf16: bf16 activations and weight casts, f32 masters"},
+    {"recompute", pass_recompute, "recomputation: forward ops copied into the backward, by layer"},
     {"optimizer", pass_optimizer, "learning rate, gradient clipping, SGD or AdamW updates"},
     {"pipeline", pass_pipeline, "stage partitioning: layers to pipeline stages, by FLOPs"},
     {"shard", pass_shard, "sharding propagation: a sharding and its reason for every value"},

@@ -43,6 +43,10 @@ int pass_optimizer(Ctx *c, Graph *g);
  * recompute = auto takes each layer's mode from c->recompute_layers. */
 typedef enum { RC_NONE, RC_SELECTIVE, RC_FULL } RecomputeMode;
 int pass_recompute(Ctx *c, Graph *g);
+/* The same with layer l's mode mode_by_layer[l] (RC_*; none for l >= nlayers
+ * or a NULL array), whatever the train block says: for a driver that chose
+ * the modes itself. Does nothing to a graph that has recompute ops. */
+int pass_recompute_with(Ctx *c, Graph *g, const signed char *mode_by_layer, int nlayers);
 
 /* Stage partitioning over the pipeline axis: contiguous layers (the embedding
  * and the loss count as one more each) to stages, balanced by forward FLOPs

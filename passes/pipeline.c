@@ -9,7 +9,8 @@
  * as cheap as possible (an exact search), unless stage_starts pins the first
  * layer of each stage after the first. A backward op goes where its forward
  * op went (same layer, or same source location outside layers); an optimizer
- * op goes with its parameter. Nothing is sent between stages yet. */
+ * op goes with its parameter; a recompute op goes with its layer, like the
+ * backward. Nothing is sent between stages yet. */
 #include "passes.h"
 
 #include <stdio.h>
@@ -28,32 +29,6 @@ typedef struct PL {
     int *start;        /* by virtual stage: its first unit */
     double *vcost;     /* by virtual stage: the forward FLOPs of one microbatch */
 } PL;
-
-static double numel(const Value *v)
-{
-    double n = 1;
-    for (int d = 0; d < v->rank; d++)
-        n *= (double)v->shape[d];
-    return n;
-}
-
-static double flops(const Op *op)
-{
-    if (!op->nres)
-        return 0;
-    const Value *r = op->res[0];
-    if (op->kind == OP_MATMUL) {
-        const Value *a = op->args[0];
-        return 2 * numel(r) * (double)a->shape[a->rank - 1];
-    }
-    if (op->kind == OP_ATTENTION) { /* 4 B S^2 (H Dh) */
-        const Value *q = op->args[0];
-        return 4 * numel(q) * (double)q->shape[1];
-    }
-    if (op->kind == OP_CROSS_ENTROPY || op->kind == OP_EMBED)
-        return 4 * numel(op->args[0]);
-    return numel(r);
-}
 
 static int is_source(const Op *op)
 {
@@ -220,10 +195,8 @@ static void loc_map(PL *l, LocMap *m)
     }
 }
 
-static double numel_of(const Value *v) { return numel(v); }
-
-/* Every op's virtual stage. Forward ops: their unit's. Backward ops: their
- * layer's, or their forward op's (same location). Optimizer ops: their
+/* Every op's virtual stage. Forward ops: their unit's. Backward and recompute
+ * ops: their layer's, or their forward op's (same location). Optimizer ops: their
  * layer's, their parameter's, or that of their largest operand. Sources and
  * what is still unplaced (constants): with their first reader. */
 static void assign(PL *l)
@@ -263,8 +236,8 @@ static void assign(PL *l)
                     vs = dvs;
                     break;
                 }
-                if (dvs >= 0 && numel_of(op->args[a]) > big)
-                    big = numel_of(op->args[a]), vs = dvs;
+                if (dvs >= 0 && ir_numel(op->args[a]) > big)
+                    big = ir_numel(op->args[a]), vs = dvs;
             }
         }
         l->vs[i] = vs;
@@ -338,7 +311,8 @@ static char *input_gradient(PL *l)
 
 /* Run the schedule in the simulator (forward FLOPs as costs), number its
  * pieces by start time, and give each op its piece's number: a microbatch's
- * forward ops their F piece, its backward ops B (or W). Shared ops follow
+ * forward ops their F piece, its backward ops B (or W), its recompute ops B
+ * (they run before the backward that reads them). Shared ops follow
  * their operands. A stage runs its ops by (tick, position): the order of the
  * schedule, and one order across the stages that every value's producer
  * precedes its readers in, so the sends and receives cannot deadlock. */
@@ -381,8 +355,10 @@ static int ticks(PL *l, SchedKind kind)
         Op *op = g->ops.data[i];
         int own = op->mb >= 0 && op->mb < l->m && !is_source(op) && op->phase != PH_OPT;
         op->tick = 0;
-        if (own) {
-            PieceKind pk = op->phase == PH_FWD ? PIECE_F : need && !need[i] ? PIECE_W : PIECE_B;
+        if (own) { /* recompute ops precede every backward reader: B, never W */
+            PieceKind pk = op->phase == PH_FWD                      ? PIECE_F
+                           : op->phase == PH_BWD && need && !need[i] ? PIECE_W
+                                                                     : PIECE_B;
             op->tick = slot[((size_t)pk * (size_t)l->P + (size_t)l->vs[i]) * (size_t)l->m +
                             (size_t)op->mb];
         }
@@ -431,7 +407,7 @@ static int partition(PL *l, Ctx *c, Graph *g, SchedKind *kind)
     l->start = arena_alloc(g->arena, sizeof(int) * (size_t)l->P);
     for (int i = 0; i < g->ops.len; i++)
         if (l->unit[i] >= 0)
-            l->cost[l->unit[i]] += flops(g->ops.data[i]);
+            l->cost[l->unit[i]] += ir_op_flops(g->ops.data[i]);
     int pin = l->P > 1 ? pinned(l) : 0; /* one stage: nothing to pin */
     if (pin < 0)
         return -1;

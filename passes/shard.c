@@ -159,14 +159,15 @@ static Sharding storage(SP *s, const Value *v, uint32_t roles, const char *why, 
 }
 
 /* A gathered copy of param p for the ops of one phase: an identity reshape
- * placed before the first such op, pinned to p's compute sharding. */
+ * placed before the first such op, pinned to p's compute sharding. Recompute
+ * ops share the backward's copy (they run in the backward, before it). */
 static void gather_for_phase(SP *s, Value *p, Sharding compute, Phase ph)
 {
     Graph *g = s->g;
     Value *copy = NULL;
     for (int i = 0; i < g->ops.len; i++) {
         Op *op = g->ops.data[i];
-        if (op->phase != ph)
+        if ((op->phase == PH_RECOMPUTE ? PH_BWD : op->phase) != ph)
             continue;
         for (int a = 0; a < op->nargs; a++) {
             if (op->args[a] != p)
