@@ -258,9 +258,12 @@ static void events(const Model *m, Events *e)
     }
 }
 
+/* A parameter's gradient that outlives the piece making it: with several
+ * microbatches it is their sum, one buffer per step however many are in
+ * flight (passes/autodiff.c adds each microbatch's part in its own piece). */
 static int accumulator(const Model *m, int t)
 {
-    return m->cat[t] == MC_GRADS && m->death[t] == m->sp.npieces && m->birth[t] >= 0 &&
+    return m->cat[t] == MC_GRADS && m->death[t] > m->birth[t] && m->birth[t] >= 0 &&
            m->birth[t] < m->sp.npieces;
 }
 
@@ -270,7 +273,7 @@ static int accumulator(const Model *m, int t)
 static int counted(const Model *m, int t, int pc)
 {
     int b = m->birth[t], d = m->death[t];
-    return b == pc || (b >= 0 && b < pc && d == pc && pc < m->sp.npieces);
+    return b == pc || (b >= 0 && b < pc && d == pc && pc < m->sp.npieces && !accumulator(m, t));
 }
 
 /* The pieces' own moments: held-in bytes at the start, births added, deaths
