@@ -226,7 +226,8 @@ typedef struct Model {
     double saved, saved_layers; /* bytes a microbatch's forward holds for later, in layers */
     int *birth, *death; /* by tensor: piece of first and last touch (-1 prologue) */
     PieceProf *prof;
-    Bytes base;     /* persistent, prologue-born, workspace, comm, reserved */
+    Bytes base;     /* persistent, workspace, comm, reserved */
+    Bytes pre;      /* made before the first piece (weight casts and gathers): held to their last use */
 } Model;
 
 static void tensor_pieces(Model *m)
@@ -355,8 +356,10 @@ static void classify(Model *m)
         if (pt->role != PT_TEMP || m->sp.span[t].first < 0)
             continue;
         double by = aligned(pt->bytes);
+        if (b < 0 && d < 0)
+            continue; /* made and used before the first piece */
         if (b < 0)
-            m->base[m->cat[t]] += by;
+            m->pre[m->cat[t]] += by, m->prof[d].acc_end[m->cat[t]] += by;
         else if (step_value(m, t) || accumulator(m, t)) {
             if (step_value(m, t))
                 m->prof[b].fin[m->cat[t]] += by;
@@ -415,7 +418,8 @@ static int piece_of(const Replay *r, int i) { return r->map[r->pcs[i].kind * r->
 static void replay(Model *m, const Replay *r, Peak *pk)
 {
     int np = m->sp.npieces, inflight = 0;
-    Bytes run = {0}, acc = {0}, now;
+    Bytes run = {0}, acc, now;
+    memcpy(acc, m->pre, sizeof(Bytes));
     char *started = arena_alloc(m->a, (size_t)np + 1);
     int *done = arena_alloc(m->a, sizeof(int) * (size_t)(r->m + 1)), total_pcs = 0;
     memset(started, 0, (size_t)np + 1);
@@ -651,6 +655,7 @@ static void model_stage(Model *m, int s, int gpu, const Schedule *sc, StageMemor
     m->prof = arena_alloc(m->a, sizeof(PieceProf) * (size_t)(np + 1));
     memset(m->prof, 0, sizeof(PieceProf) * (size_t)(np + 1));
     memset(m->base, 0, sizeof(Bytes));
+    memset(m->pre, 0, sizeof(Bytes));
     m->saved = m->saved_layers = 0;
     tensor_pieces(m);
     char *grad = gradient_values(m->a, m->l);
