@@ -774,8 +774,8 @@ int rt_ckpt_load_latest(Runtime *rt, const char *dir, CkptMeta *meta, char *err,
     Ckpt c = {0};
     CkptMeta m;
     int rc = read_ckpt(&c, path, step, p, &m, msg, sizeof msg);
-    for (int i = 0; !rc && i < p->ntensors; i++) /* this device's block of each */
-        if (saved(&p->tensors[i]))
+    for (int i = 0; !rc && i < p->ntensors; i++) /* this device's block of each it holds */
+        if (saved(&p->tensors[i]) && rt_holds(rt, i))
             rt_block_copy(rt, &p->tensors[i], c.data + c.begin[i], rt_tensor_data(rt, i), 0);
     free_ckpt(&c);
     if (rc)

@@ -54,6 +54,7 @@ typedef struct Msg {
     struct Msg *next;
     int tag;
     size_t bytes;
+    RtAccount *account; /* the sender's: the message is counted there until received */
     unsigned char data[];
 } Msg;
 
@@ -388,6 +389,8 @@ static int t_send(RtComm *c, const void *buf, size_t bytes, int peer, int tag, c
     m->next = NULL;
     m->tag = tag;
     m->bytes = bytes;
+    m->account = c->account;
+    rt_account(m->account, (int64_t)(sizeof *m + bytes));
     copy(m->data, buf, bytes);
     size_t q = (size_t)c->rank * (size_t)g->size + (size_t)peer;
     lock(&g->mu);
@@ -434,6 +437,7 @@ static int t_recv(RtComm *c, void *buf, size_t bytes, int peer, int tag, char *e
                          c->world_rank, peer, m->bytes, tag, bytes);
     else
         copy(buf, m->data, bytes);
+    rt_account(m->account, -(int64_t)(sizeof *m + m->bytes));
     free(m);
     return rc;
 }
@@ -481,7 +485,7 @@ static RtComm *t_split(RtWorld *w, int color, int key, char *err, size_t n)
         plan_errorf(err, n, "rank %d: comm_split: out of memory for a group of %d", me, size);
         return NULL;
     }
-    t->base = (RtComm){&threads_ops, rank, size, me, NULL, 0, NULL, 0};
+    t->base = (RtComm){&threads_ops, rank, size, me, NULL, 0, NULL, 0, NULL};
     t->g = made;
     t->owns = 1;
     return &t->base;
@@ -564,7 +568,7 @@ RtWorld *rt_world_threads(RtThreadsHub *hub, int rank)
     }
     w->base = (RtWorld){&threads_ops, rank, hub->nranks};
     w->hub = hub;
-    w->all.base = (RtComm){&threads_ops, rank, hub->nranks, rank, NULL, 0, NULL, 0};
+    w->all.base = (RtComm){&threads_ops, rank, hub->nranks, rank, NULL, 0, NULL, 0, NULL};
     w->all.g = hub->world;
     return &w->base;
 }
