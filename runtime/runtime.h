@@ -86,6 +86,27 @@ int rt_verify(const Plan *mesh, const Plan *one, int steps, uint64_t seed, doubl
 int rt_verify_world(RtWorld *w, const Plan *mesh, const Plan *one, int steps, uint64_t seed,
                     double tol, const char *cache_dir, FILE *report, char *err, size_t n);
 
+/* ---- memory (runtime/memory.c) ----
+ * What a device really holds, for comparison with a memory model: the bytes
+ * of its slab (its stage's) that lie in pages written so far, and the
+ * high-water mark of the buffers it allocated besides for the step. */
+typedef struct RtMemory {
+    int64_t rank, stage; /* world rank (0 on one device), pipeline stage */
+    uint64_t slab;       /* the stage's slab, from the plan (stage_slab_bytes) */
+    uint64_t touched;    /* of those bytes, the ones in pages written so far (<= slab) */
+    uint64_t buffers;    /* the most bytes of other step buffers held at once */
+    uint64_t peak;       /* touched + buffers */
+} RtMemory;
+/* This device's numbers now (after the steps: their high-water marks). 0, or
+ * -1 with a message. */
+int rt_memory(Runtime *rt, RtMemory *m, char *err, size_t n);
+/* "memory: rank R stage S: slab B bytes (touched T), buffers U bytes, peak P
+ * bytes" and a newline, into f. */
+void rt_memory_print(FILE *f, const RtMemory *m);
+/* Collective when attached: every rank's line, in rank order, into out on the
+ * ranks that pass one (NULL: none; world rank 0 prints for all). 0 or -1. */
+int rt_memory_report(Runtime *rt, FILE *out, char *err, size_t n);
+
 /* Free the slab, unload the kernels. rt may be NULL. */
 void rt_close(Runtime *rt);
 
