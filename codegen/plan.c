@@ -1,6 +1,7 @@
 /* plan.c: a verified graph -> the Plan of one step, for the CPU.
  * Reads the Graph; writes tensors (one per value, at aligned offsets in one
- * slab: parameters and optimizer state first, then inputs, then the rest), the
+ * slab per pipeline stage: what every stage holds first, then the stage's own
+ * parameters and optimizer state, then its temporaries), the
  * instruction list in op order (GEMMs for matmuls, kernels for the rest, copies
  * for updates; a reshape shares its operand's memory), and the C source of the
  * kernels. Key idea of the memory plan: a temporary lives from the first
@@ -883,7 +884,8 @@ static void fill_plan(Gen *gen, Plan *p)
                                 arena_strdup(gen->a, ir_role_name(g->mesh.axes[i].role)),
                                 g->mesh.axes[i].size};
     p->slab_bytes = gen->slab ? gen->slab : PLAN_ALIGN;
-    p->stage_slab_bytes = gen->stage_slab; /* NULL (every stage: slab_bytes) without a memory plan */
+    /* without a memory plan NULL: every stage's slab is slab_bytes */
+    p->stage_slab_bytes = gen->stage_slab;
     p->ntensors = gen->tensors.len;
     p->tensors = gen->tensors.data;
     p->ninstrs = gen->instrs.len;
@@ -912,7 +914,10 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n)
     return h;
 }
 
-static uint64_t fnv_text(uint64_t h, const char *s) { return fnv(h, s ? s : "", s ? strlen(s) + 1 : 1); }
+static uint64_t fnv_text(uint64_t h, const char *s)
+{
+    return fnv(h, s ? s : "", s ? strlen(s) + 1 : 1);
+}
 
 /* A param, state, input or hyperparameter: name, role, dtype, global shape, init. */
 static uint64_t tensor_identity(const Graph *g, const PlanTensor *t)
@@ -939,9 +944,10 @@ static void train_hash(Gen *gen, Plan *p)
     if (ir_train_config(gen->g, &tc, err, sizeof err))
         return;
     uint64_t h = fnv_text(0xcbf29ce484222325ULL, p->model), sum = 0;
-    double x[] = {tc.optimizer, tc.lr,     tc.momentum, tc.beta1,        tc.beta2,
-                  tc.eps,       tc.weight_decay, tc.schedule, (double)tc.warmup,
-                  (double)tc.total_steps, tc.min_lr, tc.grad_clip};
+    double x[] = {
+        tc.optimizer, tc.lr,           tc.momentum, tc.beta1,          tc.beta2,
+        tc.eps,       tc.weight_decay, tc.schedule, (double)tc.warmup, (double)tc.total_steps,
+        tc.min_lr,    tc.grad_clip};
     h = fnv_text(fnv(h, x, sizeof x), tc.precision);
     for (int i = 0; i < p->ntensors; i++) {
         PlanRole r = p->tensors[i].role;

@@ -8,10 +8,10 @@
  * content does not depend on the mesh: on a mesh every rank takes part in the
  * gathers (a tensor of a pipeline stage comes from that stage's devices) and
  * rank 0 writes; on resume every rank reads the file and keeps its block of
- * each tensor it holds, so a run resumes on another mesh (the train hash). A file gets its final name only once it is complete and on disk
- * (write, fsync, rename, fsync of the folder), so the newest final name is
- * always a whole checkpoint and a corrupt one is an error, never a reason to
- * fall back. The loader trusts nothing in the file: it checks the header
+ * each tensor it holds, so a run resumes on another mesh (the train hash). A
+ * file gets its final name only once it is complete and on disk (write,
+ * fsync, rename, fsync of the folder), so the newest final name is always a
+ * whole checkpoint and a corrupt one is an error, never a reason to fall back. The loader trusts nothing in the file: it checks the header
  * against the plan and reads the data into a staging buffer before it
  * overwrites any tensor, so a refused checkpoint leaves the Runtime as it was.
  * Tensors are stored little-endian, as they lie in memory on the hosts we run. */

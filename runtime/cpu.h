@@ -14,9 +14,9 @@
 typedef void (*RtKernelFn)(char *const *args);
 
 typedef struct CpuDevice {
-    char *slab;      /* anonymous pages, zero-filled by the kernel on first touch */
+    char *slab;          /* anonymous pages, zero-filled by the kernel on first touch */
     uint64_t slab_bytes; /* the plan's slab of this device's stage (slab_bytes until attach) */
-    size_t mapped;   /* bytes mapped: slab_bytes rounded up to pages */
+    size_t mapped;       /* bytes mapped: slab_bytes rounded up to pages */
     void *so;        /* the dlopen handle of the kernels (NULL when there are none) */
     RtKernelFn *fns; /* by kernel index */
     char so_path[4096];

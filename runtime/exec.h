@@ -33,7 +33,7 @@ struct Runtime {
                                       until rt_attach with more than one stage */
     int npipe;                     /* the pipeline-role axes, in plan order */
     int8_t pipe[PLAN_MAX_AXES];
-    RtAccount mem;                 /* the buffers it holds outside the slab (rt_memory) */
+    RtAccount mem; /* the buffers it holds outside the slab (rt_memory) */
 };
 
 /* Whether this device's slab holds tensor t: always on one stage; on a

@@ -350,12 +350,12 @@ static int check_tensor_shape(const Plan *p, int i, char *err, size_t n)
     uint64_t slab = plan_stage_slab(p, stage);
     if (t->offset > slab || t->bytes > slab - t->offset)
         return plan_errorf(err, n,
-                   "tensors[%d].offset: bytes [%" PRIu64 ", %" PRIu64
-                   ") lie outside the slab (%" PRIu64 " bytes%s)",
-                   i, t->offset, t->offset + t->bytes, slab,
-                   p->stage_slab_bytes && plan_stages(p) > 1 ? stage < 0 ? " on some stage"
-                                                                          : " on its stage"
-                                                             : "");
+                           "tensors[%d].offset: bytes [%" PRIu64 ", %" PRIu64
+                           ") lie outside the slab (%" PRIu64 " bytes%s)",
+                           i, t->offset, t->offset + t->bytes, slab,
+                           p->stage_slab_bytes && plan_stages(p) > 1
+                               ? stage < 0 ? " on some stage" : " on its stage"
+                               : "");
     return 0;
 }
 
@@ -601,7 +601,8 @@ static int check_stage_slabs(const Plan *p, char *err, size_t n)
         most = p->stage_slab_bytes[s] > most ? p->stage_slab_bytes[s] : most;
     }
     if (p->stage_slab_bytes && most != p->slab_bytes)
-        return plan_errorf(err, n, "slab_bytes: %" PRIu64 ", but the largest stage slab is %" PRIu64,
+        return plan_errorf(err, n,
+                           "slab_bytes: %" PRIu64 ", but the largest stage slab is %" PRIu64,
                            p->slab_bytes, most);
     return 0;
 }
@@ -616,8 +617,9 @@ static int check_instr_stage(const Plan *p, int i, char *err, size_t n)
     for (int j = 0; j < in->nargs + nt; j++) {
         int k = j < in->nargs ? in->args[j] : t[j - in->nargs];
         if (!plan_stage_holds(p, in->stage, k))
-            return plan_errorf(err, n, "instrs[%d]: an instruction of stage %d touches "
-                                       "tensors[%d] of stage %d",
+            return plan_errorf(err, n,
+                               "instrs[%d]: an instruction of stage %d touches "
+                               "tensors[%d] of stage %d",
                                i, in->stage, k, p->tensors[k].stage);
     }
     return 0;
@@ -1509,8 +1511,8 @@ static int rd_train_hash(const cJSON *root, Plan *p, char *err, size_t n)
     if (!h)
         return -1;
     if (!cJSON_IsString(h) ||
-        (*h->valuestring && (strlen(h->valuestring) != 16 ||
-                             strspn(h->valuestring, "0123456789abcdef") != 16)))
+        (*h->valuestring &&
+         (strlen(h->valuestring) != 16 || strspn(h->valuestring, "0123456789abcdef") != 16)))
         return plan_errorf(err, n, "train_hash: expected \"\" or 16 lowercase hex digits");
     memcpy(p->train_hash, h->valuestring, strlen(h->valuestring) + 1);
     return 0;
@@ -1533,10 +1535,9 @@ static int rd_stage_slabs(const cJSON *root, Plan *p, char *err, size_t n)
 static int rd_plan(const cJSON *root, Plan *p, char *hash, char *err, size_t n)
 {
     static const char *const keys[] = {
-        "format",        "version",   "hash",  "model",         "train_hash", "axes",
-        "slab_bytes",    "stage_slab_bytes",   "tensors",       "kernels",    "instrs",
-        "loss",          "lr",        "grad_norm",     "flops",      "kernel_source",
-        "gpu_source",    NULL};
+        "format",     "version",          "hash",    "model",         "train_hash", "axes",
+        "slab_bytes", "stage_slab_bytes", "tensors", "kernels",       "instrs",     "loss",
+        "lr",         "grad_norm",        "flops",   "kernel_source", "gpu_source", NULL};
     int rc;
     if (rd_header(root, p, hash, err, n) || rd_keys(root, "", keys, err, n) ||
         rd_str(root, "", "model", &p->model, err, n) ||

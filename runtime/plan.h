@@ -139,11 +139,11 @@ typedef struct Plan {
     char *model;
     int naxes;
     PlanAxis *axes;
-    uint64_t slab_bytes;         /* the largest slab of a device: max of stage_slab_bytes */
-    uint64_t *stage_slab_bytes;  /* by pipeline stage: its devices' slab (each stage has its own
-                                    address space); NULL: every stage's is slab_bytes */
-    char train_hash[17];         /* the training run whatever the mesh (16 hex digits, or ""
-                                    when unknown): what a checkpoint must match to resume */
+    uint64_t slab_bytes;        /* the largest slab of a device: max of stage_slab_bytes */
+    uint64_t *stage_slab_bytes; /* by pipeline stage: its devices' slab (each stage has its own
+                                   address space); NULL: every stage's is slab_bytes */
+    char train_hash[17];        /* the training run whatever the mesh (16 hex digits, or ""
+                                   when unknown): what a checkpoint must match to resume */
     int ntensors;
     PlanTensor *tensors;
     int ninstrs;

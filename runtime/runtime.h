@@ -1,8 +1,8 @@
 /* runtime.h: the runtime's public API: run the training step of a plan on the CPU.
  * A Runtime owns one slab of memory that holds every tensor of its device's
- * pipeline stage (all of them without a pipeline) at its planned offset, and the plan's kernels compiled by the system C compiler
- * into a shared object (cached on disk by content). It borrows the plan, which
- * must outlive it. Nothing is allocated inside rt_step. */
+ * pipeline stage (all of them without a pipeline) at its planned offset, and the plan's kernels
+ * compiled by the system C compiler into a shared object (cached on disk by content). It borrows
+ * the plan, which must outlive it. Nothing is allocated inside rt_step. */
 #ifndef TCC_RUNTIME_H
 #define TCC_RUNTIME_H
 

@@ -171,11 +171,10 @@ static int parse_args(Options *o, int argc, char **argv, char *msg, size_t n)
     *o = (Options){.steps = 100, .log_every = 1, .eval_batches = 4, .seed = 1337, .lr = -1,
                    .device = "auto"};
     static const char *const known[] = {
-        "--data",       "--val",          "--ckpt",       "--lr",
-        "--steps",      "--seed",         "--ckpt-every", "--log-every",
-        "--eval-every", "--eval-batches", "--comm",       "--device",
-        "--resume",     "--exact",        "--help",       "-h",
-        "--report-memory", NULL};
+        "--data", "--val",           "--ckpt",      "--lr",         "--steps",
+        "--seed", "--ckpt-every",    "--log-every", "--eval-every", "--eval-batches",
+        "--comm", "--device",        "--resume",    "--exact",      "--help",
+        "-h",     "--report-memory", NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int w = 0;

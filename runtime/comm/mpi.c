@@ -98,8 +98,7 @@ static int settle(MComm *m, int wait, char *err, size_t n)
         if (e == MPI_SUCCESS && done) {
             rt_account(m->base.account, -(int64_t)m->pending[i].bytes);
             free(m->pending[i].copy);
-        }
-        else
+        } else
             m->pending[kept++] = m->pending[i];
         rc = rc == MPI_SUCCESS ? e : rc;
     }
