@@ -54,7 +54,8 @@ typedef struct Msg {
     struct Msg *next;
     int tag;
     size_t bytes;
-    RtAccount *account; /* the sender's: the message is counted there until received */
+    RtAccount *account; /* the sender's: counted there until received (or the sender's comm
+                           is freed); read and cleared under the group's lock */
     unsigned char data[];
 } Msg;
 
@@ -430,6 +431,7 @@ static int t_recv(RtComm *c, void *buf, size_t bytes, int peer, int tag, char *e
     lock(&g->mu);
     while (!(m = take(g, q, tag)))
         PT_CHECK(pthread_cond_wait(&g->mail, &g->mu));
+    rt_account(m->account, -(int64_t)(sizeof *m + m->bytes)); /* the sender may be gone */
     unlock(&g->mu);
     int rc = 0;
     if (m->bytes != bytes)
@@ -437,7 +439,6 @@ static int t_recv(RtComm *c, void *buf, size_t bytes, int peer, int tag, char *e
                          c->world_rank, peer, m->bytes, tag, bytes);
     else
         copy(buf, m->data, bytes);
-    rt_account(m->account, -(int64_t)(sizeof *m + m->bytes));
     free(m);
     return rc;
 }
@@ -491,9 +492,24 @@ static RtComm *t_split(RtWorld *w, int color, int key, char *err, size_t n)
     return &t->base;
 }
 
+/* The messages c sent that no one received are no longer counted: the
+ * account is its device's, which goes away with it. */
+static void forget_sent(TComm *t)
+{
+    Group *g = t->g;
+    lock(&g->mu);
+    for (int peer = 0; peer < g->size; peer++)
+        for (Msg *m = g->head[(size_t)t->base.rank * (size_t)g->size + (size_t)peer]; m;
+             m = m->next)
+            m->account = NULL;
+    unlock(&g->mu);
+}
+
 static void t_comm_free(RtComm *c)
 {
     TComm *t = (TComm *)c;
+    if (t->base.account)
+        forget_sent(t);
     rt_comm_release(c);
     if (t->owns) {
         group_unref(t->g);
