@@ -491,7 +491,7 @@ static int print_plan_memory(Ctx *c, const Options *o, const Plan *p, const Grap
         double cat[MC_COUNT];
         printf("stage %d: plan peak %.0f bytes, slab %llu bytes:", s,
                pass_memory_plan_peak(c->arena, p, local, s, on_gpu(o), cat),
-               (unsigned long long)p->slab_bytes);
+               (unsigned long long)plan_stage_slab(p, s));
         for (int k = 0; k < MC_COUNT; k++)
             printf(" %s %.0f", mem_cat_name((MemCat)k), cat[k]);
         putchar('\n');

@@ -776,6 +776,55 @@ static void give(Block *free_, int *nfree, uint64_t off, uint64_t size)
 /* Each temporary of space (by tensor) at the first free block that fits from
  * its first to its last instruction; every other tensor of space packed from
  * *top in plan order (untouched temporaries too: kept valid, apart). */
+/* By size, largest first; then by birth. */
+static const Gen *sort_gen;
+static const int *sort_first;
+
+static int by_size(const void *x, const void *y)
+{
+    const PlanTensor *ts = sort_gen->tensors.data;
+    int a = *(const int *)x, b = *(const int *)y;
+    if (ts[a].bytes != ts[b].bytes)
+        return ts[a].bytes > ts[b].bytes ? -1 : 1;
+    return sort_first[a] != sort_first[b] ? sort_first[a] - sort_first[b] : a - b;
+}
+
+/* Offline placement of the temporaries temps[0..n) above base: largest
+ * first, each at the lowest offset where it overlaps no placed temporary
+ * alive at the same time (the placed ones kept in offset order). Knowing
+ * every lifetime in advance, this packs within a few percent of the most
+ * bytes alive at once, where first fit in program order fragments. */
+static void place_by_size(Gen *gen, int *temps, int n, const int *first, const int *last,
+                          uint64_t base, uint64_t *top)
+{
+    PlanTensor *ts = gen->tensors.data;
+    int *placed = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1)), np = 0;
+    sort_gen = gen, sort_first = first;
+    qsort(temps, (size_t)n, sizeof(int), by_size);
+    for (int k = 0; k < n; k++) {
+        int t = temps[k], at = 0;
+        uint64_t off = base, size = aligned(ts[t].bytes);
+        for (int j = 0; j < np; j++) { /* placed in offset order: the first gap that fits */
+            int u = placed[j];
+            if (last[u] < first[t] || first[u] > last[t])
+                continue;
+            if (ts[u].offset >= off + size)
+                break;
+            if (ts[u].offset + aligned(ts[u].bytes) > off)
+                off = ts[u].offset + aligned(ts[u].bytes);
+        }
+        ts[t].offset = off;
+        while (at < np && ts[placed[at]].offset <= off)
+            at++;
+        memmove(placed + at + 1, placed + at, sizeof(int) * (size_t)(np - at));
+        placed[at] = t, np++;
+        if (off + size > *top)
+            *top = off + size;
+    }
+}
+
+#define CG_PLACE_BY_SIZE 20000 /* more temporaries than this: first fit (quadratic) */
+
 static void lay_out(Gen *gen, const char *space, const int *first, const int *last, uint64_t *top)
 {
     int n = gen->tensors.len, m = gen->instrs.len + 1, nfree = 0;
@@ -789,6 +838,14 @@ static void lay_out(Gen *gen, const char *space, const int *first, const int *la
     for (int t = 0; t < n; t++)
         if (space[t] && ts[t].role == PT_TEMP && first[t] < 0)
             ts[t].offset = take(gen, free_, &nfree, aligned(ts[t].bytes), top);
+    int *temps = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1)), nt = 0;
+    for (int t = 0; t < n; t++)
+        if (space[t] && ts[t].role == PT_TEMP && first[t] >= 0)
+            temps[nt++] = t;
+    if (nt <= CG_PLACE_BY_SIZE) {
+        place_by_size(gen, temps, nt, first, last, *top, top);
+        return;
+    }
     /* per instruction, the temporaries born and dying there, in tensor order */
     int *born = arena_alloc(gen->a, sizeof(int) * (size_t)m), *dies = arena_alloc(gen->a, sizeof(int) * (size_t)m);
     int *next_born = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1));

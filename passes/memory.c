@@ -506,6 +506,48 @@ static double cpu_workspace(const Plan *p, int s)
     return need;
 }
 
+/* The threads backend's own buffers per communicator (runtime/comm): an
+ * all-reduce stages the member's share (count / members) in the group's
+ * scratch, a bf16 reduction widens its operands to f32, and a send keeps a
+ * copy until its receiver takes it. Each communicator keeps its largest. */
+static double group_buffers(const Plan *p, int s)
+{
+    uint32_t keys[64];
+    double need[64];
+    int ng = 0;
+    for (int i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *in = &p->instrs[i];
+        if (in->kind != PI_COLL || !on_stage(p, in, s) || in->coll.op == PC_SLICE || !in->nargs)
+            continue;
+        uint32_t key = 0;
+        double members = 1, count = 0, k = 0;
+        for (int a = 0; a < in->coll.naxes; a++)
+            key |= 1u << in->coll.axes[a], members *= p->axes[in->coll.axes[a]].size;
+        const PlanTensor *t = &p->tensors[in->args[0]];
+        double es = (double)plan_dtype_size(t->dtype);
+        for (int a = 0; a < in->nargs; a += in->nargs > 2 ? 2 : in->nargs)
+            count += (double)p->tensors[in->args[a]].bytes / es;
+        if (in->coll.op == PC_ALL_REDUCE || in->coll.op == PC_ALL_REDUCE_MAX)
+            k = ((double)(int64_t)((count + members - 1) / members)) * es +
+                (t->dtype == PD_BF16 ? 4 * count : 0);
+        else if (in->coll.op == PC_REDUCE_SCATTER && t->dtype == PD_BF16)
+            k = 4 * (count + count / members);
+        else if (in->coll.op == PC_SEND)
+            k = (double)t->bytes + 64;
+        int g = 0;
+        while (g < ng && keys[g] != key)
+            g++;
+        if (g == ng && ng < 64)
+            keys[ng] = key, need[ng++] = 0;
+        if (g < ng && k > need[g])
+            need[g] = k;
+    }
+    double sum = 0;
+    for (int g = 0; g < ng; g++)
+        sum += need[g];
+    return sum;
+}
+
 static void set_base(Model *m, int s, int gpu)
 {
     const Plan *p = m->p;
@@ -519,7 +561,7 @@ static void set_base(Model *m, int s, int gpu)
         m->base[MC_RESERVED] += MEM_CUDA_CONTEXT;
     } else {
         m->base[MC_WORKSPACE] += cpu_workspace(p, s);
-        m->base[MC_COMM] += mesh ? comm_scratch(p, 0) : 0;
+        m->base[MC_COMM] += mesh ? comm_scratch(p, 0) + group_buffers(p, s) : 0;
     }
 }
 
