@@ -537,13 +537,6 @@ static int lower_op(Gen *gen, const Op *op)
             diag_error(&gen->c->diag, op->loc, "no CPU kernels for f16 (use f32, bf16 or f64)");
             return -1;
         }
-    if ((op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD) &&
-        op->args[0]->dtype == DT_BF16) {
-        diag_error(&gen->c->diag, op->loc,
-                   "no CPU kernel for bf16 '%s' (precision = bf16 computes it on f32 casts)",
-                   ir_ops[op->kind].name);
-        return -1;
-    }
     switch (op->kind) {
     case OP_INPUT: case OP_PARAM: case OP_STATE: case OP_STEP: case OP_RESHAPE:
     case OP_AXIS_OFFSET:
