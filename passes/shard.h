@@ -30,6 +30,7 @@ typedef struct Strategy {
     double comm;              /* bytes moved per device to reshard the operands */
     int choice;               /* 1 when operands had to move and another way existed */
     double alt_comm;          /* what the next best strategy would move */
+    uint32_t own;             /* results split as only they proposed (their readers' wish) */
 } Strategy;
 
 /* The strategy for op from its operands' current shardings (g's mesh). Sources

@@ -346,6 +346,7 @@ double shard_local_bytes(const Mesh *m, const Value *v, const Sharding *s)
 
 typedef struct Cand {
     int n;
+    int own; /* proposed by a result alone (its readers' wish or its pin), no operand */
     int8_t axes[IR_MAX_AXES];
 } Cand;
 
@@ -354,7 +355,7 @@ typedef struct Search {
     const Op *op;
     const ShardOpts *o;
     Factors f;
-    Cand cand[SH_MAXF][SH_MAXARGS + 2];
+    Cand cand[SH_MAXF][SH_MAXARGS + 4];
     int ncand[SH_MAXF];
     int pick[SH_MAXF];
     Strategy best, second;
@@ -379,16 +380,19 @@ static int factor_fits(const Search *s, int fac, int64_t n)
     return 1;
 }
 
-static void add_cand(Search *s, int fac, const int8_t *axes, int n)
+static void add_cand(Search *s, int fac, const int8_t *axes, int n, int own)
 {
     for (int i = 0; i < s->ncand[fac]; i++)
-        if (s->cand[fac][i].n == n && (!n || !memcmp(s->cand[fac][i].axes, axes, (size_t)n)))
+        if (s->cand[fac][i].n == n && (!n || !memcmp(s->cand[fac][i].axes, axes, (size_t)n))) {
+            s->cand[fac][i].own &= own; /* proposed by another too */
             return;
+        }
     if (!factor_fits(s, fac, axes_size(&s->g->mesh, axes, n)) ||
-        s->ncand[fac] >= SH_MAXARGS + 2)
+        s->ncand[fac] >= SH_MAXARGS + 4)
         return;
     Cand *c = &s->cand[fac][s->ncand[fac]++];
     c->n = n;
+    c->own = own && n;
     if (n)
         memcpy(c->axes, axes, (size_t)n);
 }
@@ -401,24 +405,24 @@ static void gather_cands(Search *s)
         const Value *x = s->op->args[a];
         for (int d = 0; d < x->rank; d++)
             if (s->f.in[a][d] >= 0)
-                add_cand(s, s->f.in[a][d], x->shard.axes[d], x->shard.naxes[d]);
+                add_cand(s, s->f.in[a][d], x->shard.axes[d], x->shard.naxes[d], 0);
     }
-    for (int i = 0; i < nres_of(s->op); i++) { /* what the result is (a hint): its readers' wish */
+    for (int i = 0; i < nres_of(s->op); i++) { /* what the result is: a hint, or its pin */
         const Value *v = s->op->res[i];
-        if (shard_pinned(&v->shard))
-            continue;
-        for (int d = 0; d < v->rank; d++)
-            if (s->f.out[i][d] >= 0 && v->shard.naxes[d])
-                add_cand(s, s->f.out[i][d], v->shard.axes[d], v->shard.naxes[d]);
+        int pin = shard_pinned(&v->shard);
+        for (int d = 0; d < v->rank; d++) /* a pin's major axes too: the rest may be scattered */
+            for (int n = pin ? 1 : v->shard.naxes[d]; n <= v->shard.naxes[d]; n++)
+                if (s->f.out[i][d] >= 0 && n)
+                    add_cand(s, s->f.out[i][d], v->shard.axes[d], n, 1);
     }
     const Value *r = s->op->res[0];
     if (s->o->seq_axis >= 0 && r->rank >= 3 && s->f.out[0][1] >= 0 && s->op->nargs &&
         s->op->kind != OP_MATMUL) {
         int8_t ax = (int8_t)s->o->seq_axis;
-        add_cand(s, s->f.out[0][1], &ax, 1);
+        add_cand(s, s->f.out[0][1], &ax, 1, 0);
     }
     for (int fac = 0; fac < s->f.nf; fac++)
-        add_cand(s, fac, NULL, 0);
+        add_cand(s, fac, NULL, 0, 0);
 }
 
 /* The operand and result shardings of the current pick, with partial kept
@@ -453,6 +457,7 @@ static void build(Search *s, int keep, uint32_t kept, Strategy *st)
             const Cand *c = &s->cand[fac][s->pick[fac]];
             st->out[i].naxes[d] = (uint8_t)c->n;
             memcpy(st->out[i].axes[d], c->axes, (size_t)c->n);
+            st->own |= (uint32_t)c->own << i;
             for (int k = 0; k < c->n; k++)
                 present |= 1u << c->axes[k];
         }
