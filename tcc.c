@@ -484,12 +484,18 @@ static int on_gpu(const Options *o) { return o->gpu && strcmp(o->gpu, "cpu") != 
 
 /* --emit=memory-plan (and --emit=memory of an IR file): each stage's largest
  * moment in the plan as compiled, every microbatch in it, and its slab. */
-static int print_plan_memory(Ctx *c, const Options *o, const Plan *p)
+static int print_plan_memory(Ctx *c, const Options *o, const Plan *p, const Graph *local)
 {
     int n = plan_stages(p);
-    for (int s = 0; s < n; s++)
-        printf("stage %d: plan peak %.0f bytes, slab %llu bytes\n", s,
-               pass_memory_plan_peak(c->arena, p, s, on_gpu(o)), (unsigned long long)p->slab_bytes);
+    for (int s = 0; s < n; s++) {
+        double cat[MC_COUNT];
+        printf("stage %d: plan peak %.0f bytes, slab %llu bytes:", s,
+               pass_memory_plan_peak(c->arena, p, local, s, on_gpu(o), cat),
+               (unsigned long long)p->slab_bytes);
+        for (int k = 0; k < MC_COUNT; k++)
+            printf(" %s %.0f", mem_cat_name((MemCat)k), cat[k]);
+        putchar('\n');
+    }
     return 0;
 }
 
@@ -509,8 +515,10 @@ static int write_text(const Options *o, const char *text)
 static int write_plan(Ctx *c, const Options *o, const Graph *g)
 {
     Plan plan;
+    Kernel **kernels;
+    const Graph *local;
     double t0 = now_ms();
-    if (cg_build_plan(c, g, 0, &plan) != 0)
+    if (cg_build_plan_local(c, g, 0, &plan, &kernels, &local) != 0)
         return -1;
     if (c->verbose)
         fprintf(stderr, "tcc: %-10s %8.2f ms  %d kernels, %d instructions, %.1f MiB slab\n",
@@ -519,7 +527,7 @@ static int write_plan(Ctx *c, const Options *o, const Graph *g)
     if (!o->emit)
         return cg_write_program(c, &plan, o->out, o->print_commands);
     if (!strcmp(o->emit, "memory") || !strcmp(o->emit, "memory-plan")) /* the plan as it is */
-        return print_plan_memory(c, o, &plan);
+        return print_plan_memory(c, o, &plan, local);
     if (!strcmp(o->emit, "c"))
         return write_text(o, plan.kernel_source);
     if (!strcmp(o->emit, "cuda")) {

@@ -51,25 +51,22 @@ static double aligned(uint64_t n) { return (double)((n + PLAN_ALIGN - 1) / PLAN_
 /* ---- what each tensor is ---- */
 
 /* Values that are parameter gradients: read by the optimizer (not made by
- * it), and what reduces or accumulates into those (collectives, shared adds). */
+ * it), and what reduces, sums or reshapes into those: collectives and the
+ * shared backward ops (mb -1) that combine the microbatches' parts. */
 static char *gradient_values(Arena *a, const Graph *l)
 {
     char *grad = arena_alloc(a, (size_t)l->values.len + 1);
     memset(grad, 0, (size_t)l->values.len + 1);
     for (int i = l->ops.len - 1; i >= 0; i--) {
         const Op *op = l->ops.data[i];
-        int reads_grad = op->phase == PH_OPT;
-        for (int j = 0; j < op->nres && !reads_grad; j++)
-            reads_grad = grad[op->res[j]->id] && op->phase != PH_OPT;
-        if (!reads_grad)
-            continue;
-        for (int k = 0; k < op->nargs; k++) {
+        int into = op->phase == PH_OPT;
+        for (int j = 0; j < op->nres && !into; j++)
+            into = grad[op->res[j]->id] && (op->mb < 0 || op->kind == OP_ALL_REDUCE ||
+                                            op->kind == OP_REDUCE_SCATTER);
+        for (int k = 0; into && k < op->nargs; k++) {
             const Op *d = op->args[k]->def;
-            if (!d || d->phase == PH_OPT || d->phase == PH_FWD || d->kind == OP_PARAM ||
-                d->kind == OP_STATE || d->kind == OP_INPUT)
-                continue;
-            if (op->phase == PH_OPT || d->mb < 0 || d->kind == OP_ALL_REDUCE ||
-                d->kind == OP_REDUCE_SCATTER)
+            if (d && (d->phase == PH_BWD || d->kind == OP_ALL_REDUCE ||
+                      d->kind == OP_REDUCE_SCATTER) && d->kind != OP_PARAM && d->kind != OP_STATE)
                 grad[op->args[k]->id] = 1;
         }
     }
@@ -209,8 +206,11 @@ typedef struct PieceProf {
     Bytes born_out;   /* born here, held until a later piece of the same microbatch */
     Bytes held_in;    /* born in an earlier piece of the microbatch, dying here */
     Bytes acc;        /* gradients born here that live to the optimizer: accumulators */
+    Bytes fin;        /* values of the whole step born here: on the last run only */
+    Bytes acc_end;    /* accumulators and step values dying here (the optimizer: as it runs) */
     Bytes first, later; /* the piece's own largest moment on its first run, on later runs */
-    int at_first, at_later; /* the positions of those moments */
+    Bytes last;       /* on the last run, which also makes the step's values (fin) */
+    int at_first, at_later, at_last; /* the positions of those moments */
 } PieceProf;
 
 typedef struct Model {
@@ -219,6 +219,11 @@ typedef struct Model {
     const Graph *l;
     StageProg sp;
     MemCat *cat;    /* by tensor */
+    char *shared;   /* by tensor: made by an op shared by the microbatches (mb -1) */
+    char *summed;   /* by tensor: read by such an op of the backward, or the optimizer */
+    int zero;       /* the train setting */
+    int mbs;        /* microbatches */
+    double saved, saved_layers; /* bytes a microbatch's forward holds for later, in layers */
     int *birth, *death; /* by tensor: piece of first and last touch (-1 prologue) */
     PieceProf *prof;
     Bytes base;     /* persistent, prologue-born, workspace, comm, reserved */
@@ -263,7 +268,16 @@ static void events(const Model *m, Events *e)
  * flight (passes/autodiff.c adds each microbatch's part in its own piece). */
 static int accumulator(const Model *m, int t)
 {
-    return m->cat[t] == MC_GRADS && m->death[t] > m->birth[t] && m->birth[t] >= 0 &&
+    return m->cat[t] == MC_GRADS && !m->shared[t] && (m->death[t] > m->birth[t] || m->summed[t]) &&
+           m->birth[t] >= 0 && m->birth[t] < m->sp.npieces;
+}
+
+/* A value of the whole step made in a piece (a sum over every microbatch, by
+ * a shared op): with several microbatches it exists from the last one's run
+ * of the piece on, once. */
+static int step_value(const Model *m, int t)
+{
+    return m->shared[t] && m->death[t] > m->birth[t] && m->birth[t] >= 0 &&
            m->birth[t] < m->sp.npieces;
 }
 
@@ -273,48 +287,59 @@ static int accumulator(const Model *m, int t)
 static int counted(const Model *m, int t, int pc)
 {
     int b = m->birth[t], d = m->death[t];
+    if (step_value(m, t))
+        return 0;
     return b == pc || (b >= 0 && b < pc && d == pc && pc < m->sp.npieces && !accumulator(m, t));
 }
 
 /* The pieces' own moments: held-in bytes at the start, births added, deaths
- * removed after their position; on a later run an accumulator's gradient
- * counts twice at its birth only (it is added into the sum there). */
+ * removed after their position. A later run of a piece makes its gradient
+ * parts as the first run makes the accumulators; they are added into the sums
+ * at the piece's end (the adds are shared ops, ordered after the piece's own),
+ * where for each add the new sum is alive beside the old one and the parts:
+ * the later run's moment is the first's, or its end plus the largest part. */
 static void sweep(Model *m, const Events *e)
 {
-    Bytes first, later;
+    Bytes now, step, parts;
+    double part = 0;
     for (int i = 0, pc = -1; i < m->sp.n; i++) {
         int cur = m->sp.piece[i];
         if (cur < 0)
             continue;
         PieceProf *pf = &m->prof[cur];
         if (cur != pc) {
-            memcpy(first, pf->held_in, sizeof(Bytes));
-            memcpy(later, pf->held_in, sizeof(Bytes));
-            pc = cur;
+            memcpy(now, cur == m->sp.npieces ? pf->acc_end : pf->held_in, sizeof(Bytes));
+            memset(step, 0, sizeof(Bytes)), memset(parts, 0, sizeof(Bytes)), pc = cur, part = 0;
         }
-        Bytes once = {0};
         for (int t = e->born[i]; t >= 0; t = e->next_born[t]) {
             double b = aligned(m->p->tensors[t].bytes);
-            first[m->cat[t]] += b;
-            if (accumulator(m, t))
-                once[MC_GRADS] += 2 * b;
-            else
-                later[m->cat[t]] += b;
-        }
-        add(later, once, 1);
-        if (total(first) > total(pf->first))
-            memcpy(pf->first, first, sizeof(Bytes)), pf->at_first = i;
-        if (total(later) > total(pf->later))
-            memcpy(pf->later, later, sizeof(Bytes)), pf->at_later = i;
-        add(later, once, -1);
-        for (int t = e->dies[i]; t >= 0; t = e->next_dies[t]) {
-            double b = aligned(m->p->tensors[t].bytes);
-            if (counted(m, t, cur)) {
-                first[m->cat[t]] -= b;
-                if (!accumulator(m, t))
-                    later[m->cat[t]] -= b;
+            if (step_value(m, t)) {
+                step[m->cat[t]] += b;
+                continue;
             }
+            now[m->cat[t]] += b;
+            if (accumulator(m, t))
+                parts[MC_GRADS] += b, part = b > part ? b : part;
         }
+        if (total(now) > total(pf->first))
+            memcpy(pf->first, now, sizeof(Bytes)), pf->at_first = i;
+        /* the last run makes the step's values from the sums, its parts added in already
+         * (with one microbatch the parts are the sums) */
+        double k = m->mbs > 1 && total(step) > 0 ? -1 : 0;
+        if (total(now) + total(step) + k * total(parts) > total(pf->last))
+            memcpy(pf->last, now, sizeof(Bytes)), add(pf->last, step, 1), add(pf->last, parts, k),
+                pf->at_last = i;
+        if (i + 1 == m->sp.n || m->sp.piece[i + 1] != cur) { /* the piece's end */
+            memcpy(pf->later, pf->first, sizeof(Bytes)), pf->at_later = pf->at_first;
+            if (total(now) + part > total(pf->first))
+                memcpy(pf->later, now, sizeof(Bytes)), pf->later[MC_GRADS] += part, pf->at_later = i;
+        }
+        for (int t = e->dies[i]; t >= 0; t = e->next_dies[t])
+            if (step_value(m, t) && m->birth[t] == cur)
+                step[m->cat[t]] -= aligned(m->p->tensors[t].bytes);
+            else if ((counted(m, t, cur) && (!accumulator(m, t) || m->mbs == 1)) || /* a sum lives on */
+                (cur == m->sp.npieces && m->birth[t] < cur && (accumulator(m, t) || step_value(m, t))))
+                now[m->cat[t]] -= aligned(m->p->tensors[t].bytes);
     }
 }
 
@@ -332,10 +357,17 @@ static void classify(Model *m)
         double by = aligned(pt->bytes);
         if (b < 0)
             m->base[m->cat[t]] += by;
-        else if (accumulator(m, t))
-            m->prof[b].acc[MC_GRADS] += by;
-        else if (b < np && d > b) {
+        else if (step_value(m, t) || accumulator(m, t)) {
+            if (step_value(m, t))
+                m->prof[b].fin[m->cat[t]] += by;
+            else
+                m->prof[b].acc[MC_GRADS] += by;
+            /* freed after the last run of the piece it dies in */
+            m->prof[d].acc_end[m->cat[t]] += by;
+        } else if (b < np && d > b) {
             m->prof[b].born_out[m->cat[t]] += by;
+            if (m->sp.kind[b] == PIECE_F) /* saved by the forward for a later piece */
+                m->saved += by, m->saved_layers += pt->layer >= 0 ? by : 0;
             if (d < np)
                 m->prof[d].held_in[m->cat[t]] += by;
         }
@@ -400,19 +432,25 @@ static void replay(Model *m, const Replay *r, Peak *pk)
         int later = started[P];
         memcpy(now, m->base, sizeof(Bytes));
         add(now, acc, 1), add(now, run, 1), add(now, m->prof[P].held_in, -1);
-        add(now, later ? m->prof[P].later : m->prof[P].first, 1);
+        const double *own = later ? m->prof[P].later : m->prof[P].first;
+        if (j == r->m - 1 && total(m->prof[P].last) > total(own))
+            own = m->prof[P].last;
+        add(now, own, 1);
         if (total(now) > total(pk->b) || pk->at < 0)
             *pk = (Peak){.at = i, .piece = P, .mb = j, .later = later, .inflight = inflight},
             memcpy(pk->b, now, sizeof(Bytes));
         add(run, m->prof[P].born_out, 1), add(run, m->prof[P].held_in, -1);
         if (!later)
             add(acc, m->prof[P].acc, 1), started[P] = 1;
+        if (j == r->m - 1)
+            add(acc, m->prof[P].fin, 1), add(acc, m->prof[P].acc_end, -1);
         if (++done[j] == total_pcs)
             inflight--;
     }
     /* the optimizer: every accumulator, what the microbatches hold to it, its own */
     memcpy(now, m->base, sizeof(Bytes));
-    add(now, acc, 1), add(now, run, 1), add(now, m->prof[np].first, 1);
+    add(now, acc, 1), add(now, m->prof[np].acc_end, -1), add(now, run, 1);
+    add(now, m->prof[np].first, 1);
     if (total(now) > total(pk->b))
         *pk = (Peak){.at = r->npc, .piece = np, .mb = -1}, memcpy(pk->b, now, sizeof(Bytes));
 }
@@ -577,6 +615,16 @@ static void top_tensors(Model *m, int s, const Replay *r, const Peak *pk, StageM
     }
 }
 
+/* A gradient's reduction that the step runs once, on the sum over the
+ * microbatches (every ZeRO level but 2 and 3, which reduce-scatter each
+ * microbatch's part: passes/shard.c). */
+static int summed_reduction(const Model *m, const char *grad, const Value *v)
+{
+    const Op *d = v->def;
+    return m->zero < 2 && (d->kind == OP_ALL_REDUCE || d->kind == OP_REDUCE_SCATTER) &&
+           d->nargs && grad[d->args[0]->id];
+}
+
 /* ---- the model ---- */
 
 static void describe(const Replay *r, const Peak *pk, int np, StageMemory *sm)
@@ -603,9 +651,23 @@ static void model_stage(Model *m, int s, int gpu, const Schedule *sc, StageMemor
     m->prof = arena_alloc(m->a, sizeof(PieceProf) * (size_t)(np + 1));
     memset(m->prof, 0, sizeof(PieceProf) * (size_t)(np + 1));
     memset(m->base, 0, sizeof(Bytes));
+    m->saved = m->saved_layers = 0;
     tensor_pieces(m);
     char *grad = gradient_values(m->a, m->l);
+    char *reads = arena_alloc(m->a, (size_t)m->l->values.len + 1);
+    memset(reads, 0, (size_t)m->l->values.len + 1);
+    for (int i = 0; i < m->l->ops.len; i++) {
+        const Op *op = m->l->ops.data[i];
+        for (int k = 0; k < op->nargs && ((op->mb < 0 && op->phase == PH_BWD) || op->phase == PH_OPT); k++)
+            reads[op->args[k]->id] = 1;
+    }
     for (int t = 0; t < nt; t++) {
+        const PlanTensor *pt = &p->tensors[t];
+        const Value *v = pt->value >= 0 && pt->value < m->l->values.len ? m->l->values.data[pt->value]
+                                                                       : NULL;
+        m->shared[t] = pt->role == PT_TEMP && v && v->def &&
+                       ((v->def->mb < 0 && v->def->kind != OP_PARAM) || summed_reduction(m, grad, v));
+        m->summed[t] = v && reads[v->id];
         Span sp = m->sp.span[t];
         m->cat[t] = category(p, m->l, grad, t, sp.first >= 0 ? &p->instrs[m->sp.instr[sp.first]] : NULL);
     }
@@ -621,6 +683,7 @@ static void model_stage(Model *m, int s, int gpu, const Schedule *sc, StageMemor
     memcpy(sm->cat, pk.b, sizeof(Bytes));
     sm->peak = total(pk.b);
     describe(&r, &pk, np, sm);
+    sm->saved = m->saved, sm->saved_layers = m->saved_layers;
     top_tensors(m, s, &r, &pk, sm);
 }
 
@@ -653,8 +716,13 @@ int pass_memory_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p,
     out->nstages = sc.p;
     out->stage = arena_alloc(c->arena, sizeof(StageMemory) * (size_t)sc.p);
     memset(out->stage, 0, sizeof(StageMemory) * (size_t)sc.p);
-    Model m = {.a = c->arena, .p = p, .l = local};
+    TrainConfig tc;
+    if (pass_train_config(c, g, &tc) != 0)
+        return -1;
+    Model m = {.a = c->arena, .p = p, .l = local, .zero = (int)tc.zero, .mbs = sc.m};
     m.cat = arena_alloc(c->arena, sizeof(MemCat) * (size_t)(p->ntensors + 1));
+    m.shared = arena_alloc(c->arena, (size_t)p->ntensors + 1);
+    m.summed = arena_alloc(c->arena, (size_t)p->ntensors + 1);
     for (int s = 0; s < sc.p; s++) {
         model_stage(&m, s, gpu, &sc, &out->stage[s]);
         if (out->stage[s].peak > out->peak)
@@ -665,33 +733,33 @@ int pass_memory_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p,
 
 /* ---- the plan as it is ---- */
 
-double pass_memory_plan_peak(Arena *a, const Plan *p, int s, int gpu)
+double pass_memory_plan_peak(Arena *a, const Plan *p, const Graph *local, int s, int gpu,
+                             double *cat)
 {
-    Model m = {.a = a, .p = p};
+    Model m = {.a = a, .p = p, .l = local};
     stage_prog(a, p, s, &m.sp);
     m.cat = arena_alloc(a, sizeof(MemCat) * (size_t)(p->ntensors + 1));
-    for (int t = 0; t < p->ntensors; t++)
-        m.cat[t] = MC_TEMPORARIES;
+    char *grad = gradient_values(a, local);
+    for (int t = 0; t < p->ntensors; t++) {
+        Span sp = m.sp.span[t];
+        m.cat[t] = category(p, local, grad, t, sp.first >= 0 ? &p->instrs[m.sp.instr[sp.first]] : NULL);
+    }
     memset(m.base, 0, sizeof(Bytes));
     set_base(&m, s, gpu);
     Events e;
     events(&m, &e);
-    double live = total(m.base), peak = live;
-    int at = -1;
+    Bytes live, best;
+    memcpy(live, m.base, sizeof(Bytes));
+    memcpy(best, live, sizeof(Bytes));
     for (int i = 0; i < m.sp.n; i++) {
         for (int t = e.born[i]; t >= 0; t = e.next_born[t])
-            live += aligned(p->tensors[t].bytes);
-        if (live > peak)
-            peak = live, at = i;
+            live[m.cat[t]] += aligned(p->tensors[t].bytes);
+        if (total(live) > total(best))
+            memcpy(best, live, sizeof(Bytes));
         for (int t = e.dies[i]; t >= 0; t = e.next_dies[t])
-            live -= aligned(p->tensors[t].bytes);
+            live[m.cat[t]] -= aligned(p->tensors[t].bytes);
     }
-    if (getenv("TCC_MEMDEBUG"))
-        for (int t = 0; t < p->ntensors; t++)
-            if (p->tensors[t].role == PT_TEMP && m.sp.span[t].first >= 0 && m.sp.span[t].first <= at &&
-                m.sp.span[t].last >= at)
-                fprintf(stderr, "%8llu t%d v%d [%d,%d] mb %d ph %d\n", (unsigned long long)p->tensors[t].bytes, t,
-                        p->tensors[t].value, m.sp.span[t].first, m.sp.span[t].last,
-                        p->instrs[m.sp.instr[m.sp.span[t].first]].mb, p->instrs[m.sp.instr[m.sp.span[t].last]].kind*100+p->instrs[m.sp.instr[m.sp.span[t].last]].phase*10+p->instrs[m.sp.instr[m.sp.span[t].last]].tick);
-    return peak;
+    if (cat)
+        memcpy(cat, best, sizeof(Bytes));
+    return total(best);
 }

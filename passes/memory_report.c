@@ -40,6 +40,8 @@ void pass_memory_print(FILE *f, const MemoryModel *mm, double budget)
             fprintf(f, "    %-12s %16.0f bytes %9.2f GiB\n", mem_cat_name((MemCat)c), sm->cat[c],
                     sm->cat[c] / GIB);
         fprintf(f, "    %-12s %16.0f bytes %9.2f GiB\n", "peak", sm->peak, sm->peak / GIB);
+        fprintf(f, "    saved for the backward per microbatch %.0f bytes, %.0f of them in layers\n",
+                sm->saved, sm->saved_layers);
         print_top(f, sm);
     }
     fprintf(f, "  device peak  %16.0f bytes %9.2f GiB (stage %d)", mm->peak, mm->peak / GIB,
@@ -73,6 +75,8 @@ static cJSON *stage_json(const StageMemory *sm, int s)
     cJSON_AddNumberToObject(o, "peak", sm->peak);
     cJSON_AddStringToObject(o, "moment", sm->moment);
     cJSON_AddNumberToObject(o, "inflight", sm->inflight);
+    cJSON_AddNumberToObject(o, "saved_per_microbatch", sm->saved);
+    cJSON_AddNumberToObject(o, "saved_in_layers", sm->saved_layers);
     cJSON *top = cJSON_AddArrayToObject(o, "largest");
     for (int i = 0; i < sm->ntop; i++)
         cJSON_AddItemToArray(top, item_json(&sm->top[i]));

@@ -109,6 +109,8 @@ typedef struct StageMemory {
     double peak;          /* their sum */
     int inflight;         /* microbatches in flight at that moment */
     char moment[96];      /* "backward of microbatch 3", "optimizer" */
+    double saved;         /* what one microbatch's forward holds for its backward */
+    double saved_layers;  /* the part of it made in layers (repeat iterations) */
     MemItem top[5];       /* the largest tensors alive then */
     int ntop;
 } StageMemory;
@@ -138,8 +140,10 @@ int pass_memory_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p,
 
 /* The largest moment of stage s in plan p as compiled (every microbatch in
  * it): persistent tensors, the temporaries alive together, the runtime's
- * buffers as pass_memory_model counts them. */
-double pass_memory_plan_peak(Arena *a, const Plan *p, int s, int gpu);
+ * buffers as pass_memory_model counts them; cat (MC_COUNT of them, or NULL):
+ * that moment by category. */
+double pass_memory_plan_peak(Arena *a, const Plan *p, const Graph *local, int s, int gpu,
+                             double *cat);
 
 /* The per-stage table of --emit=memory; budget 0: none. */
 void pass_memory_print(FILE *f, const MemoryModel *mm, double budget);
