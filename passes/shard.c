@@ -409,7 +409,7 @@ static int sharded(const Graph *g)
 
 int pass_shard(Ctx *c, Graph *g)
 {
-    SP s = {c, g, {-1, NULL, 0}, 0, NULL, NULL, 0};
+    SP s = {c, g, {-1, NULL, 0, NULL}, 0, NULL, NULL, 0};
     TrainConfig tc;
     if (pass_train_config(c, g, &tc))
         return -1;
