@@ -491,7 +491,7 @@ static int print_plan_memory(Ctx *c, const Options *o, const Plan *p, const Grap
         double cat[MC_COUNT];
         printf("stage %d: plan peak %.0f bytes, slab %llu bytes:", s,
                pass_memory_plan_peak(c->arena, p, local, s, on_gpu(o), cat),
-               (unsigned long long)p->slab_bytes);
+               (unsigned long long)plan_stage_slab(p, s));
         for (int k = 0; k < MC_COUNT; k++)
             printf(" %s %.0f", mem_cat_name((MemCat)k), cat[k]);
         putchar('\n');
@@ -768,31 +768,34 @@ static void probe(Ctx *c, const Options *o, const Probe *pr, ProbeResult *r)
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-/* A mesh spec by name with the pipeline axes doubled and the data axes halved
- * (the same devices), or NULL when the mesh has no such pair. */
-static const char *deeper_pipeline(Ctx *c, const Mesh *m)
+/* A mesh spec by name with the pipeline axis k times longer, and with the
+ * data axes k times shorter when same (the same devices), or NULL when the
+ * mesh has no such axes. */
+static const char *deeper_pipeline(Ctx *c, const Mesh *m, int k, int same)
 {
     int pp = -1, dp = -1;
     for (int i = 0; i < m->naxes; i++) {
         if (m->axes[i].role == ROLE_PIPELINE && pp < 0)
             pp = i;
-        if ((m->axes[i].role == ROLE_DATA || m->axes[i].role == ROLE_FSDP) && m->axes[i].size % 2 == 0 &&
-            dp < 0)
+        if ((m->axes[i].role == ROLE_DATA || m->axes[i].role == ROLE_FSDP) && m->axes[i].size % k == 0 &&
+            dp < 0 && same)
             dp = i;
     }
-    if (pp < 0 || dp < 0)
+    if (pp < 0 || (same && dp < 0))
         return NULL;
     char spec[512] = "";
-    for (int i = 0, k = 0; i < m->naxes; i++) {
-        int size = m->axes[i].size * (i == pp ? 2 : 1) / (i == dp ? 2 : 1);
-        k += snprintf(spec + k, sizeof spec - (size_t)k, "%s%s=%d", i ? "," : "", m->axes[i].name, size);
+    for (int i = 0, at = 0; i < m->naxes; i++) {
+        int size = m->axes[i].size * (i == pp ? k : 1) / (i == dp ? k : 1);
+        at += snprintf(spec + at, sizeof spec - (size_t)at, "%s%s=%d", i ? "," : "", m->axes[i].name,
+                       size);
     }
     return intern(c->strings, spec);
 }
 
 /* The levers that would lower the peak, each tried: recomputation, a ZeRO
- * level, a deeper pipeline on the same devices, a schedule that holds fewer
- * microbatches, smaller microbatches, sequence parallelism. */
+ * level, a deeper pipeline on the same devices and on 2, 4 and 8 times as
+ * many, a schedule that holds fewer microbatches, smaller microbatches,
+ * sequence parallelism. At most 16. */
 static int levers(Ctx *c, const Graph *g, Probe *out)
 {
     TrainConfig tc;
@@ -811,8 +814,11 @@ static int levers(Ctx *c, const Graph *g, Probe *out)
         out[n++] = (Probe){NULL, "recompute=full"};
     for (int z = (int)tc.zero + 1; data && z <= 3; z++)
         snprintf(buf, sizeof buf, "zero=%d", z), out[n++] = (Probe){NULL, intern(c->strings, buf)};
-    if ((out[n].mesh = deeper_pipeline(c, &g->mesh)))
+    if ((out[n].mesh = deeper_pipeline(c, &g->mesh, 2, 1)))
         out[n++].set = NULL;
+    for (int more = 2; more <= 8; more *= 2) /* more devices */
+        if ((out[n].mesh = deeper_pipeline(c, &g->mesh, more, 0)))
+            out[n++].set = NULL;
     if (ir_pipeline_stages(&g->mesh) > 1 && sched_kind_of(&tc) == SCHED_GPIPE)
         out[n++] = (Probe){NULL, "schedule=1f1b"};
     snprintf(buf, sizeof buf, "microbatches=%lld", (long long)tc.microbatches * 2);
@@ -830,28 +836,39 @@ static Loc budget_loc(const Graph *g)
     return g->ops.len ? g->ops.data[0]->loc : LOC_NONE;
 }
 
+/* bytes as "79.65 GiB" or "41.2 MiB" into buf. */
+static const char *size_str(char *buf, size_t n, double bytes)
+{
+    if (bytes >= GIB)
+        snprintf(buf, n, "%.2f GiB", bytes / GIB);
+    else
+        snprintf(buf, n, "%.1f MiB", bytes / 1048576.0);
+    return buf;
+}
+
 /* The refusal of a plan over budget: the stage, peak and budget, the five
  * largest tensors, and every lever with the peak it would give. */
 static void refuse(Ctx *c, const Options *o, const Graph *g, const MemoryModel *mm, double budget)
 {
     const StageMemory *sm = &mm->stage[mm->peak_stage];
+    char a[32], b[32];
     diag_error(&c->diag, budget_loc(g),
-               "the plan does not fit: stage %d needs %.2f GiB per device at the %s, over the "
-               "%.2f GiB of %s",
-               mm->peak_stage, sm->peak / GIB, sm->moment, budget / GIB,
-               o->device_memory > 0 ? "--device-memory" : o->gpu);
+               "the plan does not fit: stage %d needs %s per device at the %s, over the %s of %s",
+               mm->peak_stage, size_str(a, sizeof a, sm->peak), sm->moment,
+               size_str(b, sizeof b, budget), o->device_memory > 0 ? "--device-memory" : o->gpu);
     for (int i = 0; i < sm->ntop; i++)
-        diag_note(&c->diag, sm->top[i].loc, "%s (%s): %.2f GiB%s", sm->top[i].name,
-                  mem_cat_name(sm->top[i].cat), sm->top[i].bytes * sm->top[i].count / GIB,
+        diag_note(&c->diag, sm->top[i].loc, "%s (%s): %s%s", sm->top[i].name,
+                  mem_cat_name(sm->top[i].cat),
+                  size_str(a, sizeof a, sm->top[i].bytes * sm->top[i].count),
                   sm->top[i].count > 1 ? " over the microbatches in flight" : "");
-    Probe lv[16];
+    Probe lv[24];
     int n = levers(c, g, lv);
     for (int i = 0; i < n; i++) {
         ProbeResult r;
         probe(c, o, &lv[i], &r);
         if (r.ok)
-            diag_note(&c->diag, LOC_NONE, "%s%s: peak %.2f GiB%s", lv[i].mesh ? "--mesh " : "--set ",
-                      lv[i].mesh ? lv[i].mesh : lv[i].set, r.peak / GIB,
+            diag_note(&c->diag, LOC_NONE, "%s%s: peak %s%s", lv[i].mesh ? "--mesh " : "--set ",
+                      lv[i].mesh ? lv[i].mesh : lv[i].set, size_str(a, sizeof a, r.peak),
                       r.peak <= budget ? " (fits)" : "");
     }
 }
@@ -974,7 +991,6 @@ static void print_header(FILE *f, const Graph *g, const MemoryModel *mm, const O
     fprintf(f, "  gradients        %14.0f bytes\n", m.grads);
     fprintf(f, "  optimizer state  %14.0f bytes\n", m.state);
     fprintf(f, "  training state   %14.0f bytes\n", m.params + m.grads + m.state);
-    fprintf(f, "the largest moment of each stage's step:\n");
 }
 
 static int emit_memory(Ctx *c, const Options *o, double budget)
@@ -998,6 +1014,7 @@ static int emit_memory(Ctx *c, const Options *o, double budget)
         print_header(f, g, &mm, o, budget);
         if (c->recompute_layers)
             print_auto(f, c);
+        fprintf(f, "the largest moment of each stage's step:\n");
         pass_memory_print(f, &mm, budget);
     }
     if (o->out && fclose(f) != 0) {
@@ -1021,8 +1038,8 @@ static int fit_budget(Ctx *c, const Options *o, const Graph *g)
     if (!strcmp(tc.recompute, "auto")) {
         if (budget <= 0)
             return diag_error(&c->diag, budget_loc(g),
-                              "recompute = auto needs a device budget: --gpu NAME or "
-                              "--device-memory SIZE"),
+                              "recompute = auto needs a device budget (--gpu NAME or "
+                              "--device-memory SIZE)"),
                    -1;
         if (choose_recompute(c, o, budget) != 0)
             return -1;

@@ -174,7 +174,37 @@ static void loop_kernel(Out *o)
     fputs("    }\n", o->f);
 }
 
-/* ---- attention templates ---- */
+/* ---- attention templates ----
+ * Written once with $WORDS filled per kernel: $T the float type, $X the math
+ * functions' suffix, and per argument n its storage type $Sn, the widening
+ * load $Ln(x) and the rounding store $Wn(x) (tcc_bf2f / tcc_f2bf for bf16, a
+ * cast otherwise). Storage is bf16, f32 or f64; arithmetic is $T. */
+
+static void attention_fill(Out *o, const char *tmpl)
+{
+    const Kernel *k = o->k;
+    for (const char *p = tmpl; *p; p++) {
+        if (*p != '$') {
+            fputc(*p, o->f);
+            continue;
+        }
+        char w = *++p;
+        if (w == 'T' || w == 'X') {
+            fputs(w == 'T' ? ftype(o) : o->f32 ? "f" : "", o->f);
+            continue;
+        }
+        int n = *++p - '0';
+        if (n < 0 || n >= k->nargs || (w != 'S' && w != 'L' && w != 'W'))
+            BUG("attention template: bad word $%c%c", w, *p);
+        int bf = k->arg_dtype[n] == DT_BF16;
+        if (w == 'S')
+            fputs(storage(k->arg_dtype[n]), o->f);
+        else if (w == 'L')
+            fprintf(o->f, bf ? "tcc_bf2f" : "(%s)", ftype(o));
+        else
+            fprintf(o->f, bf ? "tcc_f2bf" : "(%s)", storage(k->arg_dtype[n]));
+    }
+}
 
 static void attention_consts(Out *o)
 {
@@ -189,95 +219,95 @@ static void attention_consts(Out *o)
     fputs(";\n", o->f);
 }
 
-/* One query row at a time against tiles of keys: running max m, running sum l,
- * running output acc, rescaled when the max grows. */
-static void attention_fwd(Out *o)
-{
-    const char *T = ftype(o), *x = o->f32 ? "f" : "";
-    attention_consts(o);
-    fprintf(o->f,
-            "    #pragma omp parallel for collapse(3) schedule(static)\n"
-            "    for (int64_t b = 0; b < B; b++)\n"
-            "    for (int64_t h = 0; h < H; h++)\n"
-            "    for (int64_t i = 0; i < S; i++) {\n"
-            "        const %s *qi = a0 + (b * S + i) * QC + h * DH;\n"
-            "        const int64_t kh = h / (H / KV), last = CAUSAL ? i : S - 1;\n"
-            "        %s m = -INFINITY, l = 0, acc[DH], s[TILE];\n"
-            "        for (int64_t d = 0; d < DH; d++) acc[d] = 0;\n"
-            "        for (int64_t j0 = 0; j0 <= last; j0 += TILE) {\n"
-            "            const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
-            "            %s tm = -INFINITY;\n"
-            "            for (int64_t j = 0; j < n; j++) {\n"
-            "                const %s *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
-            "                %s dot = 0;\n"
-            "                for (int64_t d = 0; d < DH; d++) dot += qi[d] * kj[d];\n"
-            "                s[j] = dot * scale;\n"
-            "                tm = fmax%s(tm, s[j]);\n"
-            "            }\n"
-            "            const %s nm = fmax%s(m, tm), corr = exp%s(m - nm);\n"
-            "            l *= corr;\n"
-            "            for (int64_t d = 0; d < DH; d++) acc[d] *= corr;\n"
-            "            for (int64_t j = 0; j < n; j++) {\n"
-            "                const %s p = exp%s(s[j] - nm), *vj = a2 + (b * S + j0 + j) * KC + kh * DH;\n"
-            "                l += p;\n"
-            "                for (int64_t d = 0; d < DH; d++) acc[d] += p * vj[d];\n"
-            "            }\n"
-            "            m = nm;\n"
-            "        }\n"
-            "        %s *oi = a3 + (b * S + i) * QC + h * DH;\n"
-            "        for (int64_t d = 0; d < DH; d++) oi[d] = acc[d] / l;\n"
-            "    }\n",
-            T, T, T, T, T, x, T, x, x, T, x, T);
-}
+/* One query row at a time (widened once) against tiles of keys: running max
+ * m, running sum l, running output acc, rescaled when the max grows. */
+static const char *attention_fwd =
+    "    #pragma omp parallel for collapse(3) schedule(static)\n"
+    "    for (int64_t b = 0; b < B; b++)\n"
+    "    for (int64_t h = 0; h < H; h++)\n"
+    "    for (int64_t i = 0; i < S; i++) {\n"
+    "        const $S0 *qi = a0 + (b * S + i) * QC + h * DH;\n"
+    "        const int64_t kh = h / (H / KV), last = CAUSAL ? i : S - 1;\n"
+    "        $T m = -INFINITY, l = 0, q[DH], acc[DH], s[TILE];\n"
+    "        for (int64_t d = 0; d < DH; d++) q[d] = $L0(qi[d]), acc[d] = 0;\n"
+    "        for (int64_t j0 = 0; j0 <= last; j0 += TILE) {\n"
+    "            const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
+    "            $T tm = -INFINITY;\n"
+    "            for (int64_t j = 0; j < n; j++) {\n"
+    "                const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "                $T dot = 0;\n"
+    "                for (int64_t d = 0; d < DH; d++) dot += q[d] * $L1(kj[d]);\n"
+    "                s[j] = dot * scale;\n"
+    "                tm = fmax$X(tm, s[j]);\n"
+    "            }\n"
+    "            const $T nm = fmax$X(m, tm), corr = exp$X(m - nm);\n"
+    "            l *= corr;\n"
+    "            for (int64_t d = 0; d < DH; d++) acc[d] *= corr;\n"
+    "            for (int64_t j = 0; j < n; j++) {\n"
+    "                const $T p = exp$X(s[j] - nm);\n"
+    "                const $S2 *vj = a2 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "                l += p;\n"
+    "                for (int64_t d = 0; d < DH; d++) acc[d] += p * $L2(vj[d]);\n"
+    "            }\n"
+    "            m = nm;\n"
+    "        }\n"
+    "        $S3 *oi = a3 + (b * S + i) * QC + h * DH;\n"
+    "        for (int64_t d = 0; d < DH; d++) oi[d] = $W3(acc[d] / l);\n"
+    "    }\n";
 
 /* Per (batch, kv head): for each query row of the group, first the row's
  * log-sum-exp and output (streamed as forward), then the gradients, key by
- * key, added into dk and dv (zeroed by a kernel before, as the GPU renderings
- * add into them from many blocks). dk and dv of a kv head belong to one task,
- * so nothing races. */
-static void attention_bwd(Out *o)
-{
-    const char *T = ftype(o), *x = o->f32 ? "f" : "";
-    attention_consts(o);
-    fprintf(o->f,
-            "    #pragma omp parallel for collapse(2) schedule(static)\n"
-            "    for (int64_t b = 0; b < B; b++)\n"
-            "    for (int64_t kh = 0; kh < KV; kh++) {\n"
-            "        for (int64_t h = kh * (H / KV); h < (kh + 1) * (H / KV); h++)\n"
-            "        for (int64_t i = 0; i < S; i++) {\n"
-            "            const %s *qi = a0 + (b * S + i) * QC + h * DH, *doi = a3 + (b * S + i) * QC + h * DH;\n"
-            "            %s *dqi = a4 + (b * S + i) * QC + h * DH;\n"
-            "            const int64_t last = CAUSAL ? i : S - 1;\n"
-            "            %s m = -INFINITY, l = 0, acc[DH], dot_o = 0;\n"
-            "            for (int64_t d = 0; d < DH; d++) acc[d] = dqi[d] = 0;\n"
-            "            for (int64_t j = 0; j <= last; j++) {\n"
-            "                const %s *kj = a1 + (b * S + j) * KC + kh * DH, *vj = a2 + (b * S + j) * KC + kh * DH;\n"
-            "                %s s = 0;\n"
-            "                for (int64_t d = 0; d < DH; d++) s += qi[d] * kj[d];\n"
-            "                s *= scale;\n"
-            "                const %s nm = fmax%s(m, s), corr = exp%s(m - nm), p = exp%s(s - nm);\n"
-            "                l = l * corr + p;\n"
-            "                for (int64_t d = 0; d < DH; d++) acc[d] = acc[d] * corr + p * vj[d];\n"
-            "                m = nm;\n"
-            "            }\n"
-            "            for (int64_t d = 0; d < DH; d++) dot_o += doi[d] * acc[d] / l;\n"
-            "            const %s lse = m + log%s(l);\n"
-            "            for (int64_t j = 0; j <= last; j++) {\n"
-            "                const %s *kj = a1 + (b * S + j) * KC + kh * DH, *vj = a2 + (b * S + j) * KC + kh * DH;\n"
-            "                %s *dkj = a5 + (b * S + j) * KC + kh * DH, *dvj = a6 + (b * S + j) * KC + kh * DH;\n"
-            "                %s s = 0, dp = 0;\n"
-            "                for (int64_t d = 0; d < DH; d++) { s += qi[d] * kj[d]; dp += doi[d] * vj[d]; }\n"
-            "                const %s p = exp%s(s * scale - lse), ds = p * (dp - dot_o) * scale;\n"
-            "                for (int64_t d = 0; d < DH; d++) {\n"
-            "                    dvj[d] += p * doi[d];\n"
-            "                    dqi[d] += ds * kj[d];\n"
-            "                    dkj[d] += ds * qi[d];\n"
-            "                }\n"
-            "            }\n"
-            "        }\n"
-            "    }\n",
-            T, T, T, T, T, T, x, x, x, T, x, T, T, T, T, x);
-}
+ * key: dq in a row of $T, stored once; dk and dv added into memory (zeroed by
+ * a kernel before, as the GPU renderings add into them from many blocks).
+ * dk and dv of a kv head belong to one task, so nothing races; they are f32
+ * (or f64) storage whatever q is (the shape rule of attention_grad), so the
+ * adds do not round to bf16. */
+static const char *attention_bwd =
+    "    #pragma omp parallel for collapse(2) schedule(static)\n"
+    "    for (int64_t b = 0; b < B; b++)\n"
+    "    for (int64_t kh = 0; kh < KV; kh++) {\n"
+    "        for (int64_t h = kh * (H / KV); h < (kh + 1) * (H / KV); h++)\n"
+    "        for (int64_t i = 0; i < S; i++) {\n"
+    "            const $S0 *qi = a0 + (b * S + i) * QC + h * DH;\n"
+    "            const $S3 *doi = a3 + (b * S + i) * QC + h * DH;\n"
+    "            $S4 *dqi = a4 + (b * S + i) * QC + h * DH;\n"
+    "            const int64_t last = CAUSAL ? i : S - 1;\n"
+    "            $T m = -INFINITY, l = 0, dot_o = 0, q[DH], dout[DH], acc[DH], dq[DH];\n"
+    "            for (int64_t d = 0; d < DH; d++)\n"
+    "                q[d] = $L0(qi[d]), dout[d] = $L3(doi[d]), acc[d] = dq[d] = 0;\n"
+    "            for (int64_t j = 0; j <= last; j++) {\n"
+    "                const $S1 *kj = a1 + (b * S + j) * KC + kh * DH;\n"
+    "                const $S2 *vj = a2 + (b * S + j) * KC + kh * DH;\n"
+    "                $T s = 0;\n"
+    "                for (int64_t d = 0; d < DH; d++) s += q[d] * $L1(kj[d]);\n"
+    "                s *= scale;\n"
+    "                const $T nm = fmax$X(m, s), corr = exp$X(m - nm), p = exp$X(s - nm);\n"
+    "                l = l * corr + p;\n"
+    "                for (int64_t d = 0; d < DH; d++) acc[d] = acc[d] * corr + p * $L2(vj[d]);\n"
+    "                m = nm;\n"
+    "            }\n"
+    "            for (int64_t d = 0; d < DH; d++) dot_o += dout[d] * acc[d] / l;\n"
+    "            const $T lse = m + log$X(l);\n"
+    "            for (int64_t j = 0; j <= last; j++) {\n"
+    "                const $S1 *kj = a1 + (b * S + j) * KC + kh * DH;\n"
+    "                const $S2 *vj = a2 + (b * S + j) * KC + kh * DH;\n"
+    "                $S5 *dkj = a5 + (b * S + j) * KC + kh * DH;\n"
+    "                $S6 *dvj = a6 + (b * S + j) * KC + kh * DH;\n"
+    "                $T s = 0, dp = 0;\n"
+    "                for (int64_t d = 0; d < DH; d++) {\n"
+    "                    s += q[d] * $L1(kj[d]);\n"
+    "                    dp += dout[d] * $L2(vj[d]);\n"
+    "                }\n"
+    "                const $T p = exp$X(s * scale - lse), ds = p * (dp - dot_o) * scale;\n"
+    "                for (int64_t d = 0; d < DH; d++) {\n"
+    "                    dvj[d] = $W6($L6(dvj[d]) + p * dout[d]);\n"
+    "                    dq[d] += ds * $L1(kj[d]);\n"
+    "                    dkj[d] = $W5($L5(dkj[d]) + ds * q[d]);\n"
+    "                }\n"
+    "            }\n"
+    "            for (int64_t d = 0; d < DH; d++) dqi[d] = $W4(dq[d]);\n"
+    "        }\n"
+    "    }\n";
 
 char *cg_emit_c(Arena *a, const Kernel *k)
 {
@@ -290,12 +320,12 @@ char *cg_emit_c(Arena *a, const Kernel *k)
     for (int i = 0; i < k->nargs; i++)
         fprintf(o.f, "    %s *restrict a%d = (%s *)args[%d];\n", storage(k->arg_dtype[i]), i,
                 storage(k->arg_dtype[i]), i);
-    if (k->pattern == KP_ATTENTION)
-        attention_fwd(&o);
-    else if (k->pattern == KP_ATTENTION_BWD)
-        attention_bwd(&o);
-    else
+    if (k->pattern == KP_ATTENTION || k->pattern == KP_ATTENTION_BWD) {
+        attention_consts(&o);
+        attention_fill(&o, k->pattern == KP_ATTENTION ? attention_fwd : attention_bwd);
+    } else {
         loop_kernel(&o);
+    }
     fputs("}\n\n", o.f);
     fclose(o.f);
     char *s = arena_strdup(a, buf);

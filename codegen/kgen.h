@@ -19,6 +19,7 @@ typedef struct Gen {
     char *dead;     /* by op index: no result is read, nothing to run */
     char *bias_add; /* by op index: an add of a bias that its matmul's GEMM does (epilogue) */
     uint64_t slab;
+    uint64_t *stage_slab; /* by pipeline stage: its slab (plan_memory) */
     const Op *op;   /* the op being lowered: phase, layer, name */
     VEC(int) owner; /* by instruction: the index of the op it was lowered from */
     double flops;

@@ -1,6 +1,7 @@
 /* plan.c: a verified graph -> the Plan of one step, for the CPU.
  * Reads the Graph; writes tensors (one per value, at aligned offsets in one
- * slab: parameters and optimizer state first, then inputs, then the rest), the
+ * slab per pipeline stage: what every stage holds first, then the stage's own
+ * parameters and optimizer state, then its temporaries), the
  * instruction list in op order (GEMMs for matmuls, kernels for the rest, copies
  * for updates; a reshape shares its operand's memory), and the C source of the
  * kernels. Key idea of the memory plan: a temporary lives from the first
@@ -8,6 +9,7 @@
  * takes the first free block that fits, and gives it back after its last use. */
 #include "kgen.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -535,13 +537,6 @@ static int lower_op(Gen *gen, const Op *op)
             diag_error(&gen->c->diag, op->loc, "no CPU kernels for f16 (use f32, bf16 or f64)");
             return -1;
         }
-    if ((op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD) &&
-        op->args[0]->dtype == DT_BF16) {
-        diag_error(&gen->c->diag, op->loc,
-                   "no CPU kernel for bf16 '%s' (precision = bf16 computes it on f32 casts)",
-                   ir_ops[op->kind].name);
-        return -1;
-    }
     switch (op->kind) {
     case OP_INPUT: case OP_PARAM: case OP_STATE: case OP_STEP: case OP_RESHAPE:
     case OP_AXIS_OFFSET:
@@ -771,34 +766,87 @@ static void give(Block *free_, int *nfree, uint64_t off, uint64_t size)
         }
 }
 
-static void plan_memory(Gen *gen)
+/* Each temporary of space (by tensor) at the first free block that fits from
+ * its first to its last instruction; every other tensor of space packed from
+ * *top in plan order (untouched temporaries too: kept valid, apart). */
+/* By size, largest first; then by birth. */
+static const Gen *sort_gen;
+static const int *sort_first;
+
+static int by_size(const void *x, const void *y)
 {
-    int n = gen->tensors.len;
-    int *first = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1));
-    int *last = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1));
-    Block *free_ = arena_alloc(gen->a, sizeof(Block) * (size_t)(n + 1));
-    int nfree = 0;
-    uint64_t top = 0;
-    lifetimes(gen, first, last);
-    for (int t = 0; t < n; t++) { /* persistent tensors first, packed in plan order */
-        PlanTensor *pt = &gen->tensors.data[t];
-        if (pt->role != PT_TEMP) {
-            pt->offset = top;
-            top += aligned(pt->bytes);
+    const PlanTensor *ts = sort_gen->tensors.data;
+    int a = *(const int *)x, b = *(const int *)y;
+    if (ts[a].bytes != ts[b].bytes)
+        return ts[a].bytes > ts[b].bytes ? -1 : 1;
+    return sort_first[a] != sort_first[b] ? sort_first[a] - sort_first[b] : a - b;
+}
+
+/* Offline placement of the temporaries temps[0..n) above base: largest
+ * first, each at the lowest offset where it overlaps no placed temporary
+ * alive at the same time (the placed ones kept in offset order). Knowing
+ * every lifetime in advance, this packs within a few percent of the most
+ * bytes alive at once, where first fit in program order fragments. */
+static void place_by_size(Gen *gen, int *temps, int n, const int *first, const int *last,
+                          uint64_t base, uint64_t *top)
+{
+    PlanTensor *ts = gen->tensors.data;
+    int *placed = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1)), np = 0;
+    sort_gen = gen, sort_first = first;
+    qsort(temps, (size_t)n, sizeof(int), by_size);
+    for (int k = 0; k < n; k++) {
+        int t = temps[k], at = 0;
+        uint64_t off = base, size = aligned(ts[t].bytes);
+        for (int j = 0; j < np; j++) { /* placed in offset order: the first gap that fits */
+            int u = placed[j];
+            if (last[u] < first[t] || first[u] > last[t])
+                continue;
+            if (ts[u].offset >= off + size)
+                break;
+            if (ts[u].offset + aligned(ts[u].bytes) > off)
+                off = ts[u].offset + aligned(ts[u].bytes);
         }
+        ts[t].offset = off;
+        while (at < np && ts[placed[at]].offset <= off)
+            at++;
+        memmove(placed + at + 1, placed + at, sizeof(int) * (size_t)(np - at));
+        placed[at] = t, np++;
+        if (off + size > *top)
+            *top = off + size;
     }
-    for (int t = 0; t < n; t++) /* untouched temporaries: keep them valid, apart */
-        if (gen->tensors.data[t].role == PT_TEMP && first[t] < 0)
-            gen->tensors.data[t].offset = take(gen, free_, &nfree, aligned(gen->tensors.data[t].bytes), &top);
+}
+
+#define CG_PLACE_BY_SIZE 20000 /* more temporaries than this: first fit (quadratic) */
+
+static void lay_out(Gen *gen, const char *space, const int *first, const int *last, uint64_t *top)
+{
+    int n = gen->tensors.len, m = gen->instrs.len + 1, nfree = 0;
+    PlanTensor *ts = gen->tensors.data;
+    Block *free_ = arena_alloc(gen->a, sizeof(Block) * (size_t)(n + 1));
+    for (int t = 0; t < n; t++) /* persistent tensors first, packed in plan order */
+        if (space[t] && ts[t].role != PT_TEMP) {
+            ts[t].offset = *top;
+            *top += aligned(ts[t].bytes);
+        }
+    for (int t = 0; t < n; t++)
+        if (space[t] && ts[t].role == PT_TEMP && first[t] < 0)
+            ts[t].offset = take(gen, free_, &nfree, aligned(ts[t].bytes), top);
+    int *temps = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1)), nt = 0;
+    for (int t = 0; t < n; t++)
+        if (space[t] && ts[t].role == PT_TEMP && first[t] >= 0)
+            temps[nt++] = t;
+    if (nt <= CG_PLACE_BY_SIZE) {
+        place_by_size(gen, temps, nt, first, last, *top, top);
+        return;
+    }
     /* per instruction, the temporaries born and dying there, in tensor order */
-    int m = gen->instrs.len + 1;
     int *born = arena_alloc(gen->a, sizeof(int) * (size_t)m), *dies = arena_alloc(gen->a, sizeof(int) * (size_t)m);
     int *next_born = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1));
     int *next_dies = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1));
     for (int i = 0; i < m; i++)
         born[i] = dies[i] = -1;
     for (int t = n - 1; t >= 0; t--) {
-        if (gen->tensors.data[t].role != PT_TEMP || first[t] < 0)
+        if (!space[t] || ts[t].role != PT_TEMP || first[t] < 0)
             continue;
         next_born[t] = born[first[t]];
         born[first[t]] = t;
@@ -807,11 +855,48 @@ static void plan_memory(Gen *gen)
     }
     for (int i = 0; i < m; i++) {
         for (int t = born[i]; t >= 0; t = next_born[t])
-            gen->tensors.data[t].offset = take(gen, free_, &nfree, aligned(gen->tensors.data[t].bytes), &top);
+            ts[t].offset = take(gen, free_, &nfree, aligned(ts[t].bytes), top);
         for (int t = dies[i]; t >= 0; t = next_dies[t])
-            give(free_, &nfree, gen->tensors.data[t].offset, aligned(gen->tensors.data[t].bytes));
+            give(free_, &nfree, ts[t].offset, aligned(ts[t].bytes));
     }
-    gen->slab = top;
+}
+
+/* Whether tensor t is held by every stage: stage -1, or an output (the
+ * runtime broadcasts the outputs into every stage's copy after a step). */
+static int everywhere(const Gen *gen, int t)
+{
+    const Graph *g = gen->g;
+    for (int i = 0; i < g->outputs.len; i++)
+        if (gen->tensor_of[g->outputs.data[i]->id] == t)
+            return 1;
+    return gen->tensors.data[t].stage < 0;
+}
+
+/* One address space per pipeline stage, each from 0: first what every stage
+ * holds (same offsets everywhere), then per stage its own persistent tensors,
+ * then its temporaries, reused over its own program only. */
+static void plan_memory(Gen *gen)
+{
+    int n = gen->tensors.len, stages = ir_pipeline_stages(&gen->g->mesh);
+    int *first = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1));
+    int *last = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1));
+    char *space = arena_alloc(gen->a, (size_t)n + 1);
+    uint64_t common = 0;
+    lifetimes(gen, first, last);
+    gen->stage_slab = arena_alloc(gen->a, sizeof(uint64_t) * (size_t)stages);
+    for (int t = 0; t < n; t++)
+        space[t] = stages == 1 || everywhere(gen, t);
+    lay_out(gen, space, first, last, &common);
+    gen->slab = common;
+    for (int s = 0; s < stages; s++) {
+        uint64_t top = common;
+        for (int t = 0; stages > 1 && t < n; t++)
+            space[t] = !everywhere(gen, t) && gen->tensors.data[t].stage == s;
+        if (stages > 1)
+            lay_out(gen, space, first, last, &top);
+        gen->stage_slab[s] = top ? top : PLAN_ALIGN;
+        gen->slab = top > gen->slab ? top : gen->slab;
+    }
 }
 
 static const char *prelude =
@@ -872,6 +957,8 @@ static void fill_plan(Gen *gen, Plan *p)
                                 arena_strdup(gen->a, ir_role_name(g->mesh.axes[i].role)),
                                 g->mesh.axes[i].size};
     p->slab_bytes = gen->slab ? gen->slab : PLAN_ALIGN;
+    /* without a memory plan NULL: every stage's slab is slab_bytes */
+    p->stage_slab_bytes = gen->stage_slab;
     p->ntensors = gen->tensors.len;
     p->tensors = gen->tensors.data;
     p->ninstrs = gen->instrs.len;
@@ -889,6 +976,59 @@ static void fill_plan(Gen *gen, Plan *p)
     p->lr = output_tensor(gen, "lr", -1);
     p->grad_norm = output_tensor(gen, "grad_norm", -1);
     p->flops = gen->flops;
+}
+
+/* ---- the training run, whatever the mesh: what a checkpoint must match ---- */
+
+static uint64_t fnv(uint64_t h, const void *data, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const unsigned char *)data)[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+static uint64_t fnv_text(uint64_t h, const char *s)
+{
+    return fnv(h, s ? s : "", s ? strlen(s) + 1 : 1);
+}
+
+/* A param, state, input or hyperparameter: name, role, dtype, global shape, init. */
+static uint64_t tensor_identity(const Graph *g, const PlanTensor *t)
+{
+    uint64_t h = fnv_text(0xcbf29ce484222325ULL, t->name);
+    int64_t v[3 + PLAN_MAX_RANK] = {t->role, t->dtype, t->rank};
+    for (int d = 0; d < t->rank; d++) {
+        v[3 + d] = t->shape[d];
+        for (int j = 0; j < t->nsplit[d]; j++)
+            v[3 + d] *= g->mesh.axes[t->split[d][j]].size;
+    }
+    h = fnv(h, v, sizeof(int64_t) * (size_t)(3 + t->rank));
+    return fnv(fnv_text(h, t->init), &t->init_arg, sizeof t->init_arg);
+}
+
+/* The model, the train settings that change a step's arithmetic (not how it
+ * is cut: microbatches, pipeline schedule, ZeRO, recompute) and the
+ * persistent tensors by their global value, in any order: the same for every
+ * mesh of one run. "" when the train block does not read. */
+static void train_hash(Gen *gen, Plan *p)
+{
+    TrainConfig tc;
+    char err[256];
+    if (ir_train_config(gen->g, &tc, err, sizeof err))
+        return;
+    uint64_t h = fnv_text(0xcbf29ce484222325ULL, p->model), sum = 0;
+    double x[] = {
+        tc.optimizer, tc.lr,           tc.momentum, tc.beta1,          tc.beta2,
+        tc.eps,       tc.weight_decay, tc.schedule, (double)tc.warmup, (double)tc.total_steps,
+        tc.min_lr,    tc.grad_clip};
+    h = fnv_text(fnv(h, x, sizeof x), tc.precision);
+    for (int i = 0; i < p->ntensors; i++) {
+        PlanRole r = p->tensors[i].role;
+        if (r == PT_PARAM || r == PT_STATE || r == PT_INPUT || r == PT_HYPER)
+            sum += tensor_identity(gen->g, &p->tensors[i]);
+    }
+    h = fnv(h, &sum, sizeof sum);
+    snprintf(p->train_hash, sizeof p->train_hash, "%016llx", (unsigned long long)h);
 }
 
 /* ---- pipeline stages: one program per stage, sends and receives between ---- */
@@ -942,6 +1082,29 @@ static PlanInstr p2p(Gen *gen, PlanCollKind k, int tensor, int stage, int peer, 
         if (gen->g->mesh.axes[a].role == ROLE_PIPELINE)
             in.coll.axes[in.coll.naxes++] = (int8_t)a;
     return in;
+}
+
+/* A temporary without a stage (made while lowering an op) that instructions
+ * of one stage only touch belongs to that stage: its memory is that stage's. */
+static void own_temps(Gen *gen)
+{
+    int nt = gen->tensors.len;
+    int *seen = arena_alloc(gen->a, sizeof(int) * (size_t)(nt + 1)); /* -1 none, -2 several */
+    for (int t = 0; t < nt; t++)
+        seen[t] = -1;
+    for (int i = 0; i < gen->instrs.len; i++) {
+        const PlanInstr *in = &gen->instrs.data[i];
+        const PlanGemm *g = &in->gemm;
+        int gt[4] = {g->a, g->b, g->c, g->bias};
+        int ng = in->kind != PI_GEMM ? 0 : g->epilogue == PE_BIAS ? 4 : 3;
+        for (int k = 0; k < in->nargs + ng; k++) {
+            int t = k < in->nargs ? in->args[k] : gt[k - in->nargs];
+            seen[t] = seen[t] == -1 || seen[t] == in->stage ? in->stage : -2;
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        if (gen->tensors.data[t].role == PT_TEMP && gen->tensors.data[t].stage < 0 && seen[t] >= 0)
+            gen->tensors.data[t].stage = seen[t];
 }
 
 /* Each op's instructions go to its stage, in the order (tick, position) the
@@ -1058,6 +1221,8 @@ static int stage_programs(Gen *gen)
             VEC_PUSH(gen->a, gen->instrs, out[i]);
     }
     bucket_all(gen);
+    if (stages > 1)
+        own_temps(gen);
     return 0;
 }
 
@@ -1098,6 +1263,7 @@ int cg_build_plan_local(Ctx *c, const Graph *global, int flags, Plan *out, Kerne
     if (!(flags & CG_KEEP_VALUES))
         plan_memory(&gen);
     fill_plan(&gen, out);
+    train_hash(&gen, out);
     *kernels = gen.kernels.data;
     return 0;
 }

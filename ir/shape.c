@@ -906,7 +906,9 @@ void ir_op_finish(Graph *g, Op *op, Attr **attrs, int nattrs, const char *who)
 
 /* Results after the first mirror an operand: layernorm_grad gives dx, dg, db
  * shaped as x, g, g; rmsnorm_grad dx, dg; attention_grad dq, dk, dv; sgd p',
- * mom'; adamw p', m', v'. */
+ * mom'; adamw p', m', v'. attention_grad's dk and dv of bf16 operands are f32:
+ * the kernel adds every query row's share into them, which bf16 storage would
+ * round at each addition. */
 int ir_infer_result(const Op *op, int i, DType *dt, int *rank, int64_t *shape, char *err,
                     size_t errlen)
 {
@@ -926,7 +928,7 @@ int ir_infer_result(const Op *op, int i, DType *dt, int *rank, int64_t *shape, c
         return fail(&in, "'%s' has no result %d", in.name, i);
     }
     const Value *v = op->args[mirror[row][i]];
-    *dt = v->dtype;
+    *dt = row == 2 && v->dtype == DT_BF16 ? DT_F32 : v->dtype;
     *rank = v->rank;
     memcpy(shape, v->shape, sizeof(int64_t) * (size_t)v->rank);
     return 0;

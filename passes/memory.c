@@ -226,7 +226,8 @@ typedef struct Model {
     double saved, saved_layers; /* bytes a microbatch's forward holds for later, in layers */
     int *birth, *death; /* by tensor: piece of first and last touch (-1 prologue) */
     PieceProf *prof;
-    Bytes base;     /* persistent, prologue-born, workspace, comm, reserved */
+    Bytes base;     /* persistent, workspace, comm, reserved */
+    Bytes pre;      /* made before the first piece (weight casts and gathers): held to their last use */
 } Model;
 
 static void tensor_pieces(Model *m)
@@ -355,8 +356,10 @@ static void classify(Model *m)
         if (pt->role != PT_TEMP || m->sp.span[t].first < 0)
             continue;
         double by = aligned(pt->bytes);
+        if (b < 0 && d < 0)
+            continue; /* made and used before the first piece */
         if (b < 0)
-            m->base[m->cat[t]] += by;
+            m->pre[m->cat[t]] += by, m->prof[d].acc_end[m->cat[t]] += by;
         else if (step_value(m, t) || accumulator(m, t)) {
             if (step_value(m, t))
                 m->prof[b].fin[m->cat[t]] += by;
@@ -415,7 +418,8 @@ static int piece_of(const Replay *r, int i) { return r->map[r->pcs[i].kind * r->
 static void replay(Model *m, const Replay *r, Peak *pk)
 {
     int np = m->sp.npieces, inflight = 0;
-    Bytes run = {0}, acc = {0}, now;
+    Bytes run = {0}, acc, now;
+    memcpy(acc, m->pre, sizeof(Bytes));
     char *started = arena_alloc(m->a, (size_t)np + 1);
     int *done = arena_alloc(m->a, sizeof(int) * (size_t)(r->m + 1)), total_pcs = 0;
     memset(started, 0, (size_t)np + 1);
@@ -502,6 +506,48 @@ static double cpu_workspace(const Plan *p, int s)
     return need;
 }
 
+/* The threads backend's own buffers per communicator (runtime/comm): an
+ * all-reduce stages the member's share (count / members) in the group's
+ * scratch, a bf16 reduction widens its operands to f32, and a send keeps a
+ * copy until its receiver takes it. Each communicator keeps its largest. */
+static double group_buffers(const Plan *p, int s)
+{
+    uint32_t keys[64];
+    double need[64];
+    int ng = 0;
+    for (int i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *in = &p->instrs[i];
+        if (in->kind != PI_COLL || !on_stage(p, in, s) || in->coll.op == PC_SLICE || !in->nargs)
+            continue;
+        uint32_t key = 0;
+        double members = 1, count = 0, k = 0;
+        for (int a = 0; a < in->coll.naxes; a++)
+            key |= 1u << in->coll.axes[a], members *= p->axes[in->coll.axes[a]].size;
+        const PlanTensor *t = &p->tensors[in->args[0]];
+        double es = (double)plan_dtype_size(t->dtype);
+        for (int a = 0; a < in->nargs; a += in->nargs > 2 ? 2 : in->nargs)
+            count += (double)p->tensors[in->args[a]].bytes / es;
+        if (in->coll.op == PC_ALL_REDUCE || in->coll.op == PC_ALL_REDUCE_MAX)
+            k = ((double)(int64_t)((count + members - 1) / members)) * es +
+                (t->dtype == PD_BF16 ? 4 * count : 0);
+        else if (in->coll.op == PC_REDUCE_SCATTER && t->dtype == PD_BF16)
+            k = 4 * (count + count / members);
+        else if (in->coll.op == PC_SEND)
+            k = (double)t->bytes + 64;
+        int g = 0;
+        while (g < ng && keys[g] != key)
+            g++;
+        if (g == ng && ng < 64)
+            keys[ng] = key, need[ng++] = 0;
+        if (g < ng && k > need[g])
+            need[g] = k;
+    }
+    double sum = 0;
+    for (int g = 0; g < ng; g++)
+        sum += need[g];
+    return sum;
+}
+
 static void set_base(Model *m, int s, int gpu)
 {
     const Plan *p = m->p;
@@ -515,7 +561,7 @@ static void set_base(Model *m, int s, int gpu)
         m->base[MC_RESERVED] += MEM_CUDA_CONTEXT;
     } else {
         m->base[MC_WORKSPACE] += cpu_workspace(p, s);
-        m->base[MC_COMM] += mesh ? comm_scratch(p, 0) : 0;
+        m->base[MC_COMM] += mesh ? comm_scratch(p, 0) + group_buffers(p, s) : 0;
     }
 }
 
@@ -651,6 +697,7 @@ static void model_stage(Model *m, int s, int gpu, const Schedule *sc, StageMemor
     m->prof = arena_alloc(m->a, sizeof(PieceProf) * (size_t)(np + 1));
     memset(m->prof, 0, sizeof(PieceProf) * (size_t)(np + 1));
     memset(m->base, 0, sizeof(Bytes));
+    memset(m->pre, 0, sizeof(Bytes));
     m->saved = m->saved_layers = 0;
     tensor_pieces(m);
     char *grad = gradient_values(m->a, m->l);

@@ -87,10 +87,9 @@ static Mode mode_of(const Prec *p, const Op *op)
     for (int i = 0; i < op->nargs; i++)
         if (op->args[i]->dtype == DT_BF16 || is_source(op->args[i]))
             m = MODE_BF16;
-    /* the CPU attention templates compute on f32 storage; embed_grad adds
-     * into its table row by row, which bf16 storage would round each time */
-    if (m == MODE_BF16 &&
-        (op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD || op->kind == OP_EMBED_GRAD))
+    /* embed_grad adds into its table row by row, which bf16 storage would
+     * round each time (attention_grad's shape rule keeps its sums dk, dv f32) */
+    if (m == MODE_BF16 && op->kind == OP_EMBED_GRAD)
         return MODE_F32;
     return m;
 }

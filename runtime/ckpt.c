@@ -6,11 +6,12 @@
  * the tensors of the Runtime.
  * Key idea: a checkpoint holds every tensor's whole (global) value, so its
  * content does not depend on the mesh: on a mesh every rank takes part in the
- * gathers and rank 0 writes; on resume every rank reads the file and keeps its
- * block. A file gets its final name only once it is complete and on disk
- * (write, fsync, rename, fsync of the folder), so the newest final name is
- * always a whole checkpoint and a corrupt one is an error, never a reason to
- * fall back. The loader trusts nothing in the file: it checks the header
+ * gathers (a tensor of a pipeline stage comes from that stage's devices) and
+ * rank 0 writes; on resume every rank reads the file and keeps its block of
+ * each tensor it holds, so a run resumes on another mesh (the train hash). A
+ * file gets its final name only once it is complete and on disk (write,
+ * fsync, rename, fsync of the folder), so the newest final name is always a
+ * whole checkpoint and a corrupt one is an error, never a reason to fall back. The loader trusts nothing in the file: it checks the header
  * against the plan and reads the data into a staging buffer before it
  * overwrites any tensor, so a refused checkpoint leaves the Runtime as it was.
  * Tensors are stored little-endian, as they lie in memory on the hosts we run. */
@@ -161,6 +162,7 @@ static int add_meta(cJSON *root, const Plan *p, const CkptMeta *m)
     return md && cJSON_AddStringToObject(md, "format", CKPT_FORMAT) &&
            cJSON_AddStringToObject(md, "model", model_of(p)) &&
            cJSON_AddStringToObject(md, "plan_hash", hash) &&
+           (!*p->train_hash || cJSON_AddStringToObject(md, "train_hash", p->train_hash)) &&
            cJSON_AddStringToObject(md, "step", step) &&
            cJSON_AddStringToObject(md, "data_position", position) &&
            cJSON_AddStringToObject(md, "seed", seed);
@@ -567,7 +569,17 @@ static int meta_int(const cJSON *md, const char *key, int64_t min, uint64_t max,
     return 0;
 }
 
-/* The metadata: a tcc checkpoint of this model and plan, of the step its name says. */
+/* The same training run: the same train hash when both the file and the plan
+ * have one (any mesh: 1x1x2 resumes 1x1x4's), else the same plan hash. */
+static int same_run(const cJSON *md, const Plan *p, const char *hash, const char *mine)
+{
+    const char *train = meta_str(md, "train_hash");
+    if (train && *p->train_hash)
+        return !strcmp(train, p->train_hash);
+    return hash && !strcmp(hash, mine);
+}
+
+/* The metadata: a tcc checkpoint of this model and run, of the step its name says. */
 static int check_meta(const cJSON *root, const Plan *p, int64_t step, CkptMeta *m, char *err,
                       size_t n)
 {
@@ -583,7 +595,7 @@ static int check_meta(const cJSON *root, const Plan *p, int64_t step, CkptMeta *
         return plan_errorf(err, n, "checkpoint of model '%s', this plan is '%s'",
                            model ? model : "", model_of(p));
     plan_hash(p, mine);
-    if (!hash || strcmp(hash, mine))
+    if (!same_run(md, p, hash, mine))
         return plan_errorf(err, n, "checkpoint from another plan (hash %s, this plan %s)",
                            hash ? hash : "missing", mine);
     if (meta_int(md, "step", 0, INT64_MAX, &s, err, n) ||
@@ -774,8 +786,8 @@ int rt_ckpt_load_latest(Runtime *rt, const char *dir, CkptMeta *meta, char *err,
     Ckpt c = {0};
     CkptMeta m;
     int rc = read_ckpt(&c, path, step, p, &m, msg, sizeof msg);
-    for (int i = 0; !rc && i < p->ntensors; i++) /* this device's block of each */
-        if (saved(&p->tensors[i]))
+    for (int i = 0; !rc && i < p->ntensors; i++) /* this device's block of each it holds */
+        if (saved(&p->tensors[i]) && rt_holds(rt, i))
             rt_block_copy(rt, &p->tensors[i], c.data + c.begin[i], rt_tensor_data(rt, i), 0);
     free_ckpt(&c);
     if (rc)

@@ -1,7 +1,8 @@
 /* cpu.c: the CPU device: the slab, the plan's kernels compiled to a shared
  * object, and GEMMs through BLAS (OpenBLAS).
- * Reads: a checked Plan, $CC, $TCC_CACHE, $HOME. Writes: CACHE/k-PLANHASH-SRCHASH.{c,so}
- * (the kernels' source and shared object); a zeroed slab in memory.
+ * Reads: a checked Plan, $CC, $TCC_CACHE, $HOME, /proc/self/pagemap. Writes:
+ * CACHE/k-PLANHASH-SRCHASH.{c,so} (the kernels' source and shared object); the
+ * slab, anonymous memory that the kernel zero-fills page by page on first touch.
  * Key idea: the kernels are compiled once per content and reused. Each build
  * happens in a private temporary folder and is renamed into place, so runs
  * that start together never see half a file; a cached object that does not
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -250,18 +252,96 @@ int rt_cpu_open(CpuDevice *d, const Plan *p, const char *cache_dir, char *err, s
     return rt_cpu_open_linked(d, p, NULL, cache_dir, err, n);
 }
 
+/* ---- the slab ---- */
+
+static size_t page_size(void)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    return pg > 0 ? (size_t)pg : 4096;
+}
+
+static size_t whole_pages(uint64_t bytes)
+{
+    size_t pg = page_size();
+    return (size_t)((bytes ? bytes : 1) + pg - 1) / pg * pg;
+}
+
+/* Anonymous private memory: zero-filled by the kernel, a page at a time when
+ * first touched, so pages never touched are never resident. Huge pages are
+ * declined: one touched byte would make 2 MiB resident, and rt_cpu_touched
+ * counts pages. */
+static int map_slab(CpuDevice *d, uint64_t bytes, char *err, size_t n)
+{
+    if (bytes > SIZE_MAX - page_size())
+        return plan_errorf(err, n, "slab of %" PRIu64 " bytes: too large", bytes);
+    size_t size = whole_pages(bytes);
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return plan_errorf(err, n, "mmap(%zu bytes): %s", size, strerror(errno));
+    madvise(m, size, MADV_NOHUGEPAGE); /* advice: its failure changes nothing we rely on */
+    d->slab = m;
+    d->slab_bytes = bytes;
+    d->mapped = size;
+    return 0;
+}
+
+void rt_cpu_fit(CpuDevice *d, uint64_t bytes)
+{
+    size_t keep = whole_pages(bytes);
+    if (keep < d->mapped && munmap(d->slab + keep, d->mapped - keep) == 0)
+        d->mapped = keep;
+    d->slab_bytes = bytes;
+}
+
+/* A page counts when /proc/self/pagemap says it is present and mapped by this
+ * process alone (bit 63 and 56), or swapped out (bit 62): a page only read is
+ * mapped to the kernel's shared zero page, present but not exclusive, and
+ * costs no memory. mincore(2) cannot tell the two apart, so it is only the
+ * fallback where pagemap cannot be read (it then counts read pages too). */
+static int touched_pages(const CpuDevice *d, unsigned char *in, size_t pages, char *err, size_t n)
+{
+    size_t pg = page_size();
+    int fd = open("/proc/self/pagemap", O_RDONLY);
+    uint64_t e[512];
+    for (size_t i = 0; fd >= 0 && i < pages; i += 512) {
+        size_t k = pages - i < 512 ? pages - i : 512;
+        off_t at = (off_t)(((uintptr_t)d->slab / pg + i) * sizeof e[0]);
+        if (pread(fd, e, k * sizeof e[0], at) != (ssize_t)(k * sizeof e[0])) {
+            close(fd);
+            fd = -1;
+            break;
+        }
+        for (size_t j = 0; j < k; j++)
+            in[i + j] = ((e[j] >> 63 & 1) && (e[j] >> 56 & 1)) || (e[j] >> 62 & 1);
+    }
+    if (fd >= 0)
+        return close(fd), 0;
+    if (mincore(d->slab, pages * pg, in))
+        return plan_errorf(err, n, "mincore: %s", strerror(errno));
+    return 0;
+}
+
+int rt_cpu_touched(const CpuDevice *d, uint64_t *bytes, char *err, size_t n)
+{
+    size_t pg = page_size(), pages = whole_pages(d->slab_bytes) / pg;
+    unsigned char *in = calloc(pages + 1, 1);
+    if (!in)
+        return plan_errorf(err, n, "calloc: out of memory");
+    int rc = touched_pages(d, in, pages, err, n);
+    *bytes = 0;
+    for (size_t i = 0; !rc && i < pages; i++) /* the slab's part of each page */
+        if (in[i] & 1)
+            *bytes += (i + 1) * pg <= d->slab_bytes ? pg : d->slab_bytes - i * pg;
+    free(in);
+    return rc;
+}
+
 int rt_cpu_open_linked(CpuDevice *d, const Plan *p, const RtKernelFn *linked,
                        const char *cache_dir, char *err, size_t n)
 {
-    size_t size = (size_t)((p->slab_bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN);
     memset(d, 0, sizeof *d);
-    if (p->slab_bytes > SIZE_MAX - PLAN_ALIGN)
-        return plan_errorf(err, n, "slab of %" PRIu64 " bytes: too large", p->slab_bytes);
-    if (!size)
-        size = PLAN_ALIGN;
-    if (!(d->slab = aligned_alloc(PLAN_ALIGN, size)))
-        return plan_errorf(err, n, "aligned_alloc(%zu bytes): %s", size, strerror(errno));
-    memset(d->slab, 0, size);
+    if (map_slab(d, p->slab_bytes, err, n))
+        return -1;
     if (linked && p->nkernels > 0) { /* compiled into the program: nothing to build */
         if (!(d->fns = calloc((size_t)p->nkernels, sizeof *d->fns))) {
             rt_cpu_close(d);
@@ -307,10 +387,12 @@ static int gemm_bf16(CpuDevice *d, const Plan *p, const PlanGemm *g, char *err, 
         return plan_errorf(err, n, "gemm on bf16 A needs bf16 B and a bf16 or f32 C");
     if (d->wide_len < na + nb + nc) {
         free(d->wide);
+        rt_account(d->account, -(int64_t)(sizeof(float) * d->wide_len));
         d->wide_len = 0;
         if (!(d->wide = malloc(sizeof(float) * (na + nb + nc))))
             return plan_errorf(err, n, "out of memory for a bf16 gemm's f32 copies");
         d->wide_len = na + nb + nc;
+        rt_account(d->account, (int64_t)(sizeof(float) * d->wide_len));
     }
     float *a = widen(ta, d->slab + ta->offset, d->wide),
           *b = widen(tb, d->slab + tb->offset, a + na);
@@ -382,7 +464,9 @@ void rt_cpu_close(CpuDevice *d)
     if (d->so && dlclose(d->so))
         fprintf(stderr, "tcc runtime: dlclose %s: %s\n", d->so_path, dlerror());
     free(d->fns);
-    free(d->slab);
+    if (d->slab)
+        munmap(d->slab, d->mapped);
+    rt_account(d->account, -(int64_t)(sizeof(float) * d->wide_len));
     free(d->wide);
     memset(d, 0, sizeof *d);
 }

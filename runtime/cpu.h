@@ -7,18 +7,22 @@
 #include <stddef.h>
 
 #include "plan.h"
+#include "runtime/comm/comm.h"
 
 /* The calling convention of every kernel: args[j] is the first byte of the
  * j-th tensor argument of the instruction, in the slab. */
 typedef void (*RtKernelFn)(char *const *args);
 
 typedef struct CpuDevice {
-    char *slab;      /* slab_bytes rounded up to PLAN_ALIGN, zeroed, PLAN_ALIGN-aligned */
+    char *slab;          /* anonymous pages, zero-filled by the kernel on first touch */
+    uint64_t slab_bytes; /* the plan's slab of this device's stage (slab_bytes until attach) */
+    size_t mapped;       /* bytes mapped: slab_bytes rounded up to pages */
     void *so;        /* the dlopen handle of the kernels (NULL when there are none) */
     RtKernelFn *fns; /* by kernel index */
     char so_path[4096];
     float *wide;      /* bf16 GEMMs: f32 copies of A, B and C (grown by the first step) */
     size_t wide_len;  /* floats in wide */
+    RtAccount *account; /* where wide is counted (the Runtime's), or NULL */
 } CpuDevice;
 
 /* Allocate the slab, then compile (or find in cache_dir) and load the kernels
@@ -29,6 +33,14 @@ int rt_cpu_open(CpuDevice *d, const Plan *p, const char *cache_dir, char *err, s
  * index, the plan's order), or compiled from the plan when linked is NULL. */
 int rt_cpu_open_linked(CpuDevice *d, const Plan *p, const RtKernelFn *linked,
                        const char *cache_dir, char *err, size_t n);
+
+/* Keep only the first bytes of the slab (a pipeline stage's own slab): the
+ * pages beyond are unmapped. bytes <= d->slab_bytes. */
+void rt_cpu_fit(CpuDevice *d, uint64_t bytes);
+
+/* The bytes of the slab's first d->slab_bytes that lie in pages written so
+ * far (see cpu.c for how they are counted). 0, or -1 with a message. */
+int rt_cpu_touched(const CpuDevice *d, uint64_t *bytes, char *err, size_t n);
 
 /* C = alpha op(A) op(B) + beta C, batch times: f32 and f64 only. 0, or -1. */
 int rt_cpu_gemm(CpuDevice *d, const Plan *p, const PlanGemm *g, char *err, size_t n);

@@ -97,12 +97,19 @@ Runtime *rt_open_device(const Plan *p, RtKernel const *kernels, RtDeviceKind kin
     }
     rt->p = p;
     rt->nstages = plan_stages(p);
+    rt->stage = rt->nstages > 1 ? -1 : 0; /* known at rt_attach */
     if (rt_cpu_open_linked(&rt->dev, p, kernels, cache_dir, err, n) || bind_args(rt, err, n) ||
         (kind == RT_CUDA && open_gpu(rt, cache_dir, err, n))) {
         rt_close(rt);
         return NULL;
     }
+    rt->dev.account = &rt->mem;
     return rt;
+}
+
+int rt_holds(const Runtime *rt, int t)
+{
+    return rt->nstages <= 1 || plan_stage_holds(rt->p, rt->stage, t);
 }
 
 void rt_close(Runtime *rt)
@@ -173,7 +180,7 @@ int rt_sync_host(Runtime *rt, char *err, size_t n)
     for (int t = 0; t < p->ntensors; t++)
         if (host_owned(p, t))
             at = (char *)memcpy(at, rt_host(rt, t), p->tensors[t].bytes) + p->tensors[t].bytes;
-    int rc = rt_cuda_get(rt->gpu, rt->dev.slab, 0, p->slab_bytes, err, n) ||
+    int rc = rt_cuda_get(rt->gpu, rt->dev.slab, 0, rt->dev.slab_bytes, err, n) ||
              rt_cuda_sync(rt->gpu, err, n);
     at = saved;
     for (int t = 0; t < p->ntensors; t++) /* put them back over the device's copies */
@@ -190,7 +197,7 @@ int rt_sync_host(Runtime *rt, char *err, size_t n)
 
 void *rt_tensor_data(Runtime *rt, int tensor)
 {
-    if (tensor < 0 || tensor >= rt->p->ntensors)
+    if (tensor < 0 || tensor >= rt->p->ntensors || !rt_holds(rt, tensor))
         return NULL;
     if (rt->gpu) {
         char msg[400];
@@ -214,7 +221,7 @@ static int upload(Runtime *rt, char *err, size_t n)
     if (rt_cuda_sync(rt->gpu, err, n)) /* idle already, unless the last step failed midway */
         return -1;
     if (rt->dev_stale) {
-        if (rt_cuda_put(rt->gpu, rt->dev.slab, 0, p->slab_bytes, err, n))
+        if (rt_cuda_put(rt->gpu, rt->dev.slab, 0, rt->dev.slab_bytes, err, n))
             return -1;
         rt->dev_stale = 0;
         return 0;
@@ -261,6 +268,8 @@ double rt_scalar(Runtime *rt, int tensor)
     const Plan *p = rt->p; /* the outputs are downloaded after each step: no whole-slab sync */
     int out = tensor == p->loss || tensor == p->lr || tensor == p->grad_norm;
     const void *x = out ? rt_host(rt, tensor) : rt_tensor_data(rt, tensor);
+    if (!x)
+        return NAN;
     switch (rt->p->tensors[tensor].dtype) {
     case PD_F32:
         return *(const float *)x;

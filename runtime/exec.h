@@ -29,10 +29,16 @@ struct Runtime {
     size_t scratch_bytes;
     /* pipeline stages: this device runs only the instructions of its stage */
     int nstages;                   /* plan_stages: 1 without a pipeline axis */
-    int stage;                     /* this device's block index over the pipeline axes */
+    int stage;                     /* this device's block index over the pipeline axes; -1
+                                      until rt_attach with more than one stage */
     int npipe;                     /* the pipeline-role axes, in plan order */
     int8_t pipe[PLAN_MAX_AXES];
+    RtAccount mem; /* the buffers it holds outside the slab (rt_memory) */
 };
+
+/* Whether this device's slab holds tensor t: always on one stage; on a
+ * pipeline, the tensors of its own stage and those of every stage. */
+int rt_holds(const Runtime *rt, int t);
 
 /* The first byte of tensor t in the host slab (the mirror on the cuda device),
  * with no transfer: for the tensors the executor moves itself each step. */

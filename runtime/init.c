@@ -212,6 +212,8 @@ void rt_init_params(Runtime *rt, uint64_t seed)
     const Plan *p = rt_plan(rt);
     for (int i = 0; i < p->ntensors; i++) {
         const PlanTensor *t = &p->tensors[i];
+        if (!rt_holds(rt, i)) /* another pipeline stage's */
+            continue;
         if (t->role == PT_PARAM)
             fill_block(rt, i, seed, init_param);
         else if (t->role == PT_STATE)

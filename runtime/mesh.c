@@ -132,6 +132,7 @@ static int make_group(Runtime *rt, const int8_t *axes, int naxes, char *err, siz
     *slot = rt_comm_split(rt->world, (int)color, (int)rt_block_index(rt, axes, naxes), err, n);
     if (!*slot)
         return -1;
+    rt_comm_account(*slot, &rt->mem);
     if (!rt->gpu) /* NCCL: the group's communicator, then its pipeline channels */
         return 0;
     if (rt_cuda_group(rt->gpu, (int)(slot - rt->group), *slot, err, n))
@@ -162,8 +163,9 @@ static void fill_coords(Runtime *rt)
     }
 }
 
-/* This device's stage and, with more than one, the pipeline group (for the
- * outputs; send and recv use it too). */
+/* This device's stage and, with more than one, its own slab (the stage's: the
+ * rest is unmapped) and the pipeline group (for the outputs; send and recv use
+ * it too). */
 static int attach_stage(Runtime *rt, char *err, size_t n)
 {
     const Plan *p = rt->p;
@@ -172,7 +174,10 @@ static int attach_stage(Runtime *rt, char *err, size_t n)
         if (p->axes[a].role && !strcmp(p->axes[a].role, "pipeline"))
             rt->pipe[rt->npipe++] = (int8_t)a;
     rt->stage = (int)rt_block_index(rt, rt->pipe, rt->npipe);
-    return rt->nstages > 1 ? make_group(rt, rt->pipe, rt->npipe, err, n) : 0;
+    if (rt->nstages <= 1)
+        return 0;
+    rt_cpu_fit(&rt->dev, plan_stage_slab(p, rt->stage));
+    return make_group(rt, rt->pipe, rt->npipe, err, n);
 }
 
 int rt_attach(Runtime *rt, RtWorld *w, char *err, size_t n)
@@ -209,6 +214,7 @@ int rt_attach(Runtime *rt, RtWorld *w, char *err, size_t n)
     if (scratch && !(rt->scratch = malloc(scratch)))
         return plan_errorf(err, n, "malloc of %zu bytes failed", scratch);
     rt->scratch_bytes = scratch;
+    rt_account(&rt->mem, (int64_t)scratch);
     fill_coords(rt);
     return 0;
 }
@@ -217,6 +223,7 @@ void rt_mesh_close(Runtime *rt)
 {
     for (int i = 0; i < RT_MAX_GROUPS; i++)
         rt_comm_free(rt->group[i]);
+    rt_account(&rt->mem, -(int64_t)rt->scratch_bytes);
     free(rt->scratch);
 }
 
@@ -366,10 +373,13 @@ int rt_tensor_global(Runtime *rt, int t, void *global, char *err, size_t n)
         all[a] = (int8_t)a;
     RtComm *c = group(rt, all, p->naxes);
     int size = rt_world_size(rt->world);
-    char *blocks = malloc(pt->bytes * (size_t)size + 1);
+    char *blocks = calloc(pt->bytes * ((size_t)size + 1) + 1, 1);
     if (!blocks)
-        return plan_errorf(err, n, "malloc of %" PRIu64 " bytes failed", pt->bytes * (uint64_t)size);
-    if (rt_comm_all_gather(c, rt_tensor_data(rt, t), blocks, 1, pt->bytes, 1, 1, err, n)) {
+        return plan_errorf(err, n, "calloc of %" PRIu64 " bytes failed",
+                           pt->bytes * ((uint64_t)size + 1));
+    /* a device of another stage does not hold t: it sends zeros, ignored below */
+    const char *mine = rt_holds(rt, t) ? rt_tensor_data(rt, t) : blocks + pt->bytes * (size_t)size;
+    if (rt_comm_all_gather(c, mine, blocks, 1, pt->bytes, 1, 1, err, n)) {
         free(blocks);
         return -1;
     }

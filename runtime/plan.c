@@ -84,6 +84,25 @@ int plan_stages(const Plan *p)
     return (int)n;
 }
 
+uint64_t plan_stage_slab(const Plan *p, int stage)
+{
+    int stages = plan_stages(p);
+    if (!p->stage_slab_bytes)
+        return p->slab_bytes;
+    if (stage >= 0)
+        return stage < stages ? p->stage_slab_bytes[stage] : 0;
+    uint64_t least = p->slab_bytes;
+    for (int s = 0; s < stages; s++)
+        least = p->stage_slab_bytes[s] < least ? p->stage_slab_bytes[s] : least;
+    return least;
+}
+
+int plan_stage_holds(const Plan *p, int stage, int t)
+{
+    int st = p->tensors[t].stage;
+    return st < 0 || st == stage || t == p->loss || t == p->lr || t == p->grad_norm;
+}
+
 static int is_p2p(PlanCollKind k)
 {
     return k == PC_SEND || k == PC_RECV;
@@ -251,6 +270,7 @@ void plan_hash(const Plan *p, char out[17])
     int ni = p->instrs ? p->ninstrs : 0, nk = p->kernels ? p->nkernels : 0;
     fnv_i64(&f, p->version);
     fnv_str(&f, p->model);
+    fnv_str(&f, p->train_hash);
     fnv_i64(&f, nax < 0 ? 0 : nax);
     for (int i = 0; i < nax; i++) {
         fnv_str(&f, p->axes[i].name);
@@ -258,6 +278,10 @@ void plan_hash(const Plan *p, char out[17])
         fnv_i64(&f, p->axes[i].size);
     }
     fnv_u64(&f, p->slab_bytes);
+    int stages = plan_stages(p);
+    fnv_i64(&f, stages);
+    for (int s = 0; s < stages; s++)
+        fnv_u64(&f, plan_stage_slab(p, s));
     fnv_i64(&f, nt < 0 ? 0 : nt);
     for (int i = 0; i < nt; i++)
         hash_tensor(&f, &p->tensors[i]);
@@ -321,11 +345,17 @@ static int check_tensor_shape(const Plan *p, int i, char *err, size_t n)
     if (t->offset % PLAN_ALIGN)
         return plan_errorf(err, n, "tensors[%d].offset: %" PRIu64 " is not a multiple of %d", i, t->offset,
                    PLAN_ALIGN);
-    if (t->offset > p->slab_bytes || t->bytes > p->slab_bytes - t->offset)
+    int everywhere = i == p->loss || i == p->lr || i == p->grad_norm; /* broadcast targets */
+    int stage = everywhere || t->stage < -1 || t->stage >= plan_stages(p) ? -1 : t->stage;
+    uint64_t slab = plan_stage_slab(p, stage);
+    if (t->offset > slab || t->bytes > slab - t->offset)
         return plan_errorf(err, n,
-                   "tensors[%d].offset: bytes [%" PRIu64 ", %" PRIu64
-                   ") lie outside the slab (%" PRIu64 " bytes)",
-                   i, t->offset, t->offset + t->bytes, p->slab_bytes);
+                           "tensors[%d].offset: bytes [%" PRIu64 ", %" PRIu64
+                           ") lie outside the slab (%" PRIu64 " bytes%s)",
+                           i, t->offset, t->offset + t->bytes, slab,
+                           p->stage_slab_bytes && plan_stages(p) > 1
+                               ? stage < 0 ? " on some stage" : " on its stage"
+                               : "");
     return 0;
 }
 
@@ -559,6 +589,42 @@ static int check_output(const Plan *p, const char *what, int t, char *err, size_
     return 0;
 }
 
+/* Each stage's slab within slab_bytes, the largest equal to it. */
+static int check_stage_slabs(const Plan *p, char *err, size_t n)
+{
+    uint64_t most = 0;
+    for (int s = 0; p->stage_slab_bytes && s < plan_stages(p); s++) {
+        if (p->stage_slab_bytes[s] > p->slab_bytes)
+            return plan_errorf(err, n,
+                               "stage_slab_bytes[%d]: %" PRIu64 " is more than slab_bytes %" PRIu64,
+                               s, p->stage_slab_bytes[s], p->slab_bytes);
+        most = p->stage_slab_bytes[s] > most ? p->stage_slab_bytes[s] : most;
+    }
+    if (p->stage_slab_bytes && most != p->slab_bytes)
+        return plan_errorf(err, n,
+                           "slab_bytes: %" PRIu64 ", but the largest stage slab is %" PRIu64,
+                           p->slab_bytes, most);
+    return 0;
+}
+
+/* An instruction of stage s touches only tensors that its devices hold. */
+static int check_instr_stage(const Plan *p, int i, char *err, size_t n)
+{
+    const PlanInstr *in = &p->instrs[i];
+    int t[4] = {in->gemm.a, in->gemm.b, in->gemm.c, in->gemm.bias}, nt = 0;
+    if (in->kind == PI_GEMM)
+        nt = in->gemm.epilogue == PE_BIAS ? 4 : 3;
+    for (int j = 0; j < in->nargs + nt; j++) {
+        int k = j < in->nargs ? in->args[j] : t[j - in->nargs];
+        if (!plan_stage_holds(p, in->stage, k))
+            return plan_errorf(err, n,
+                               "instrs[%d]: an instruction of stage %d touches "
+                               "tensors[%d] of stage %d",
+                               i, in->stage, k, p->tensors[k].stage);
+    }
+    return 0;
+}
+
 static int check_counts(const Plan *p, char *err, size_t n)
 {
     if (p->version != PLAN_VERSION)
@@ -576,7 +642,9 @@ static int check_counts(const Plan *p, char *err, size_t n)
     for (int i = 0; i < p->naxes; i++)
         if (!*str_or_empty(p->axes[i].name) || p->axes[i].size < 1)
             return plan_errorf(err, n, "axes[%d]: needs a name and a size >= 1", i);
-    return 0;
+    if (*p->train_hash && strspn(p->train_hash, "0123456789abcdef") != 16)
+        return plan_errorf(err, n, "train_hash: expected 16 lowercase hex digits or \"\"");
+    return check_stage_slabs(p, err, n);
 }
 
 /* Axes in range and each used once (used: a mask carried across calls). */
@@ -720,6 +788,9 @@ int plan_check(const Plan *p, char *err, size_t n)
         return -1;
     for (int i = 0; i < p->ninstrs; i++)
         if (check_instr(p, i, err, n))
+            return -1;
+    for (int i = 0; plan_stages(p) > 1 && i < p->ninstrs; i++)
+        if (check_instr_stage(p, i, err, n))
             return -1;
     if (check_output(p, "loss", p->loss, err, n) || check_output(p, "lr", p->lr, err, n) ||
         check_output(p, "grad_norm", p->grad_norm, err, n))
@@ -908,6 +979,15 @@ static void wr_lists(Wr *w, cJSON *root, const Plan *p)
         wr_int(w, o, at, "size", p->axes[i].size);
     }
     wr_u64(w, root, "", "slab_bytes", p->slab_bytes);
+    cJSON *slabs = wr_add(w, root, "stage_slab_bytes", cJSON_CreateArray());
+    for (int s = 0; s < plan_stages(p) && slabs; s++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%" PRIu64, plan_stage_slab(p, s));
+        if (plan_stage_slab(p, s) > (uint64_t)JSON_EXACT)
+            wr_fail(w, "stage_slab_bytes[%d]: beyond 2^53, which JSON numbers do not hold", s);
+        else
+            wr_add(w, slabs, NULL, cJSON_CreateRaw(buf));
+    }
     cJSON *tensors = wr_add(w, root, "tensors", cJSON_CreateArray());
     for (int i = 0; i < p->ntensors && p->tensors && tensors; i++)
         wr_tensor(w, tensors, i, &p->tensors[i]);
@@ -941,6 +1021,7 @@ static cJSON *wr_plan(Wr *w, const Plan *p)
     wr_int(w, root, "", "version", p->version);
     wr_str(w, root, "hash", p->hash);
     wr_str(w, root, "model", p->model);
+    wr_str(w, root, "train_hash", p->train_hash);
     wr_lists(w, root, p);
     wr_int(w, root, "", "loss", p->loss);
     wr_int(w, root, "", "lr", p->lr);
@@ -1423,18 +1504,47 @@ static int rd_header(const cJSON *root, Plan *p, char *hash, char *err, size_t n
     return 0;
 }
 
+/* train_hash: "" or 16 lower-case hex digits. */
+static int rd_train_hash(const cJSON *root, Plan *p, char *err, size_t n)
+{
+    const cJSON *h = rd_member(root, "", "train_hash", err, n);
+    if (!h)
+        return -1;
+    if (!cJSON_IsString(h) ||
+        (*h->valuestring &&
+         (strlen(h->valuestring) != 16 || strspn(h->valuestring, "0123456789abcdef") != 16)))
+        return plan_errorf(err, n, "train_hash: expected \"\" or 16 lowercase hex digits");
+    memcpy(p->train_hash, h->valuestring, strlen(h->valuestring) + 1);
+    return 0;
+}
+
+/* stage_slab_bytes: one size per pipeline stage (the axes are read). */
+static int rd_stage_slabs(const cJSON *root, Plan *p, char *err, size_t n)
+{
+    int64_t *slabs = NULL;
+    int count = 0, stages = plan_stages(p);
+    if (rd_ints(root, "", "stage_slab_bytes", stages, 0, JSON_EXACT, &slabs, &count, err, n))
+        return -1;
+    p->stage_slab_bytes = (uint64_t *)slabs;
+    if (count != stages)
+        return plan_errorf(err, n, "stage_slab_bytes: %d sizes for %d pipeline stages", count,
+                           stages);
+    return 0;
+}
+
 static int rd_plan(const cJSON *root, Plan *p, char *hash, char *err, size_t n)
 {
     static const char *const keys[] = {
-        "format", "version", "hash", "model",     "axes",  "slab_bytes",    "tensors", "kernels",
-        "instrs", "loss",    "lr",   "grad_norm", "flops", "kernel_source", "gpu_source", NULL};
+        "format",     "version",          "hash",    "model",         "train_hash", "axes",
+        "slab_bytes", "stage_slab_bytes", "tensors", "kernels",       "instrs",     "loss",
+        "lr",         "grad_norm",        "flops",   "kernel_source", "gpu_source", NULL};
     int rc;
     if (rd_header(root, p, hash, err, n) || rd_keys(root, "", keys, err, n) ||
         rd_str(root, "", "model", &p->model, err, n) ||
         rd_u64(root, "", "slab_bytes", &p->slab_bytes, err, n))
         return -1;
     p->axes = rd_each(root, "axes", sizeof(PlanAxis), &p->naxes, rd_axis_one, &rc, err, n);
-    if (rc)
+    if (rc || rd_train_hash(root, p, err, n) || rd_stage_slabs(root, p, err, n))
         return -1;
     p->tensors =
         rd_each(root, "tensors", sizeof(PlanTensor), &p->ntensors, rd_tensor_one, &rc, err, n);
@@ -1624,6 +1734,7 @@ void plan_free(Plan *p)
     for (int i = 0; p->kernels && i < p->nkernels; i++)
         free(p->kernels[i].name);
     free(p->axes);
+    free(p->stage_slab_bytes);
     free(p->tensors);
     free(p->instrs);
     free(p->kernels);

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #define PLAN_FORMAT "tcc-plan"
-#define PLAN_VERSION 4
+#define PLAN_VERSION 5
 #define PLAN_MAX_AXES 8
 #define PLAN_MAX_RANK 8
 #define PLAN_ALIGN 64 /* every tensor offset is a multiple of this */
@@ -143,7 +143,11 @@ typedef struct Plan {
     char *model;
     int naxes;
     PlanAxis *axes;
-    uint64_t slab_bytes;
+    uint64_t slab_bytes;        /* the largest slab of a device: max of stage_slab_bytes */
+    uint64_t *stage_slab_bytes; /* by pipeline stage: its devices' slab (each stage has its own
+                                   address space); NULL: every stage's is slab_bytes */
+    char train_hash[17];        /* the training run whatever the mesh (16 hex digits, or ""
+                                   when unknown): what a checkpoint must match to resume */
     int ntensors;
     PlanTensor *tensors;
     int ninstrs;
@@ -172,6 +176,13 @@ int64_t plan_mesh_size(const Plan *p);
 int plan_stages(const Plan *p);
 const char *plan_dtype_name(PlanDType t);
 const char *plan_role_name(PlanRole r);
+/* The slab of the devices of pipeline stage `stage`; for -1 the smallest of
+ * all stages' (where the tensors held by every stage lie). */
+uint64_t plan_stage_slab(const Plan *p, int stage);
+/* Whether the devices of stage `stage` hold tensor t in their slab: t's stage
+ * is -1 or `stage`, or t is an output (loss, lr, grad_norm: broadcast to every
+ * stage after a step). */
+int plan_stage_holds(const Plan *p, int stage, int t);
 
 /* The content hash of p (FNV-1a 64 over a canonical serialisation), as 16 hex
  * digits in out[17]. */

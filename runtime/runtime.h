@@ -1,8 +1,8 @@
 /* runtime.h: the runtime's public API: run the training step of a plan on the CPU.
- * A Runtime owns one slab of memory that holds every tensor of the plan at its
- * planned offset, and the plan's kernels compiled by the system C compiler
- * into a shared object (cached on disk by content). It borrows the plan, which
- * must outlive it. Nothing is allocated inside rt_step. */
+ * A Runtime owns one slab of memory that holds every tensor of its device's
+ * pipeline stage (all of them without a pipeline) at its planned offset, and the plan's kernels
+ * compiled by the system C compiler into a shared object (cached on disk by content). It borrows
+ * the plan, which must outlive it. Nothing is allocated inside rt_step. */
 #ifndef TCC_RUNTIME_H
 #define TCC_RUNTIME_H
 
@@ -14,7 +14,8 @@
 
 typedef struct Runtime Runtime;
 
-/* Check p (plan_check), allocate its zeroed slab, compile or reuse its kernels
+/* Check p (plan_check), map its zeroed slab (slab_bytes; cut to the device's
+ * stage's own at rt_attach), compile or reuse its kernels
  * in cache_dir (NULL: $TCC_CACHE, else ~/.cache/tcc, else /tmp/tcc-cache-$UID)
  * and resolve every kernel symbol. NULL with a one-line message in err. */
 Runtime *rt_open(const Plan *p, const char *cache_dir, char *err, size_t n);
@@ -85,6 +86,27 @@ int rt_verify(const Plan *mesh, const Plan *one, int steps, uint64_t seed, doubl
 int rt_verify_world(RtWorld *w, const Plan *mesh, const Plan *one, int steps, uint64_t seed,
                     double tol, const char *cache_dir, FILE *report, char *err, size_t n);
 
+/* ---- memory (runtime/memory.c) ----
+ * What a device really holds, for comparison with a memory model: the bytes
+ * of its slab (its stage's) that lie in pages written so far, and the
+ * high-water mark of the buffers it allocated besides for the step. */
+typedef struct RtMemory {
+    int64_t rank, stage; /* world rank (0 on one device), pipeline stage */
+    uint64_t slab;       /* the stage's slab, from the plan (stage_slab_bytes) */
+    uint64_t touched;    /* of those bytes, the ones in pages written so far (<= slab) */
+    uint64_t buffers;    /* the most bytes of other step buffers held at once */
+    uint64_t peak;       /* touched + buffers */
+} RtMemory;
+/* This device's numbers now (after the steps: their high-water marks). 0, or
+ * -1 with a message. */
+int rt_memory(Runtime *rt, RtMemory *m, char *err, size_t n);
+/* "memory: rank R stage S: slab B bytes (touched T), buffers U bytes, peak P
+ * bytes" and a newline, into f. */
+void rt_memory_print(FILE *f, const RtMemory *m);
+/* Collective when attached: every rank's line, in rank order, into out on the
+ * ranks that pass one (NULL: none; world rank 0 prints for all). 0 or -1. */
+int rt_memory_report(Runtime *rt, FILE *out, char *err, size_t n);
+
 /* Free the slab, unload the kernels. rt may be NULL. */
 void rt_close(Runtime *rt);
 
@@ -92,7 +114,8 @@ void rt_close(Runtime *rt);
 const Plan *rt_plan(const Runtime *rt);
 
 /* Parameters from their init (the same values for the same seed and tensor
- * name, whatever the order of the tensors); optimizer state to zeros. */
+ * name, whatever the order of the tensors); optimizer state to zeros. On a
+ * pipeline, after rt_attach: only the tensors this device's stage holds. */
 void rt_init_params(Runtime *rt, uint64_t seed);
 
 /* Set the hyperparameter called name (e.g. "lr", the peak learning rate of
@@ -130,7 +153,8 @@ int rt_train_main(int argc, char **argv, const char *plan_json, size_t len,
 /* The value of a rank-0 f32 or f64 tensor (NaN for any other, or for -1). */
 double rt_scalar(Runtime *rt, int tensor);
 
-/* The first byte of a tensor in the slab (NULL when tensor is out of range).
+/* The first byte of a tensor in the slab (NULL when tensor is out of range,
+ * or on a pipeline held by another stage's devices only: plan_stage_holds).
  * On the cuda device: in the host mirror, brought up to date first (a failed
  * download is reported by the next rt_step); the device gets it back before
  * the next step. */

@@ -22,11 +22,13 @@
 #include "runtime/runtime.h"
 
 static const char *USAGE =
-    "usage: tccrun DIR [--steps N] [--seed S] [--print-every K] [--comm threads|mpi] [--help]\n"
+    "usage: tccrun DIR [--steps N] [--seed S] [--print-every K] [--comm threads|mpi]\n"
+    "              [--report-memory] [--help]\n"
     "       tccrun DIR --verify ONE [--steps N] [--seed S] [--tol X] [--comm threads|mpi]\n"
     "Runs N training steps (default 10) of the plan DIR/plan.json on the CPU, with\n"
     "parameters initialised from seed S (default 1) and one batch of random inputs\n"
-    "drawn from S and reused every step. Prints a line every K steps (default 1).\n"
+    "drawn from S and reused every step. Prints a line every K steps (default 1);\n"
+    "--report-memory then prints each rank's slab (bytes touched) and other buffers.\n"
     "A plan for a mesh runs its ranks as threads of this process (--comm threads, the\n"
     "default) or one process each under mpirun (--comm mpi, the default there).\n"
     "--verify ONE: run N steps (default 3) of the mesh plan DIR and of the plan ONE\n"
@@ -41,6 +43,7 @@ typedef struct Options {
     uint64_t seed;
     double tol;
     int steps_given;
+    int report_memory; /* --report-memory: each rank's memory after the steps */
 } Options;
 
 /* What every rank shares. */
@@ -125,6 +128,10 @@ static int parse_options(int argc, char **argv, Options *o)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(USAGE, stdout);
             return 1;
+        }
+        if (!strcmp(a, "--report-memory")) {
+            o->report_memory = 1;
+            continue;
         }
         int rc = parse_valued(o, a, val, &i);
         if (rc < 0)
@@ -260,6 +267,8 @@ static int run_rank(const Job *J, RtWorld *w, char *err, size_t n)
         rt_random_inputs(rt, J->o->seed);
         rc = train(rt, J->o, w ? rt_world_size(w) : 1, rank == 0, err, n);
     }
+    if (!rc && J->o->report_memory)
+        rc = agree(all, rt_memory_report(rt, rank == 0 ? stdout : NULL, err, n), err, n);
     rt_close(rt);
     rt_comm_free(all);
     return rc;

@@ -28,7 +28,7 @@ typedef struct Options {
     int64_t steps, ckpt_every, log_every, eval_every, eval_batches;
     uint64_t seed;
     double lr;
-    int resume, exact, help;
+    int resume, exact, report_memory, help;
 } Options;
 
 /* What every rank shares, read-only once the ranks run. */
@@ -77,6 +77,8 @@ static void usage(const char *prog, FILE *f)
             "  --eval-every N      validation loss every N steps (default: at the end)\n"
             "  --eval-batches N    validation batches per evaluation (default 4)\n"
             "  --exact             log each loss also as a hexadecimal float (every bit)\n"
+            "  --report-memory     after the steps, each rank's memory: its slab (bytes\n"
+            "                      touched) and its other buffers (high-water mark)\n"
             "  --comm threads|mpi  how the ranks of a mesh run: threads of this process, or\n"
             "                      one process each (default: mpi under mpirun, else threads)\n"
             "  --device auto|cpu|cuda  where the plan runs (default auto: cuda when there is\n"
@@ -169,11 +171,10 @@ static int parse_args(Options *o, int argc, char **argv, char *msg, size_t n)
     *o = (Options){.steps = 100, .log_every = 1, .eval_batches = 4, .seed = 1337, .lr = -1,
                    .device = "auto"};
     static const char *const known[] = {
-        "--data",       "--val",          "--ckpt",       "--lr",
-        "--steps",      "--seed",         "--ckpt-every", "--log-every",
-        "--eval-every", "--eval-batches", "--comm",       "--device",
-        "--resume",     "--exact",        "--help",       "-h",
-        NULL};
+        "--data", "--val",           "--ckpt",      "--lr",         "--steps",
+        "--seed", "--ckpt-every",    "--log-every", "--eval-every", "--eval-batches",
+        "--comm", "--device",        "--resume",    "--exact",      "--help",
+        "-h",     "--report-memory", NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int w = 0;
@@ -188,6 +189,8 @@ static int parse_args(Options *o, int argc, char **argv, char *msg, size_t n)
             o->resume = 1;
         } else if (!strcmp(a, "--exact")) {
             o->exact = 1;
+        } else if (!strcmp(a, "--report-memory")) {
+            o->report_memory = 1;
         } else if (!v) {
             return failf(msg, n, "%s needs a value", a);
         } else if (parse_one(o, a, v, msg, n)) {
@@ -521,9 +524,14 @@ static int run_rank(const Job *J, RtWorld *w, Loop *L)
     if (w && agree(L, rt_attach(L->rt, w, err, sizeof err) ? fail(L, "%s", err) : 0))
         return 1;
     find_token_inputs(L);
-    if (agree(L, open_data(L)))
+    if (agree(L, open_data(L)) || train(L))
         return 1;
-    return train(L);
+    if (L->o->report_memory &&
+        agree(L, rt_memory_report(L->rt, L->lead ? stdout : NULL, err, sizeof err)
+                     ? fail(L, "--report-memory: %s", err)
+                     : 0))
+        return 1;
+    return 0;
 }
 
 static void close_rank(Loop *L)

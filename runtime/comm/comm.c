@@ -89,6 +89,23 @@ static int check_peer(const RtComm *c, const char *what, int peer, int tag, char
     return 0;
 }
 
+void rt_account(RtAccount *a, int64_t delta)
+{
+    if (!a)
+        return;
+    uint64_t now = __atomic_add_fetch(&a->now, (uint64_t)delta, __ATOMIC_RELAXED);
+    uint64_t peak = __atomic_load_n(&a->peak, __ATOMIC_RELAXED);
+    while (now > peak && !__atomic_compare_exchange_n(&a->peak, &peak, now, 1, __ATOMIC_RELAXED,
+                                                      __ATOMIC_RELAXED))
+        ;
+}
+
+void rt_comm_account(RtComm *c, RtAccount *a)
+{
+    c->account = a;
+    rt_account(a, (int64_t)(c->scratch_bytes + sizeof(float) * c->wide_len));
+}
+
 void *rt_comm_scratch(RtComm *c, size_t bytes, char *err, size_t n)
 {
     if (bytes == 0)
@@ -100,6 +117,7 @@ void *rt_comm_scratch(RtComm *c, size_t bytes, char *err, size_t n)
         refuse(c, "scratch", err, n, "out of memory for %zu bytes", bytes);
         return NULL;
     }
+    rt_account(c->account, (int64_t)bytes - (int64_t)c->scratch_bytes);
     c->scratch = p;
     c->scratch_bytes = bytes;
     return p;
@@ -107,6 +125,7 @@ void *rt_comm_scratch(RtComm *c, size_t bytes, char *err, size_t n)
 
 void rt_comm_release(RtComm *c)
 {
+    rt_account(c->account, -(int64_t)(c->scratch_bytes + sizeof(float) * c->wide_len));
     free(c->scratch);
     free(c->wide);
     c->scratch = NULL;
@@ -127,6 +146,7 @@ static float *wide_buffer(RtComm *c, size_t len, char *err, size_t n)
         refuse(c, "bf16 reduction", err, n, "out of memory for %zu floats", len);
         return NULL;
     }
+    rt_account(c->account, (int64_t)(sizeof(float) * ((len ? len : 1) - c->wide_len)));
     c->wide = p;
     c->wide_len = len ? len : 1;
     return p;

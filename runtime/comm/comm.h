@@ -19,6 +19,20 @@ typedef struct RtWorld RtWorld;
 typedef struct RtComm RtComm;
 typedef struct RtThreadsHub RtThreadsHub;
 
+/* ---- memory accounting ----
+ * The bytes a device holds outside its slab (BLAS widening copies, collective
+ * staging and scratch, messages in flight): every such buffer is counted
+ * through rt_account when it is allocated, grown or freed, so `peak` is the
+ * exact high-water mark of their sum. Thread-safe (a threads-backend message
+ * is counted against its sender and freed by its receiver). */
+typedef struct RtAccount {
+    uint64_t now, peak;
+} RtAccount;
+/* now += delta (a negative delta frees), peak = max(peak, now). a may be NULL. */
+void rt_account(RtAccount *a, int64_t delta);
+/* Count what comm c allocates (scratch, send copies) against a (NULL: nothing). */
+void rt_comm_account(RtComm *c, RtAccount *a);
+
 /* ---- the threads backend ----
  * The hub is made once by the process for nranks ranks; each of the nranks
  * threads then calls rt_world_threads(hub, rank) with its own rank. The hub is

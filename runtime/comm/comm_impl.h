@@ -41,6 +41,7 @@ struct RtComm {
     size_t scratch_bytes;
     float *wide;    /* bf16 reductions: their f32 copies (comm.c), freed with scratch */
     size_t wide_len;
+    RtAccount *account; /* where its buffers are counted, or NULL */
 };
 
 /* The comm's scratch buffer with room for at least bytes (at least 1), kept

@@ -24,6 +24,7 @@
 typedef struct Pending {
     MPI_Request req;
     void *copy; /* what MPI_Isend is sending */
+    size_t bytes; /* its size, as counted (rt_account) */
 } Pending;
 
 typedef struct MComm {
@@ -94,9 +95,10 @@ static int settle(MComm *m, int wait, char *err, size_t n)
             e = MPI_Wait(&m->pending[i].req, MPI_STATUS_IGNORE);
         else
             e = MPI_Test(&m->pending[i].req, &done, MPI_STATUS_IGNORE);
-        if (e == MPI_SUCCESS && done)
+        if (e == MPI_SUCCESS && done) {
+            rt_account(m->base.account, -(int64_t)m->pending[i].bytes);
             free(m->pending[i].copy);
-        else
+        } else
             m->pending[kept++] = m->pending[i];
         rc = rc == MPI_SUCCESS ? e : rc;
     }
@@ -131,7 +133,8 @@ static int m_send(RtComm *c, const void *buf, size_t bytes, int peer, int tag, c
         free(copy);
         return mpi_fail(c->world_rank, rc, "MPI_Isend", __LINE__, err, n);
     }
-    m->pending[m->npending++] = (Pending){req, copy};
+    rt_account(c->account, (int64_t)(bytes ? bytes : 1));
+    m->pending[m->npending++] = (Pending){req, copy, bytes ? bytes : 1};
     return 0;
 }
 
@@ -296,7 +299,7 @@ static int split_into(MWorld *w, MComm *m, int color, int key, char *err, size_t
     MPI_TRY(me, MPI_Comm_split(w->all.comm, color, key, &m->comm));
     MPI_TRY(me, MPI_Comm_rank(m->comm, &rank));
     MPI_TRY(me, MPI_Comm_size(m->comm, &size));
-    m->base = (RtComm){&mpi_ops, rank, size, me, NULL, 0, NULL, 0};
+    m->base = (RtComm){&mpi_ops, rank, size, me, NULL, 0, NULL, 0, NULL};
     return 0;
 }
 
@@ -369,7 +372,7 @@ static int world_open(MWorld *w, char *err, size_t n)
     MPI_TRY(rank, MPI_Comm_size(MPI_COMM_WORLD, &size));
     MPI_TRY(rank, MPI_Comm_dup(MPI_COMM_WORLD, &w->all.comm));
     w->base = (RtWorld){&mpi_ops, rank, size};
-    w->all.base = (RtComm){&mpi_ops, rank, size, rank, NULL, 0, NULL, 0};
+    w->all.base = (RtComm){&mpi_ops, rank, size, rank, NULL, 0, NULL, 0, NULL};
     return 0;
 }
 

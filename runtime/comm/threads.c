@@ -54,6 +54,8 @@ typedef struct Msg {
     struct Msg *next;
     int tag;
     size_t bytes;
+    RtAccount *account; /* the sender's: counted there until received (or the sender's comm
+                           is freed); read and cleared under the group's lock */
     unsigned char data[];
 } Msg;
 
@@ -388,6 +390,8 @@ static int t_send(RtComm *c, const void *buf, size_t bytes, int peer, int tag, c
     m->next = NULL;
     m->tag = tag;
     m->bytes = bytes;
+    m->account = c->account;
+    rt_account(m->account, (int64_t)(sizeof *m + bytes));
     copy(m->data, buf, bytes);
     size_t q = (size_t)c->rank * (size_t)g->size + (size_t)peer;
     lock(&g->mu);
@@ -427,6 +431,7 @@ static int t_recv(RtComm *c, void *buf, size_t bytes, int peer, int tag, char *e
     lock(&g->mu);
     while (!(m = take(g, q, tag)))
         PT_CHECK(pthread_cond_wait(&g->mail, &g->mu));
+    rt_account(m->account, -(int64_t)(sizeof *m + m->bytes)); /* the sender may be gone */
     unlock(&g->mu);
     int rc = 0;
     if (m->bytes != bytes)
@@ -481,15 +486,30 @@ static RtComm *t_split(RtWorld *w, int color, int key, char *err, size_t n)
         plan_errorf(err, n, "rank %d: comm_split: out of memory for a group of %d", me, size);
         return NULL;
     }
-    t->base = (RtComm){&threads_ops, rank, size, me, NULL, 0, NULL, 0};
+    t->base = (RtComm){&threads_ops, rank, size, me, NULL, 0, NULL, 0, NULL};
     t->g = made;
     t->owns = 1;
     return &t->base;
 }
 
+/* The messages c sent that no one received are no longer counted: the
+ * account is its device's, which goes away with it. */
+static void forget_sent(TComm *t)
+{
+    Group *g = t->g;
+    lock(&g->mu);
+    for (int peer = 0; peer < g->size; peer++)
+        for (Msg *m = g->head[(size_t)t->base.rank * (size_t)g->size + (size_t)peer]; m;
+             m = m->next)
+            m->account = NULL;
+    unlock(&g->mu);
+}
+
 static void t_comm_free(RtComm *c)
 {
     TComm *t = (TComm *)c;
+    if (t->base.account)
+        forget_sent(t);
     rt_comm_release(c);
     if (t->owns) {
         group_unref(t->g);
@@ -564,7 +584,7 @@ RtWorld *rt_world_threads(RtThreadsHub *hub, int rank)
     }
     w->base = (RtWorld){&threads_ops, rank, hub->nranks};
     w->hub = hub;
-    w->all.base = (RtComm){&threads_ops, rank, hub->nranks, rank, NULL, 0, NULL, 0};
+    w->all.base = (RtComm){&threads_ops, rank, hub->nranks, rank, NULL, 0, NULL, 0, NULL};
     w->all.g = hub->world;
     return &w->base;
 }

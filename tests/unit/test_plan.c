@@ -235,6 +235,9 @@ static void same_plan(const Plan *a, const Plan *b)
         cr_assert_eq(a->axes[i].size, b->axes[i].size);
     }
     cr_assert_eq(a->slab_bytes, b->slab_bytes);
+    for (int s = 0; s < plan_stages(a); s++)
+        cr_assert_eq(plan_stage_slab(a, s), plan_stage_slab(b, s), "stage %d", s);
+    cr_assert_str_eq(a->train_hash, b->train_hash);
     cr_assert_eq(a->ntensors, b->ntensors);
     for (int i = 0; i < a->ntensors; i++)
         same_tensor(&a->tensors[i], &b->tensors[i], i);
@@ -470,6 +473,9 @@ static int mutate(Plan *p, int which)
     case 54:
         p->instrs[1].stage = 1;
         break;
+    case 55:
+        strcpy(p->train_hash, "0123456789abcdef");
+        break;
     default:
         return 0;
     }
@@ -498,7 +504,7 @@ Test(plan, hash_is_stable_and_changes_with_every_field)
             break;
         cr_assert_str_neq(h, h0, "changing field %d leaves the hash as it was", which);
     }
-    cr_assert_eq(which, 55);
+    cr_assert_eq(which, 56);
 }
 
 Test(plan, hash_ignores_fields_an_instruction_does_not_use_and_negative_zero)
@@ -611,8 +617,8 @@ Test(plan, another_version_is_refused)
     Plan *p = sample();
     write_ok(p);
     plan_free(p);
-    edit("\"version\":\t4", "\"version\":\t3");
-    expect_error("plan version 3 is not supported (this runtime reads version 4)");
+    edit("\"version\":\t5", "\"version\":\t4");
+    expect_error("plan version 4 is not supported (this runtime reads version 5)");
 }
 
 Test(plan, data_after_the_plan_and_a_missing_file_are_refused)
@@ -692,6 +698,12 @@ Test(plan, missing_and_mistyped_fields_are_named)
         {NULL, "loss", "\"5\"", "loss: expected an integer", 0},
         {NULL, "flops", "\"many\"", "flops: expected a finite number", 0},
         {NULL, "kernel_source", NULL, "kernel_source: missing", 0},
+        {NULL, "stage_slab_bytes", NULL, "stage_slab_bytes: missing", 0},
+        {NULL, "stage_slab_bytes", "[512, 512]",
+         "stage_slab_bytes: expected an array of at most 1 integers", 0},
+        {NULL, "stage_slab_bytes", "[]", "stage_slab_bytes: 0 sizes for 1 pipeline stages", 0},
+        {NULL, "train_hash", "\"xyz\"", "train_hash: expected \"\" or 16 lowercase hex", 0},
+        {NULL, "train_hash", NULL, "train_hash: missing", 0},
         {NULL, "tensors", "{}", "tensors: expected an array", 0},
         {NULL, "extra", "{}", "unknown field \"extra\"", 0},
     };
@@ -862,7 +874,9 @@ static void p2p(PlanInstr *in, PlanCollKind op, int t, int stage, int peer, int 
 /* Mesh pp=2 (pipeline).  0 x input f32[4] (every stage)   2 r    temp f32[4], stage 1
  *                         1 h temp  f32[4], stage 0       3 loss temp f32[],  stage 1
  * instrs: h = x (copy, stage 0); send h to stage 1 (tag 7); recv r from stage 0
- * (tag 7, stage 1); loss = k0(r) (stage 1). */
+ * (tag 7, stage 1); loss = k0(r) (stage 1). Each stage its own slab: x at 0 and
+ * loss (an output: broadcast to every stage) at 64 on both, then h at 128 on
+ * stage 0 (slab 192) and r at 128 on stage 1 (slab 256: one spare block). */
 static Plan *two_stages(void)
 {
     Plan *p = calloc(1, sizeof *p);
@@ -872,12 +886,15 @@ static Plan *two_stages(void)
     p->axes = calloc(1, sizeof *p->axes);
     p->axes[0] = (PlanAxis){strdup("pp"), strdup("pipeline"), 2};
     p->slab_bytes = 256;
+    p->stage_slab_bytes = malloc(2 * sizeof *p->stage_slab_bytes);
+    p->stage_slab_bytes[0] = 192;
+    p->stage_slab_bytes[1] = 256;
     p->ntensors = 4;
     p->tensors = calloc(4, sizeof *p->tensors);
     tensor(p, 0, "x", PD_F32, PT_INPUT, 1, (int64_t[]){4}, 0);
-    tensor(p, 1, "", PD_F32, PT_TEMP, 1, (int64_t[]){4}, 64);
+    tensor(p, 1, "", PD_F32, PT_TEMP, 1, (int64_t[]){4}, 128);
     tensor(p, 2, "", PD_F32, PT_TEMP, 1, (int64_t[]){4}, 128);
-    tensor(p, 3, "loss", PD_F32, PT_TEMP, 0, NULL, 192);
+    tensor(p, 3, "loss", PD_F32, PT_TEMP, 0, NULL, 64);
     p->tensors[1].stage = 0;
     p->tensors[2].stage = p->tensors[3].stage = 1;
     p->nkernels = 1;
@@ -936,6 +953,18 @@ Test(plan, stages_peer_and_tag_survive_a_round_trip)
         cr_assert_str_neq(h, p->hash, "field %d is not hashed", which);
         *f[which] = old;
     }
+    q->stage_slab_bytes[0] += 64;
+    plan_hash(q, h);
+    cr_assert_str_neq(h, p->hash, "stage_slab_bytes is not hashed");
+    q->stage_slab_bytes[0] -= 64;
+    /* stage_slab_bytes NULL: every stage's slab is slab_bytes, hashed as such */
+    free(p->stage_slab_bytes);
+    p->stage_slab_bytes = NULL;
+    plan_hash(p, h);
+    cr_assert_eq(plan_stage_slab(p, 1), 256);
+    q->stage_slab_bytes[0] = 256;
+    plan_hash(q, p->hash);
+    cr_assert_str_eq(h, p->hash);
     free(text);
     plan_free(p);
     plan_free(q);
@@ -1008,6 +1037,27 @@ static void send_over_no_axes(Plan *p)
 {
     p->instrs[1].coll.naxes = 0;
 }
+static void outside_its_stage_slab(Plan *p)
+{
+    p->stage_slab_bytes[1] = 128; /* r at 128 */
+    p->stage_slab_bytes[0] = 256;
+}
+static void output_outside_a_stage_slab(Plan *p)
+{
+    p->tensors[3].offset = 192; /* inside stage 1's, not stage 0's */
+}
+static void largest_stage_slab_is_not_the_slab(Plan *p)
+{
+    p->stage_slab_bytes[1] = 192;
+}
+static void stage_slab_beyond_the_slab(Plan *p)
+{
+    p->stage_slab_bytes[0] = 320;
+}
+static void touches_another_stages_tensor(Plan *p)
+{
+    p->instrs[3].args[1] = 1; /* h lives on stage 0 only */
+}
 static void stage_tensor_split_over_pp(Plan *p)
 {
     p->tensors[1].nsplit[0] = 1;
@@ -1028,6 +1078,16 @@ Test(plan, bad_stages_peers_tags_and_sends_are_refused_with_the_field)
     check_refuses(send_over_no_axes, "instrs[1].coll.axes: a send runs over the pipeline axes");
     check_refuses(stage_tensor_split_over_pp,
                   "tensors[1].split: a tensor of stage 0 is split over the pipeline axis 0");
+    check_refuses(outside_its_stage_slab, "tensors[2].offset: bytes [128, 144) lie outside the "
+                                          "slab (128 bytes on its stage)");
+    check_refuses(output_outside_a_stage_slab, "tensors[3].offset: bytes [192, 196) lie outside "
+                                               "the slab (192 bytes on some stage)");
+    check_refuses(largest_stage_slab_is_not_the_slab,
+                  "slab_bytes: 256, but the largest stage slab is 192");
+    check_refuses(stage_slab_beyond_the_slab,
+                  "stage_slab_bytes[0]: 320 is more than slab_bytes 256");
+    check_refuses(touches_another_stages_tensor,
+                  "instrs[3]: an instruction of stage 1 touches tensors[1] of stage 0");
 }
 
 /* A one-stage plan has stage 0 only; its instructions cannot name another. */

@@ -7,7 +7,8 @@ Each row is compiled with its own layers, hidden size, heads, sequence, global
 batch, and tensor x pipeline x data layout; microbatches of one sequence
 (global batch / data ranks of them); interleaved 1F1B with two chunks per
 rank on pipelines; full recomputation and ZeRO-1 (a distributed optimizer);
-bf16, as the samples train. A row with context parallelism is reported as
+bf16, as the samples train; the Llama rows with sequence parallelism, as
+Llama 3 trains with tensor parallelism (the GPT rows predate it). A row with context parallelism is reported as
 skipped: the samples have no context axis. Exit 1 when a row does not fit or
 does not compile."""
 import json
@@ -39,6 +40,8 @@ def command(tcc, samples, r, out, extra):
                            "--set", "recompute=full", "--set", "zero=1"]
     if pp > 1:
         cmd += ["--set", "schedule=interleaved", "--set", "virtual_stages=2"]
+    if r["model"].startswith("Llama") and tp > 1:
+        cmd += ["--set", "sequence_parallel=true"]
     return cmd + extra + ["--emit=memory", "-o", out]
 
 

@@ -1,5 +1,5 @@
 """slab.py NONE SELECTIVE FULL: the slab bytes of three `tcc --emit=memory`
-reports (the number on the line that starts with 'slab'), printed in order
+-plan` reports (the number after 'slab' on stage 0's line), printed in order
 and then whether full < selective < none."""
 import re
 import sys
@@ -7,7 +7,7 @@ import sys
 
 def slab(path):
     for line in open(path):
-        m = re.match(r'\s*slab\D*([\d,]+)', line)
+        m = re.search(r'slab (\d+) bytes', line)
         if m:
             return int(m.group(1).replace(',', ''))
     sys.exit('%s: no slab line' % path)
