@@ -334,6 +334,9 @@ static void sweep(SP *s)
                 snprintf(buf, sizeof buf, "%s: moves %.0f bytes, the next best way %.0f", name,
                          st.comm, st.alt_comm);
                 v->shard.why = (Why){WHY_COST, LOC_NONE, intern(s->g->strings, buf)};
+            } else if (st.own >> r & 1) { /* no operand is split so: a hint */
+                v->shard.why = (Why){WHY_RULE, LOC_NONE, fmt(s, "%s, split as its readers read it",
+                                                             name, NULL)};
             } else {
                 v->shard.why = (Why){WHY_RULE, LOC_NONE, name};
             }
@@ -345,7 +348,10 @@ static void sweep(SP *s)
  * is worth making split: after the first sweep, such a value takes what its
  * readers want as a hint, and the second sweep offers it to its op as one
  * more candidate (shard_rules.c), taken when it costs less. An embedding
- * gradient added to a vocabulary-split one is thus made split, not whole. */
+ * gradient added to a vocabulary-split one is thus made split, not whole. A
+ * pin is such a wish from the start: the op making a pinned gradient is
+ * offered its split, and the hints carry it back through the sum over
+ * microbatches to each microbatch's embed_grad or matmul. */
 static int hint(SP *s)
 {
     int changed = 0;
@@ -403,7 +409,7 @@ static int sharded(const Graph *g)
 
 int pass_shard(Ctx *c, Graph *g)
 {
-    SP s = {c, g, {-1, NULL, 0}, 0, NULL, NULL, 0};
+    SP s = {c, g, {-1, NULL, 0, NULL}, 0, NULL, NULL, 0};
     TrainConfig tc;
     if (pass_train_config(c, g, &tc))
         return -1;

@@ -21,6 +21,10 @@ typedef struct ShardOpts {
     int seq_axis;    /* sequence parallelism: the tensor axis split over the sequence; -1 off */
     const int *uses; /* by Value.id: how many operands read it (NULL: unknown) */
     int nuses;
+    /* by Value.id (NULL: none): the pinned gradient this value is a summand of
+     * (the sum over microbatches, through widening casts), read by that sum
+     * alone; the value is wished in that gradient's layout */
+    const Value **wish;
 } ShardOpts;
 
 typedef struct Strategy {
@@ -30,6 +34,7 @@ typedef struct Strategy {
     double comm;              /* bytes moved per device to reshard the operands */
     int choice;               /* 1 when operands had to move and another way existed */
     double alt_comm;          /* what the next best strategy would move */
+    uint32_t own;             /* results split as only they proposed (their readers' wish) */
 } Strategy;
 
 /* The strategy for op from its operands' current shardings (g's mesh). Sources
@@ -61,8 +66,9 @@ int shard_pinned(const Sharding *s);
 int shard_same(const Sharding *a, const Sharding *b, int rank);
 /* Bytes of v's local piece under s. */
 double shard_local_bytes(const Mesh *m, const Value *v, const Sharding *s);
-/* The sharding options of g: the train block's sequence_parallel, and the use
- * counts of g's values as they are now (in g's arena). */
+/* The sharding options of g: the train block's sequence_parallel, the use
+ * counts of g's values as they are now and the wishes of the summands of
+ * pinned gradients (in g's arena). */
 void shard_opts(const Graph *g, ShardOpts *o);
 
 #endif

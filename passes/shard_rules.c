@@ -265,6 +265,13 @@ static void fac_along(const Op *op, Factors *f)
     f->lin = op->nargs >= 32 ? 0 : (uint32_t)((1ull << op->nargs) - 1), f->lin_all = 1;
 }
 
+/* A cast to a wider float type: exact, so a partial sum may pass it. */
+static int widening(const Op *op)
+{
+    return op->kind == OP_CAST && ir_dtype_is_float(op->args[0]->dtype) &&
+           ir_dtype_size(op->res[0]->dtype) > ir_dtype_size(op->args[0]->dtype);
+}
+
 static void op_factors(const Op *op, Factors *f)
 {
     memset(f, 0, sizeof *f);
@@ -278,9 +285,7 @@ static void op_factors(const Op *op, Factors *f)
     case OP_EXPAND: fac_elementwise(op, f); f->lin = 1, f->lin_all = 1; break;
     case OP_CAST: /* widening is exact: a partial sum is summed after it, in the wider type */
         fac_elementwise(op, f);
-        f->lin = ir_dtype_size(op->res[0]->dtype) > ir_dtype_size(op->args[0]->dtype) &&
-                 ir_dtype_is_float(op->args[0]->dtype);
-        f->lin_all = f->lin;
+        f->lin = f->lin_all = widening(op);
         break;
     case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD:
         fac_elementwise(op, f); f->lin = 2; break;
@@ -346,6 +351,7 @@ double shard_local_bytes(const Mesh *m, const Value *v, const Sharding *s)
 
 typedef struct Cand {
     int n;
+    int own; /* proposed by a result alone (its readers' wish or its pin), no operand */
     int8_t axes[IR_MAX_AXES];
 } Cand;
 
@@ -354,7 +360,7 @@ typedef struct Search {
     const Op *op;
     const ShardOpts *o;
     Factors f;
-    Cand cand[SH_MAXF][SH_MAXARGS + 2];
+    Cand cand[SH_MAXF][SH_MAXARGS + 4];
     int ncand[SH_MAXF];
     int pick[SH_MAXF];
     Strategy best, second;
@@ -379,46 +385,60 @@ static int factor_fits(const Search *s, int fac, int64_t n)
     return 1;
 }
 
-static void add_cand(Search *s, int fac, const int8_t *axes, int n)
+static void add_cand(Search *s, int fac, const int8_t *axes, int n, int own)
 {
     for (int i = 0; i < s->ncand[fac]; i++)
-        if (s->cand[fac][i].n == n && (!n || !memcmp(s->cand[fac][i].axes, axes, (size_t)n)))
+        if (s->cand[fac][i].n == n && (!n || !memcmp(s->cand[fac][i].axes, axes, (size_t)n))) {
+            s->cand[fac][i].own &= own; /* proposed by another too */
             return;
+        }
     if (!factor_fits(s, fac, axes_size(&s->g->mesh, axes, n)) ||
-        s->ncand[fac] >= SH_MAXARGS + 2)
+        s->ncand[fac] >= SH_MAXARGS + 4)
         return;
     Cand *c = &s->cand[fac][s->ncand[fac]++];
     c->n = n;
+    c->own = own && n;
     if (n)
         memcpy(c->axes, axes, (size_t)n);
 }
 
-/* Candidates: what each operand has on the factor (operand order), the
- * sequence-parallel split of an activation's dim 1, and unsplit. */
+/* Result i's split sh as candidates; a pin's major axes too: the rest may be
+ * scattered after the op. */
+static void add_result_cands(Search *s, int i, const Sharding *sh, int pin)
+{
+    for (int d = 0; d < s->op->res[i]->rank; d++)
+        for (int n = pin ? 1 : sh->naxes[d]; n <= sh->naxes[d]; n++)
+            if (s->f.out[i][d] >= 0 && n)
+                add_cand(s, s->f.out[i][d], sh->axes[d], n, 1);
+}
+
+/* Candidates: what each operand has on the factor (operand order), what the
+ * results are or are wished to be, the sequence-parallel split of an
+ * activation's dim 1, and unsplit. */
 static void gather_cands(Search *s)
 {
     for (int a = 0; a < s->nargs; a++) {
         const Value *x = s->op->args[a];
         for (int d = 0; d < x->rank; d++)
             if (s->f.in[a][d] >= 0)
-                add_cand(s, s->f.in[a][d], x->shard.axes[d], x->shard.naxes[d]);
+                add_cand(s, s->f.in[a][d], x->shard.axes[d], x->shard.naxes[d], 0);
     }
-    for (int i = 0; i < nres_of(s->op); i++) { /* what the result is (a hint): its readers' wish */
+    /* what the result is (a hint, its pin), or the layout it is wished in */
+    for (int i = 0; i < nres_of(s->op); i++) {
         const Value *v = s->op->res[i];
-        if (shard_pinned(&v->shard))
-            continue;
-        for (int d = 0; d < v->rank; d++)
-            if (s->f.out[i][d] >= 0 && v->shard.naxes[d])
-                add_cand(s, s->f.out[i][d], v->shard.axes[d], v->shard.naxes[d]);
+        const Value *w = s->o->wish && v->id < s->o->nuses ? s->o->wish[v->id] : NULL;
+        add_result_cands(s, i, &v->shard, shard_pinned(&v->shard));
+        if (w)
+            add_result_cands(s, i, &w->shard, 1);
     }
     const Value *r = s->op->res[0];
     if (s->o->seq_axis >= 0 && r->rank >= 3 && s->f.out[0][1] >= 0 && s->op->nargs &&
         s->op->kind != OP_MATMUL) {
         int8_t ax = (int8_t)s->o->seq_axis;
-        add_cand(s, s->f.out[0][1], &ax, 1);
+        add_cand(s, s->f.out[0][1], &ax, 1, 0);
     }
     for (int fac = 0; fac < s->f.nf; fac++)
-        add_cand(s, fac, NULL, 0);
+        add_cand(s, fac, NULL, 0, 0);
 }
 
 /* The operand and result shardings of the current pick, with partial kept
@@ -453,6 +473,7 @@ static void build(Search *s, int keep, uint32_t kept, Strategy *st)
             const Cand *c = &s->cand[fac][s->pick[fac]];
             st->out[i].naxes[d] = (uint8_t)c->n;
             memcpy(st->out[i].axes[d], c->axes, (size_t)c->n);
+            st->own |= (uint32_t)c->own << i;
             for (int k = 0; k < c->n; k++)
                 present |= 1u << c->axes[k];
         }
@@ -486,6 +507,50 @@ static int anchored(const Value *v)
     return v->def && v->def->kind == OP_PARAM && v->shard.why.kind == WHY_ANNOTATION;
 }
 
+/* The axes that split the batch (roles data and fsdp, size > 1). */
+static uint32_t batch_axes(const Mesh *m)
+{
+    uint32_t b = 0;
+    for (int ax = 0; ax < m->naxes; ax++)
+        if ((m->axes[ax].role == ROLE_DATA || m->axes[ax].role == ROLE_FSDP) &&
+            m->axes[ax].size > 1)
+            b |= 1u << ax;
+    return b;
+}
+
+static Sharding without_axes(const Sharding *sh, int rank, uint32_t drop)
+{
+    Sharding t = *sh;
+    for (int d = 0; d < rank; d++) {
+        int k = 0;
+        for (int i = 0; i < sh->naxes[d]; i++)
+            if (!(drop >> sh->axes[d][i] & 1))
+                t.axes[d][k++] = sh->axes[d][i];
+        t.naxes[d] = (uint8_t)k;
+    }
+    t.partial &= ~drop;
+    return t;
+}
+
+/* What bringing result r from `out` to `to` after its op moves: to its pin
+ * (pinned), or to the layout the pinned gradient it is summed into wishes,
+ * whose sum then reduces the partial sums over the axes `to` does not split.
+ * The batch axes are left out: where a gradient's partial sum over them is
+ * reduced is what the zero level says (each microbatch's under zero = 2, the
+ * sum's otherwise), not a trade against gathering the batch. */
+static double after_cost(const Mesh *m, const Value *r, const Sharding *out, const Sharding *to,
+                         int pinned)
+{
+    uint32_t batch = batch_axes(m), split = 0;
+    Sharding from = without_axes(out, r->rank, batch), want = without_axes(to, r->rank, batch);
+    for (int d = 0; d < r->rank; d++)
+        for (int i = 0; i < want.naxes[d]; i++)
+            split |= 1u << want.axes[d][i];
+    if (!pinned)
+        want.partial = from.partial & ~split;
+    return shard_reshard_cost(m, r, &from, &want);
+}
+
 static void consider(Search *s, int keep, uint32_t kept)
 {
     Strategy st;
@@ -495,6 +560,13 @@ static void consider(Search *s, int keep, uint32_t kept)
     for (int a = 0; a < s->nargs; a++) {
         double c = shard_reshard_cost(m, s->op->args[a], &s->op->args[a]->shard, &st.req[a]);
         cost += anchored(s->op->args[a]) ? 8 * c : c;
+    }
+    for (int i = 0; i < nres_of(s->op); i++) { /* and the results, to their pins or wishes */
+        const Value *r = s->op->res[i];
+        if (shard_pinned(&r->shard))
+            cost += after_cost(m, r, &st.out[i], &r->shard, 1);
+        else if (s->o->wish && r->id < s->o->nuses && s->o->wish[r->id])
+            cost += after_cost(m, r, &st.out[i], &s->o->wish[r->id]->shard, 0);
     }
     st.comm = cost;
     /* a tie goes to the strategy that leaves each device less to compute */
@@ -513,16 +585,24 @@ static void consider(Search *s, int keep, uint32_t kept)
 
 /* Partial sums: through the lin operands when the op is linear in them, and
  * its results have one reader each (one that many read would be reduced once
- * per reader's view of it). */
+ * per reader's view of it). A widening cast that may hand its operand's
+ * partial sum on always does, so the sum is taken in the wider type: a bf16
+ * gradient is reduced in f32, although reducing it before its cast would
+ * move half the bytes. */
 static void consider_partials(Search *s, uint32_t used)
 {
-    consider(s, -1, 0);
+    int hand_on = 1;
     for (int i = 0; s->o->uses && i < s->op->nres; i++) {
         const Value *r = s->op->res[i];
         /* a pinned result is resharded once, after the op */
         if (!shard_pinned(&r->shard) && r->id < s->o->nuses && s->o->uses[r->id] > 1)
-            return;
+            hand_on = 0;
     }
+    int widen = widening(s->op) && s->op->args[0]->shard.partial;
+    if (!hand_on || !widen)
+        consider(s, -1, 0);
+    if (!hand_on)
+        return;
     if (s->f.lin_all) {
         uint32_t p = 0;
         int first = 1, ok = 1;
@@ -700,6 +780,25 @@ double shard_reshard_cost(const Mesh *m, const Value *v, const Sharding *from, c
     return c;
 }
 
+/* The summands of v, the pinned gradient root, wished in its layout: down
+ * the shared adds of the sum over microbatches and through widening casts,
+ * each read by its sum alone. A pinned summand (zero = 2) has its own pin. */
+static void wish_summands(ShardOpts *o, const Value **wish, const Value *v, const Value *root)
+{
+    const Op *op = v->def;
+    int sum = op && op->kind == OP_ADD && op->mb < 0 && op->phase == PH_BWD;
+    if (!op || (!sum && !widening(op)))
+        return;
+    for (int a = 0; a < op->nargs; a++) {
+        const Value *x = op->args[a];
+        if (x->rank != v->rank || memcmp(x->shape, v->shape, sizeof(int64_t) * (size_t)v->rank) ||
+            o->uses[x->id] != 1 || shard_pinned(&x->shard) || wish[x->id])
+            continue;
+        wish[x->id] = root;
+        wish_summands(o, wish, x, root);
+    }
+}
+
 void shard_opts(const Graph *g, ShardOpts *o)
 {
     o->seq_axis = -1;
@@ -710,6 +809,14 @@ void shard_opts(const Graph *g, ShardOpts *o)
             uses[g->ops.data[i]->args[a]->id]++;
     o->uses = uses;
     o->nuses = g->values.len;
+    const Value **wish = arena_alloc(g->arena, sizeof(Value *) * (size_t)(g->values.len + 1));
+    memset(wish, 0, sizeof(Value *) * (size_t)(g->values.len + 1));
+    for (int i = 0; i < g->values.len; i++) {
+        const Value *v = g->values.data[i];
+        if (shard_pinned(&v->shard) && v->def && v->def->kind == OP_ADD)
+            wish_summands(o, wish, v, v);
+    }
+    o->wish = wish;
     for (int i = 0; i < g->train.len; i++) {
         const Attr *a = g->train.data[i];
         if (!a->key || strcmp(a->key, "sequence_parallel") != 0 || !a->i)
