@@ -463,33 +463,6 @@ static void replay(Model *m, const Replay *r, Peak *pk)
 
 #define CUDA_WORKSPACE (32.0 * 1048576.0) /* cuBLASLt's, runtime/gpu/cuda.c */
 
-static double tensor_bytes(const Plan *p, int t) { return (double)p->tensors[t].bytes; }
-
-/* The collectives' staging: the threads and MPI backends keep one buffer of
- * the largest bucket or twice the largest all_to_all; the cuda device twice
- * the largest copy or collective (its operands together). */
-static double comm_scratch(const Plan *p, int gpu)
-{
-    double need = 0;
-    for (int i = 0; i < p->ninstrs; i++) {
-        const PlanInstr *in = &p->instrs[i];
-        double sum = 0, k = 0;
-        if (gpu && (in->kind == PI_COPY || in->kind == PI_COLL)) {
-            for (int a = 0; a < in->nargs; a++)
-                sum += tensor_bytes(p, in->args[a]);
-            k = 2 * sum;
-        } else if (!gpu && in->kind == PI_COLL) {
-            if (in->coll.op == PC_ALL_TO_ALL)
-                k = 2 * tensor_bytes(p, in->args[0]);
-            for (int a = 0; in->nargs > 2 && a < in->nargs; a += 2)
-                sum += tensor_bytes(p, in->args[a]);
-            k = sum > k ? sum : k;
-        }
-        need = k > need ? k : need;
-    }
-    return need;
-}
-
 /* The CPU's bf16 GEMMs widen A, B (and a bf16 C) to f32 in one buffer. */
 static double cpu_workspace(const Plan *p, int s)
 {
@@ -499,7 +472,7 @@ static double cpu_workspace(const Plan *p, int s)
         if (in->kind != PI_GEMM || !on_stage(p, in, s) || p->tensors[in->gemm.a].dtype != PD_BF16)
             continue;
         const PlanTensor *c = &p->tensors[in->gemm.c];
-        double k = 2 * (tensor_bytes(p, in->gemm.a) + tensor_bytes(p, in->gemm.b) +
+        double k = 2 * ((double)p->tensors[in->gemm.a].bytes + (double)p->tensors[in->gemm.b].bytes +
                         (c->dtype == PD_BF16 ? (double)c->bytes : 0));
         need = k > need ? k : need;
     }
@@ -557,11 +530,11 @@ static void set_base(Model *m, int s, int gpu)
     int mesh = plan_mesh_size(p) > 1;
     if (gpu) {
         m->base[MC_WORKSPACE] += CUDA_WORKSPACE;
-        m->base[MC_COMM] += comm_scratch(p, 1) + (mesh ? MEM_NCCL : 0);
+        m->base[MC_COMM] += (double)plan_scratch_bytes(p, 1) + (mesh ? MEM_NCCL : 0);
         m->base[MC_RESERVED] += MEM_CUDA_CONTEXT;
     } else {
         m->base[MC_WORKSPACE] += cpu_workspace(p, s);
-        m->base[MC_COMM] += mesh ? comm_scratch(p, 0) + group_buffers(p, s) : 0;
+        m->base[MC_COMM] += mesh ? (double)plan_scratch_bytes(p, 0) + group_buffers(p, s) : 0;
     }
 }
 

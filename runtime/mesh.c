@@ -197,20 +197,11 @@ int rt_attach(Runtime *rt, RtWorld *w, char *err, size_t n)
         all[a] = (int8_t)a;
     if (make_group(rt, all, p->naxes, err, n) || attach_stage(rt, err, n))
         return -1;
-    size_t scratch = 0;
-    for (int i = 0; i < p->ninstrs; i++) {
-        const PlanInstr *in = &p->instrs[i];
-        if (in->kind != PI_COLL)
-            continue;
-        if (make_group(rt, in->coll.axes, in->coll.naxes, err, n))
+    for (int i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].kind == PI_COLL &&
+            make_group(rt, p->instrs[i].coll.axes, p->instrs[i].coll.naxes, err, n))
             return -1;
-        if (in->coll.op == PC_ALL_TO_ALL && 2 * p->tensors[in->args[0]].bytes > scratch)
-            scratch = 2 * p->tensors[in->args[0]].bytes;
-        size_t bucket = 0;
-        for (int a = 0; in->nargs > 2 && a < in->nargs; a += 2)
-            bucket += p->tensors[in->args[a]].bytes;
-        scratch = bucket > scratch ? bucket : scratch;
-    }
+    size_t scratch = (size_t)plan_scratch_bytes(p, 0);
     if (scratch && !(rt->scratch = malloc(scratch)))
         return plan_errorf(err, n, "malloc of %zu bytes failed", scratch);
     rt->scratch_bytes = scratch;

@@ -263,6 +263,28 @@ static void hash_instr(Fnv *f, const PlanInstr *in)
     }
 }
 
+uint64_t plan_scratch_bytes(const Plan *p, int cuda)
+{
+    uint64_t need = 0;
+    for (int i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *in = &p->instrs[i];
+        uint64_t sum = 0, k = 0;
+        if (cuda && (in->kind == PI_COPY || in->kind == PI_COLL)) {
+            for (int a = 0; a < in->nargs; a++)
+                sum += p->tensors[in->args[a]].bytes;
+            k = 2 * sum;
+        } else if (!cuda && in->kind == PI_COLL) {
+            if (in->coll.op == PC_ALL_TO_ALL)
+                k = 2 * p->tensors[in->args[0]].bytes;
+            for (int a = 0; in->nargs > 2 && a < in->nargs; a += 2)
+                sum += p->tensors[in->args[a]].bytes;
+            k = sum > k ? sum : k;
+        }
+        need = k > need ? k : need;
+    }
+    return need;
+}
+
 void plan_hash(const Plan *p, char out[17])
 {
     Fnv f = {0xcbf29ce484222325ULL};

@@ -184,6 +184,14 @@ uint64_t plan_stage_slab(const Plan *p, int stage);
  * stage after a step). */
 int plan_stage_holds(const Plan *p, int stage, int t);
 
+/* Bytes of staging a device needs beside the slab for p's copies and
+ * collectives. CPU (cuda 0): one buffer of the largest gradient bucket or
+ * twice the largest all_to_all. CUDA (cuda 1): twice the operands of the
+ * largest copy or collective (dims other than the first, buckets, all_to_all
+ * and overlapping copies stage there). The runtime allocates this; the
+ * compiler's memory model counts it. */
+uint64_t plan_scratch_bytes(const Plan *p, int cuda);
+
 /* The content hash of p (FNV-1a 64 over a canonical serialisation), as 16 hex
  * digits in out[17]. */
 void plan_hash(const Plan *p, char out[17]);

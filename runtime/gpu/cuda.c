@@ -58,28 +58,11 @@ int rt_cuda_count(char *err, size_t n)
 
 /* ---- open ---- */
 
-/* Scratch for copies of tensors that overlap and for collectives along a dim
- * other than the first, all_to_all and buckets: twice the largest. */
-static size_t scratch_need(const Plan *p)
-{
-    size_t need = 0;
-    for (int i = 0; i < p->ninstrs; i++) {
-        const PlanInstr *in = &p->instrs[i];
-        size_t sum = 0;
-        if (in->kind != PI_COPY && in->kind != PI_COLL)
-            continue;
-        for (int a = 0; a < in->nargs; a++)
-            sum += p->tensors[in->args[a]].bytes;
-        need = 2 * sum > need ? 2 * sum : need;
-    }
-    return need;
-}
-
 static int alloc_memory(CudaDevice *d, char *err, size_t n)
 {
     d->slab_bytes = ROUND(d->p->slab_bytes, 256);
     d->ws_bytes = WORKSPACE_BYTES;
-    d->scratch_bytes = ROUND(scratch_need(d->p), 256);
+    d->scratch_bytes = ROUND((size_t)plan_scratch_bytes(d->p, 1), 256);
     size_t total = d->slab_bytes + d->ws_bytes + d->scratch_bytes;
     CUDA(cudaMalloc, (void **)&d->mem, total);
     d->ws = d->mem + d->slab_bytes;
