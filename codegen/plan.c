@@ -769,51 +769,71 @@ static void give(Block *free_, int *nfree, uint64_t off, uint64_t size)
 /* Each temporary of space (by tensor) at the first free block that fits from
  * its first to its last instruction; every other tensor of space packed from
  * *top in plan order (untouched temporaries too: kept valid, apart). */
-/* By size, largest first; then by birth. */
-static const Gen *sort_gen;
-static const int *sort_first;
+/* A temporary to place, with the key of the order it is placed in. */
+typedef struct Place {
+    uint64_t key, size;
+    int first, t;
+} Place;
 
-static int by_size(const void *x, const void *y)
+/* Largest key first; then by birth, then by tensor. */
+static int by_key(const void *x, const void *y)
 {
-    const PlanTensor *ts = sort_gen->tensors.data;
-    int a = *(const int *)x, b = *(const int *)y;
-    if (ts[a].bytes != ts[b].bytes)
-        return ts[a].bytes > ts[b].bytes ? -1 : 1;
-    return sort_first[a] != sort_first[b] ? sort_first[a] - sort_first[b] : a - b;
+    const Place *a = x, *b = y;
+    if (a->key != b->key)
+        return a->key > b->key ? -1 : 1;
+    return a->first != b->first ? a->first - b->first : a->t - b->t;
 }
 
-/* Offline placement of the temporaries temps[0..n) above base: largest
- * first, each at the lowest offset where it overlaps no placed temporary
- * alive at the same time (the placed ones kept in offset order). Knowing
- * every lifetime in advance, this packs within a few percent of the most
- * bytes alive at once, where first fit in program order fragments. */
+/* The temporaries pl[0..n), in that order, each at the lowest offset above
+ * base where it overlaps no placed temporary alive at the same time (the
+ * placed ones kept in offset order); offsets into off[] by place. The top. */
+static uint64_t place_in_order(Gen *gen, const Place *pl, int n, const int *first,
+                               const int *last, uint64_t base, uint64_t *off)
+{
+    int *placed = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1)), np = 0;
+    uint64_t top = base;
+    for (int k = 0; k < n; k++) {
+        int t = pl[k].t, at = 0;
+        uint64_t o = base, size = pl[k].size;
+        for (int j = 0; j < np; j++) { /* the first gap that fits */
+            const Place *u = &pl[placed[j]];
+            if (last[u->t] < first[t] || first[u->t] > last[t])
+                continue;
+            if (off[placed[j]] >= o + size)
+                break;
+            if (off[placed[j]] + u->size > o)
+                o = off[placed[j]] + u->size;
+        }
+        off[k] = o;
+        while (at < np && off[placed[at]] <= o)
+            at++;
+        memmove(placed + at + 1, placed + at, sizeof(int) * (size_t)(np - at));
+        placed[at] = k, np++;
+        top = o + size > top ? o + size : top;
+    }
+    return top;
+}
+
+/* Offline placement of the temporaries temps[0..n) above base, knowing every
+ * lifetime: largest first, each at the lowest offset free for its whole life.
+ * This packs within a few percent of the most bytes alive at once, where
+ * first fit in program order fragments. (Tried and no better on the samples:
+ * size times lifetime first; the smallest gap that fits.) */
 static void place_by_size(Gen *gen, int *temps, int n, const int *first, const int *last,
                           uint64_t base, uint64_t *top)
 {
     PlanTensor *ts = gen->tensors.data;
-    int *placed = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1)), np = 0;
-    sort_gen = gen, sort_first = first;
-    qsort(temps, (size_t)n, sizeof(int), by_size);
+    Place *pl = arena_alloc(gen->a, sizeof(Place) * (size_t)(n + 1));
+    uint64_t *off = arena_alloc(gen->a, sizeof(uint64_t) * (size_t)(n + 1));
     for (int k = 0; k < n; k++) {
-        int t = temps[k], at = 0;
-        uint64_t off = base, size = aligned(ts[t].bytes);
-        for (int j = 0; j < np; j++) { /* placed in offset order: the first gap that fits */
-            int u = placed[j];
-            if (last[u] < first[t] || first[u] > last[t])
-                continue;
-            if (ts[u].offset >= off + size)
-                break;
-            if (ts[u].offset + aligned(ts[u].bytes) > off)
-                off = ts[u].offset + aligned(ts[u].bytes);
-        }
-        ts[t].offset = off;
-        while (at < np && ts[placed[at]].offset <= off)
-            at++;
-        memmove(placed + at + 1, placed + at, sizeof(int) * (size_t)(np - at));
-        placed[at] = t, np++;
-        if (off + size > *top)
-            *top = off + size;
+        uint64_t size = aligned(ts[temps[k]].bytes);
+        pl[k] = (Place){size, size, first[temps[k]], temps[k]};
     }
+    qsort(pl, (size_t)n, sizeof(Place), by_key);
+    uint64_t end = place_in_order(gen, pl, n, first, last, base, off);
+    for (int k = 0; k < n; k++)
+        ts[pl[k].t].offset = off[k];
+    *top = end > *top ? end : *top;
 }
 
 #define CG_PLACE_BY_SIZE 20000 /* more temporaries than this: first fit (quadratic) */
