@@ -421,11 +421,9 @@ static void replay(Model *m, const Replay *r, Peak *pk)
     Bytes run = {0}, acc, now;
     memcpy(acc, m->pre, sizeof(Bytes));
     char *started = arena_alloc(m->a, (size_t)np + 1);
-    int *done = arena_alloc(m->a, sizeof(int) * (size_t)(r->m + 1)), total_pcs = 0;
+    int *done = arena_alloc(m->a, sizeof(int) * (size_t)(r->m + 1));
     memset(started, 0, (size_t)np + 1);
     memset(done, 0, sizeof(int) * (size_t)(r->m + 1));
-    for (int i = 0; i < np; i++)
-        total_pcs += 1;
     memset(pk, 0, sizeof *pk);
     pk->at = -1;
     for (int i = 0; i < r->npc; i++) {
@@ -448,7 +446,7 @@ static void replay(Model *m, const Replay *r, Peak *pk)
             add(acc, m->prof[P].acc, 1), started[P] = 1;
         if (j == r->m - 1)
             add(acc, m->prof[P].fin, 1), add(acc, m->prof[P].acc_end, -1);
-        if (++done[j] == total_pcs)
+        if (++done[j] == np) /* its last piece on this stage */
             inflight--;
     }
     /* the optimizer: every accumulator, what the microbatches hold to it, its own */
@@ -560,9 +558,14 @@ static void item_of(const Model *m, int t, int count, MemItem *it)
 
 static void keep_top(StageMemory *sm, const MemItem *it)
 {
-    int k = sm->ntop < 5 ? sm->ntop++ : 4;
-    if (k == 4 && sm->ntop == 5 && sm->top[4].bytes * sm->top[4].count >= it->bytes * it->count)
-        return;
+    int k = sm->ntop;
+    if (k == 5) { /* full: it replaces the smallest, if larger */
+        if (sm->top[4].bytes * sm->top[4].count >= it->bytes * it->count)
+            return;
+        k = 4;
+    } else {
+        sm->ntop++;
+    }
     sm->top[k] = *it;
     for (; k > 0 && sm->top[k - 1].bytes * sm->top[k - 1].count < sm->top[k].bytes * sm->top[k].count; k--) {
         MemItem x = sm->top[k - 1];
