@@ -7,6 +7,7 @@
 #include "passes/passes.h"
 #include "runtime/runtime.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -32,6 +33,9 @@ typedef struct Options {
     double device_memory;   /* --device-memory SIZE in bytes, 0 when absent */
     const char *sets[32];   /* --set KEY=VALUE: train settings */
     int nsets;
+    const char *cluster;    /* --cluster NAME|FILE */
+    ClusterSpec cluster_spec; /* what --cluster or --gpu names (valid when has_cluster) */
+    int has_cluster;
 } Options;
 
 /* The pipeline: lowering and the verifier first, then the graph passes. */
@@ -77,6 +81,12 @@ static void usage(FILE *f)
             "  --gpu NAME            plan for this GPU: its memory is the budget a plan must fit\n"
             "                        (a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200-sxm; cpu)\n"
             "  --device-memory SIZE  the budget instead of the GPU's memory (80GiB, 40GB, 512MiB)\n"
+            "  --cluster NAME|FILE   the GPUs' servers and network for the cost model: dgx-a100,\n"
+            "                        dgx-a100-40gb, h100-roce, h100-pcie-ib, h200-roce, or a file\n"
+            "                        of KEY = VALUE lines (docs/cost.md); default: --gpu's server\n"
+            "  --emit=cost           print the predicted step time per stage (compute, exposed\n"
+            "                        communication, bubble), tokens/s, MFU, TFLOP/s per device\n"
+            "                        (-o FILE.json: as JSON)\n"
             "  --set KEY=VALUE       a train setting (recompute=full, microbatches=16, zero=1, ...)\n"
             "  --dump-after=PASS     print the IR after PASS ('all': after every pass)\n"
             "  --stop-after=PASS     run the pipeline up to PASS only (e.g. lower: the forward IR)\n"
@@ -158,6 +168,38 @@ static int parse_size(const char *v, double *out)
     return -1;
 }
 
+/* --cluster NAME or FILE, else the server of --gpu: the devices and links the
+ * cost model times. A cluster's GPU and --gpu must agree. */
+static int resolve_cluster(Ctx *c, Options *o)
+{
+    char err[512];
+    const ClusterSpec *named = o->cluster ? pass_cluster_lookup(o->cluster) : NULL;
+    if (o->cluster && named) {
+        o->cluster_spec = *named;
+    } else if (o->cluster) {
+        if (!strchr(o->cluster, '/') && !strchr(o->cluster, '.'))
+            return fail("--cluster=%s: no such cluster (dgx-a100, dgx-a100-40gb, h100-roce, "
+                        "h100-pcie-ib, h200-roce) and not a file path", o->cluster);
+        if (pass_cluster_read(c->arena, o->cluster, &o->cluster_spec, err, sizeof err) != 0)
+            return fail("--cluster: %s", err);
+    } else if (o->gpu && strcmp(o->gpu, "cpu")) {
+        o->cluster_spec = *pass_cluster_default(pass_device_lookup(o->gpu));
+        o->cluster_spec.gpu = pass_device_lookup(o->gpu);
+    } else {
+        return 0;
+    }
+    if (o->gpu && !strcmp(o->gpu, "cpu"))
+        return fail("--cluster %s: a cluster of GPUs, but --gpu cpu", o->cluster);
+    if (o->gpu && pass_device_lookup(o->gpu) != o->cluster_spec.gpu) {
+        fprintf(stderr, "tcc: error: --cluster %s has %s GPUs, not --gpu %s\n", o->cluster,
+                o->cluster_spec.gpu->name, o->gpu);
+        return -1;
+    }
+    o->gpu = o->cluster_spec.gpu->name;
+    o->has_cluster = 1;
+    return 0;
+}
+
 static int parse_args(Ctx *c, Options *o, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -193,6 +235,8 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
                 return fail("--gpu=%s: unknown GPU (a100-40gb, a100-80gb, h100-sxm, h100-pcie, "
                             "h200-sxm or cpu)", v);
             o->gpu = v;
+        } else if ((v = opt_value(argc, argv, &i, "--cluster"))) {
+            o->cluster = v;
         } else if ((v = opt_value(argc, argv, &i, "--device-memory"))) {
             if (parse_size(v, &o->device_memory) != 0)
                 return fail("--device-memory=%s: expected a size like 80GiB, 40GB, 512MiB or "
@@ -212,9 +256,9 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
         } else if ((v = opt_value(argc, argv, &i, "--emit"))) {
             if (strcmp(v, "ir") && strcmp(v, "plan") && strcmp(v, "c") && strcmp(v, "cuda") &&
                 strcmp(v, "memory") && strcmp(v, "memory-plan") && strcmp(v, "schedule") &&
-                strcmp(v, "trace"))
-                return fail("--emit=%s: expected ir, plan, c, cuda, memory, memory-plan, schedule "
-                            "or trace", v);
+                strcmp(v, "trace") && strcmp(v, "cost"))
+                return fail("--emit=%s: expected ir, plan, c, cuda, memory, memory-plan, cost, "
+                            "schedule or trace", v);
             o->emit = v;
         } else if ((v = opt_value(argc, argv, &i, "--dump-after"))) {
             o->dump_after = v;
@@ -252,7 +296,7 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
         return fail("%s", "--verify compiles the TDL input twice (mesh and one device): give a TDL file");
     if (o->emit && !strcmp(o->emit, "plan") && !o->out)
         return fail("%s", "--emit=plan needs -o DIR");
-    return 0;
+    return resolve_cluster(c, o);
 }
 
 static int known_pass(const char *name)
@@ -701,10 +745,16 @@ static void layer_stages(const Graph *g, int *ls, int n)
     }
 }
 
-/* The memory model of the step as the options say, plus pr: the step of one
- * microbatch compiled in c (the microbatch pass's model mode), its plan, the
- * model over the schedule. *gout: that graph, after the passes. */
-static int model_in(Ctx *c, const Options *o, const Probe *pr, MemoryModel *mm, Graph **gout)
+/* The step of one microbatch (the microbatch pass's model mode) compiled in c
+ * as the options and the probe pr say: the graph after the passes (*gout),
+ * its plan and the per-device graph it was built from. */
+typedef struct OneStep {
+    Graph *g;
+    Plan plan;
+    const Graph *local;
+} OneStep;
+
+static int compile_one(Ctx *c, const Options *o, const Probe *pr, OneStep *one)
 {
     Options q = *o;
     q.dump_after = q.stop_after = NULL;
@@ -715,20 +765,30 @@ static int model_in(Ctx *c, const Options *o, const Probe *pr, MemoryModel *mm, 
     c->mesh_spec = pr && pr->mesh ? pr->mesh : mesh;
     c->verbose = 0;
     c->one_microbatch = 1;
-    Graph *g = load(c, &q);
-    Plan plan;
     Kernel **kernels;
-    const Graph *local;
-    int rc = !g || apply_settings(c, &q, g) || verify(c, &q, g, "lower") ||
-                     run_passes(c, &q, g) || cg_build_plan_local(c, g, 0, &plan, &kernels, &local) ||
-                     pass_memory_model(c, g, local, &plan, on_gpu(o), mm)
+    one->g = load(c, &q);
+    int rc = !one->g || apply_settings(c, &q, one->g) || verify(c, &q, one->g, "lower") ||
+                     run_passes(c, &q, one->g) ||
+                     cg_build_plan_local(c, one->g, 0, &one->plan, &kernels, &one->local)
                  ? -1
                  : 0;
     c->one_microbatch = 0;
     c->mesh_spec = mesh;
     c->verbose = verbose;
+    return rc;
+}
+
+/* The memory model of the step as the options say, plus pr. *gout: the
+ * graph of one microbatch's step, after the passes. */
+static int model_in(Ctx *c, const Options *o, const Probe *pr, MemoryModel *mm, Graph **gout)
+{
+    OneStep one;
+    int rc = compile_one(c, o, pr, &one) ||
+                     pass_memory_model(c, one.g, one.local, &one.plan, on_gpu(o), mm)
+                 ? -1
+                 : 0;
     if (gout)
-        *gout = g;
+        *gout = one.g;
     return rc;
 }
 
@@ -1026,6 +1086,58 @@ static int emit_memory(Ctx *c, const Options *o, double budget)
     return 0;
 }
 
+/* ---- --emit=cost ---- */
+
+static int emit_cost(Ctx *c, const Options *o)
+{
+    if (!o->has_cluster) {
+        fprintf(stderr, "tcc: error: --emit=cost: name the device: --gpu NAME or --cluster "
+                        "NAME|FILE\n");
+        return -1;
+    }
+    CostDevice d;
+    cost_device_of_cluster(&o->cluster_spec, &d);
+    OneStep one;
+    MemoryModel mm;
+    CostModel cm;
+    if (compile_one(c, o, NULL, &one) != 0 ||
+        pass_memory_model(c, one.g, one.local, &one.plan, 1, &mm) != 0 ||
+        pass_cost_model(c, one.g, &one.plan, &d, &cm) != 0)
+        return -1;
+    double budget = budget_of(o);
+    int json = o->out && strlen(o->out) > 5 && !strcmp(o->out + strlen(o->out) - 5, ".json");
+    FILE *f = o->out ? fopen(o->out, "w") : stdout;
+    if (!f) {
+        fprintf(stderr, "tcc: error: cannot write '%s': %s\n", o->out, strerror(errno));
+        return -1;
+    }
+    if (json) {
+        char *text = pass_cost_json(&cm, one.g->name, d.name);
+        cJSON *root = cJSON_Parse(text);
+        free(text);
+        cJSON_AddNumberToObject(root, "peak_memory_bytes", mm.peak);
+        cJSON_AddBoolToObject(root, "fits", mm.peak <= budget);
+        text = cJSON_Print(root);
+        cJSON_Delete(root);
+        fprintf(f, "%s\n", text);
+        free(text);
+    } else {
+        fprintf(f, "cost of one step, mesh");
+        for (int i = 0; i < one.g->mesh.naxes; i++)
+            fprintf(f, "%s%s=%d", i ? " x " : " ", one.g->mesh.axes[i].name,
+                    one.g->mesh.axes[i].size);
+        fprintf(f, " (%.0f devices) on %s\n", cm.devices, o->cluster_spec.what);
+        pass_cost_print(f, &cm);
+        fprintf(f, "memory: peak %.2f GiB per device (stage %d) of %.2f GiB: %s\n", mm.peak / GIB,
+                mm.peak_stage, budget / GIB, mm.peak <= budget ? "fits" : "does not fit");
+    }
+    if (o->out && fclose(f) != 0) {
+        fprintf(stderr, "tcc: error: writing '%s' failed\n", o->out);
+        return -1;
+    }
+    return 0;
+}
+
 /* Before a plan is built: recompute = auto chosen, and the step's peak
  * checked against the budget (a plan over it is refused). */
 static int fit_budget(Ctx *c, const Options *o, const Graph *g)
@@ -1047,7 +1159,7 @@ static int fit_budget(Ctx *c, const Options *o, const Graph *g)
             print_auto(stderr, c);
     }
     int builds = (o->emit && strcmp(o->emit, "ir")) || (!o->emit && o->out);
-    if (budget <= 0 || !builds || (o->emit && !strcmp(o->emit, "memory")))
+    if (budget <= 0 || !builds || (o->emit && (!strcmp(o->emit, "memory") || !strcmp(o->emit, "cost"))))
         return 0;
     MemoryModel mm;
     Graph *gm;
@@ -1077,6 +1189,9 @@ static int run(Ctx *c, Options *o)
         return -1;
     if (o->emit && !strcmp(o->emit, "memory") && !o->from_ir)
         return emit_memory(c, o, budget_of(o));
+    if (o->emit && !strcmp(o->emit, "cost"))
+        return o->from_ir ? fail("%s", "--emit=cost compiles the TDL input: give a TDL file")
+                          : emit_cost(c, o);
     if (run_passes(c, o, g) != 0)
         return -1;
     if (o->verify)

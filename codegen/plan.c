@@ -1271,7 +1271,15 @@ int cg_build_plan_local(Ctx *c, const Graph *global, int flags, Plan *out, Kerne
     place_values(&gen);
     int bad = 0;
     for (int i = 0; i < g->ops.len; i++) {
+        double flops = gen.flops;
         bad |= lower_op(&gen, g->ops.data[i]) != 0;
+        if (gen.instrs.len > gen.owner.len) { /* on its GEMM, else its last kernel (attention) */
+            int at = gen.instrs.len - 1;
+            for (int j = gen.owner.len; j < gen.instrs.len; j++)
+                if (gen.instrs.data[j].kind == PI_GEMM)
+                    at = j;
+            gen.instrs.data[at].flops = gen.flops - flops;
+        }
         while (gen.owner.len < gen.instrs.len) {
             PlanInstr *in = &gen.instrs.data[gen.owner.len];
             in->mb = g->ops.data[i]->mb, in->tick = g->ops.data[i]->tick;

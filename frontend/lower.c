@@ -1297,12 +1297,28 @@ static int parse_size(const char *s, const char **end, int *out)
     return 0;
 }
 
-/* "8x4x2" binds sizes in declaration order; "dp=8,tp=4" binds by name. */
+/* By name, the axes take the order given, the last innermost (devices are
+ * numbered row-major over the axes, so the last axis's groups are neighbours:
+ * the devices of one server); axes not named stay first. */
+static void order_mesh(Mesh *m, const int *order, int n, const int *seen)
+{
+    MeshAxis axes[IR_MAX_AXES];
+    int k = 0;
+    for (int i = 0; i < m->naxes; i++)
+        if (!seen[i])
+            axes[k++] = m->axes[i];
+    for (int i = 0; i < n; i++)
+        axes[k++] = m->axes[order[i]];
+    memcpy(m->axes, axes, sizeof(MeshAxis) * (size_t)m->naxes);
+}
+
+/* "8x4x2" binds sizes in declaration order; "dp=8,tp=4" binds by name, and
+ * lays the devices out in that order (order_mesh). */
 static void bind_mesh(Lower *L)
 {
     const char *spec = L->c->mesh_spec, *p = spec;
     Mesh *m = &L->g->mesh;
-    int by_name = strchr(spec, '=') != NULL, n = 0, seen[IR_MAX_AXES] = {0};
+    int by_name = strchr(spec, '=') != NULL, n = 0, seen[IR_MAX_AXES] = {0}, order[IR_MAX_AXES];
     const char *sep = strchr(spec, ',') || by_name ? "," : "x";
     if (!*spec || spec[strlen(spec) - 1] == *sep || strchr(spec, ' ')) {
         err(L, LOC_NONE, "--mesh '%s': expected sizes like 8x4x2 or names like dp=8,tp=4", spec);
@@ -1338,9 +1354,11 @@ static void bind_mesh(Lower *L)
             return;
         }
         m->axes[ax].size = size;
-        n++;
+        order[n++] = ax;
         p += *p != 0;
     }
+    if (by_name)
+        order_mesh(m, order, n, seen);
     return;
 declared:
     if (m->naxes)

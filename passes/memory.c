@@ -387,22 +387,37 @@ typedef struct Replay {
 } Replay;
 
 /* The rank's pieces of microbatch 0 in schedule order are the program's pieces
- * in program order (a piece with nothing on this stage is skipped). */
+ * in program order (a piece with nothing on this stage is skipped): map, by
+ * kind * v + chunk, the program's piece or -1. */
+static int *piece_map(Arena *a, const StageProg *sp, const Schedule *sc, int s)
+{
+    int *map = arena_alloc(a, sizeof(int) * (size_t)(3 * sc->v + 1));
+    for (int i = 0; i < 3 * sc->v; i++)
+        map[i] = -1;
+    int k = 0;
+    for (int i = 0; i < sc->ranks[s].n; i++) {
+        const Piece *pc = &sc->ranks[s].pieces[i];
+        if (pc->mb != 0 || k >= sp->npieces)
+            continue;
+        if ((pc->kind == PIECE_F) == (sp->kind[k] == PIECE_F))
+            map[pc->kind * sc->v + pc->chunk] = k++;
+    }
+    return map;
+}
+
 static void align(Model *m, const Schedule *sc, int s, Replay *r)
 {
     r->v = sc->v, r->m = sc->m;
     r->pcs = sc->ranks[s].pieces, r->npc = sc->ranks[s].n;
-    r->map = arena_alloc(m->a, sizeof(int) * (size_t)(3 * sc->v + 1));
-    for (int i = 0; i < 3 * sc->v; i++)
-        r->map[i] = -1;
-    int k = 0;
-    for (int i = 0; i < r->npc; i++) {
-        const Piece *pc = &r->pcs[i];
-        if (pc->mb != 0 || k >= m->sp.npieces)
-            continue;
-        if ((pc->kind == PIECE_F) == (m->sp.kind[k] == PIECE_F))
-            r->map[pc->kind * sc->v + pc->chunk] = k++;
-    }
+    r->map = piece_map(m->a, &m->sp, sc, s);
+}
+
+void pass_stage_pieces(Arena *a, const Plan *p, const Schedule *sc, int s, StagePieces *out)
+{
+    StageProg sp;
+    stage_prog(a, p, s, &sp);
+    *out = (StagePieces){.n = sp.n, .instr = sp.instr, .piece = sp.piece, .npieces = sp.npieces,
+                         .map = piece_map(a, &sp, sc, s)};
 }
 
 typedef struct Peak {

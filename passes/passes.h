@@ -82,6 +82,41 @@ const DeviceSpec *pass_device_lookup(const char *name);
 /* Every row, ended by one whose name is NULL. */
 const DeviceSpec *pass_device_table(void);
 
+/* Fractions of a device's datasheet peaks that kinds of work reach, fitted
+ * once to published runs (docs/cost.md), and the fixed cost of a launch. */
+typedef struct CostConsts {
+    double gemm_eff;  /* large GEMMs: fraction of the dense peak */
+    double gemm_dim;  /* a GEMM dimension d keeps d / (d + gemm_dim) of that */
+    double attn_eff;  /* attention kernels: fraction of the dense peak */
+    double mem_eff;   /* memory-bound kernels: fraction of the memory bandwidth */
+    double link_eff;  /* collectives: fraction of a link's bandwidth */
+    double launch_s;  /* seconds per kernel or GEMM */
+} CostConsts;
+
+/* A cluster of such devices: nodes of gpus_per_node GPUs joined by NVLink
+ * inside a node and by a network card per GPU between nodes. Bandwidths are
+ * per GPU, one direction, in GB/s; latencies per message step, in us. Mesh
+ * axes map to ranks with the last axis innermost (ranks node by node). */
+typedef struct ClusterSpec {
+    const char *name;     /* --cluster NAME: "dgx-a100" */
+    const char *what;
+    const DeviceSpec *gpu;
+    int gpus_per_node;
+    double nvlink_gbs, network_gbs;
+    double nvlink_us, network_us;
+    CostConsts k;         /* what its GPUs and links reach of their peaks */
+} ClusterSpec;
+/* The named cluster, or NULL. */
+const ClusterSpec *pass_cluster_lookup(const char *name);
+/* The cluster a GPU comes in when none is named: its vendor's 8-GPU server. */
+const ClusterSpec *pass_cluster_default(const DeviceSpec *gpu);
+/* A cluster from a file of KEY = VALUE lines ('#' comments): gpu first, then
+ * any of gpus_per_node, nvlink_gbs, network_gbs, nvlink_latency_us,
+ * network_latency_us, gemm_efficiency, gemm_dim, attention_efficiency,
+ * memory_efficiency, link_efficiency, launch_us over the default cluster of
+ * that gpu (docs/cost.md). 0, or -1 with "FILE:LINE: why" in err. */
+int pass_cluster_read(Arena *a, const char *path, ClusterSpec *out, char *err, size_t n);
+
 /* ---- the memory model (passes/memory.c, docs/memory.md) ---- */
 typedef enum {
     MC_PARAMS,      /* parameters, and their low-precision or gathered copies */
@@ -214,5 +249,70 @@ int sched_write_trace(const Schedule *s, const SchedTimes *t, double us_per_unit
 
 /* One line per rank: "rank 0: F0 F1 B0 ...", with ".chunk" when v > 1. */
 void sched_print(const Schedule *s, FILE *f);
+
+/* Stage s's program (its instructions of plan p, in order) cut into the
+ * pieces of schedule sc, as the memory model cuts it: piece[i] of position i
+ * is -1 before the first piece (weight casts, gathers), npieces for the
+ * optimizer after the last; map[kind * v + chunk] is the program's piece of
+ * the schedule's piece (kind, chunk), -1 when the stage has none. */
+typedef struct StagePieces {
+    int n;
+    const int *instr, *piece;
+    int npieces;
+    const int *map;
+} StagePieces;
+void pass_stage_pieces(Arena *a, const Plan *p, const Schedule *sc, int s, StagePieces *out);
+
+/* ---- the cost model (passes/cost.c, docs/cost.md) ---- */
+
+/* What the cost model needs of a device and its links (per device, one
+ * direction): FLOP/s, bytes/s, seconds. */
+typedef struct CostDevice {
+    const char *name, *what;
+    double peak16, peak32;    /* dense 16-bit and f32 FLOP/s */
+    double mem_bw;            /* memory bandwidth */
+    double intra_bw, inter_bw; /* inside a node, between nodes */
+    double intra_lat, inter_lat;
+    int per_node;             /* devices per node */
+    int cpu;                  /* 1: collectives block the compute (the CPU runtime) */
+    CostConsts k;
+} CostDevice;
+void cost_device_of_cluster(const ClusterSpec *c, CostDevice *d);
+/* Seconds of one collective (or send/receive) of plan p on d, by the ring and
+ * tree formulas over the links its group crosses (docs/cost.md). */
+double cost_coll_time(const Plan *p, const CostDevice *d, const PlanInstr *in);
+/* Seconds of one kernel, GEMM or copy: max(FLOPs at the reachable rate,
+ * bytes at the reachable bandwidth) + a launch. */
+double cost_compute_time(const Plan *p, const CostDevice *d, const PlanInstr *in);
+
+typedef struct StageCost {
+    double total;        /* the stage's step: start to its optimizer's end */
+    double compute;      /* kernels and GEMMs */
+    double comm_exposed; /* time the compute waits for collectives */
+    double bubble;       /* the rest: waiting for other stages */
+    double optimizer;    /* the optimizer's piece, in total */
+} StageCost;
+
+typedef struct CostModel {
+    double step_s, tokens, tokens_per_s, devices;
+    double model_flops;  /* per step: 3 x the forward's matmul and attention FLOPs */
+    double hw_flops;     /* model_flops + the recomputed forward */
+    double peak_flops;   /* per device: the dense 16-bit peak */
+    double mfu, hfu, tflops_per_gpu;
+    double p2p_s;        /* the largest message between pipeline stages */
+    int nstages, microbatches, binding_stage;
+    const char *schedule;
+    StageCost *stage;
+    Schedule sched;      /* and its pieces' times, in seconds (for --emit=trace) */
+    SchedTimes times;
+} CostModel;
+
+/* The step's time on device d from the plan p of ONE microbatch's step (the
+ * microbatch pass's model mode) and the graph g it came from (global shapes:
+ * FLOPs, tokens). 0, or -1 after reporting. */
+int pass_cost_model(Ctx *c, const Graph *g, const Plan *p, const CostDevice *d, CostModel *out);
+void pass_cost_print(FILE *f, const CostModel *cm);
+/* JSON (malloc'ed): step_time_s, tokens_per_s, mfu, tflops_per_gpu, stages, ... */
+char *pass_cost_json(const CostModel *cm, const char *model, const char *device);
 
 #endif

@@ -313,7 +313,7 @@ static char *input_gradient(PL *l)
  * pieces by start time, and give each op its piece's number: a microbatch's
  * forward ops their F piece, its backward ops B (or W), its recompute ops B
  * (they run before the backward that reads them). Shared ops follow
- * their operands. A stage runs its ops by (tick, position): the order of the
+ * their operands; the optimizer's come after the last piece. A stage runs its ops by (tick, position): the order of the
  * schedule, and one order across the stages that every value's producer
  * precedes its readers in, so the sends and receives cannot deadlock. */
 static int ticks(PL *l, SchedKind kind)
@@ -361,6 +361,11 @@ static int ticks(PL *l, SchedKind kind)
                                                                      : PIECE_B;
             op->tick = slot[((size_t)pk * (size_t)l->P + (size_t)l->vs[i]) * (size_t)l->m +
                             (size_t)op->mb];
+        }
+        if (op->phase == PH_OPT) { /* after the step's last piece: the gradients' reductions
+                                      overlap the backward that is left */
+            op->tick = total + 1;
+            continue;
         }
         for (int a = 0; a < op->nargs; a++) {
             const Op *d = op->args[a]->def;

@@ -120,8 +120,10 @@ typedef struct PlanInstr {
     int stage;     /* the pipeline stage whose devices run it (0 in one-stage plans) */
     /* compile time only (not in the plan file, 0 after loading): the microbatch of the
      * op it came from (-1: shared) and the op's order key on its stage (its schedule
-     * piece, passes/pipeline.c), which the memory model reads */
+     * piece, passes/pipeline.c), which the memory model reads; and the FLOPs it does
+     * (GEMMs and attention kernels, else 0), which the cost model reads */
     int mb, tick;
+    double flops;
 } PlanInstr;
 
 typedef struct PlanKernel {

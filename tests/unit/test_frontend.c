@@ -140,12 +140,29 @@ Test(frontend, define_overrides_model_parameter)
     done(r);
 }
 
-Test(frontend, mesh_binds_by_name)
+/* By name, the axes take the order given (the last innermost in the device
+ * numbering); an axis not named keeps size 1 and goes first. */
+Test(frontend, mesh_binds_by_name_in_the_order_given)
 {
     Run *r = compile(MLP, "tp=4,dp=2", NULL);
     cr_assert_not_null(r->g, "diagnostics: %s", r->diag);
-    cr_assert_eq(r->g->mesh.axes[0].size, 2);
-    cr_assert_eq(r->g->mesh.axes[1].size, 4);
+    cr_assert_str_eq(r->g->mesh.axes[0].name, "tp");
+    cr_assert_eq(r->g->mesh.axes[0].size, 4);
+    cr_assert_eq(r->g->mesh.axes[0].role, ROLE_TENSOR);
+    cr_assert_str_eq(r->g->mesh.axes[1].name, "dp");
+    cr_assert_eq(r->g->mesh.axes[1].size, 2);
+    done(r);
+    r = compile(MLP, "tp=3", NULL);
+    cr_assert_not_null(r->g, "diagnostics: %s", r->diag);
+    cr_assert_str_eq(r->g->mesh.axes[0].name, "dp");
+    cr_assert_eq(r->g->mesh.axes[0].size, 1);
+    cr_assert_str_eq(r->g->mesh.axes[1].name, "tp");
+    cr_assert_eq(r->g->mesh.axes[1].size, 3);
+    done(r);
+    r = compile(MLP, "3x2", NULL); /* sizes alone: the declaration's order */
+    cr_assert_not_null(r->g, "diagnostics: %s", r->diag);
+    cr_assert_str_eq(r->g->mesh.axes[0].name, "dp");
+    cr_assert_eq(r->g->mesh.axes[0].size, 3);
     done(r);
 }
 
