@@ -489,7 +489,7 @@ int pass_cost_model(Ctx *c, const Graph *g, const Plan *p, const CostDevice *d, 
     out->p2p_s = p2p;
     out->step_s = step;
     out->devices = (double)plan_mesh_size(p);
-    out->tokens = graph_tokens(g) * sc.m;
+    out->tokens = graph_tokens(g); /* the data input is whole: each microbatch slices it */
     out->model_flops = 3 * graph_flops(g, PH_FWD) * sc.m;
     out->hw_flops = out->model_flops + graph_flops(g, PH_RECOMPUTE) * sc.m;
     out->peak_flops = d->peak16;
