@@ -33,6 +33,9 @@ typedef struct Options {
     double device_memory;   /* --device-memory SIZE in bytes, 0 when absent */
     const char *sets[32];   /* --set KEY=VALUE: train settings */
     int nsets;
+    int gpus;               /* --gpus N: the planner's device count, 0 when absent */
+    int plan_auto;          /* --plan=auto */
+    int explain;            /* --explain */
     const char *cluster;    /* --cluster NAME|FILE */
     ClusterSpec cluster_spec; /* what --cluster or --gpu names (valid when has_cluster) */
     int has_cluster;
@@ -84,6 +87,10 @@ static void usage(FILE *f)
             "  --cluster NAME|FILE   the GPUs' servers and network for the cost model: dgx-a100,\n"
             "                        dgx-a100-40gb, h100-roce, h100-pcie-ib, h200-roce, or a file\n"
             "                        of KEY = VALUE lines (docs/cost.md); default: --gpu's server\n"
+            "  --gpus N --plan=auto  choose the mesh (tensor x pipeline x data), microbatches, ZeRO\n"
+            "                        level, recomputation and schedule for N GPUs: prints the five\n"
+            "                        fastest that fit and why the others lost, compiles the best\n"
+            "  --explain             with --plan=auto: why the chosen plan won, what binds it\n"
             "  --emit=cost           print the predicted step time per stage (compute, exposed\n"
             "                        communication, bubble), tokens/s, MFU, TFLOP/s per device\n"
             "                        (-o FILE.json: as JSON)\n"
@@ -200,6 +207,37 @@ static int resolve_cluster(Ctx *c, Options *o)
     return 0;
 }
 
+/* --plan=auto chooses the mesh and these settings: it needs the devices and
+ * takes none of its choices from the command line. */
+static int check_plan_options(Ctx *c, const Options *o)
+{
+    static const char *const chosen[] = {"microbatches", "recompute", "zero", "schedule",
+                                         "virtual_stages", "sequence_parallel"};
+    if (!o->plan_auto) {
+        if (o->gpus)
+            return fail("%s", "--gpus N is the planner's device count: add --plan=auto");
+        if (o->explain)
+            return fail("%s", "--explain says why --plan=auto chose its plan: add --plan=auto");
+        return 0;
+    }
+    if (!o->gpus)
+        return fail("%s", "--plan=auto needs the device count: --gpus N");
+    if (!o->has_cluster)
+        return fail("%s", "--plan=auto needs the GPU: --gpu NAME or --cluster NAME|FILE");
+    if (c->mesh_spec)
+        return fail("--plan=auto chooses the mesh: drop --mesh %s", c->mesh_spec);
+    if (o->from_ir)
+        return fail("%s", "--plan=auto compiles the TDL input: give a TDL file");
+    if (o->zero >= 0 || o->sequence_parallel || o->schedule)
+        return fail("%s", "--plan=auto chooses zero, sequence_parallel and schedule: drop them");
+    for (int i = 0; i < o->nsets; i++)
+        for (size_t k = 0; k < sizeof chosen / sizeof chosen[0]; k++)
+            if (!strncmp(o->sets[i], chosen[k], strlen(chosen[k])) &&
+                o->sets[i][strlen(chosen[k])] == '=')
+                return fail("--plan=auto chooses %s: drop that --set", chosen[k]);
+    return 0;
+}
+
 static int parse_args(Ctx *c, Options *o, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -237,6 +275,18 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
             o->gpu = v;
         } else if ((v = opt_value(argc, argv, &i, "--cluster"))) {
             o->cluster = v;
+        } else if ((v = opt_value(argc, argv, &i, "--gpus"))) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end || end == v || n < 1 || n > 1048576)
+                return fail("--gpus=%s: expected a device count in [1, 1048576]", v);
+            o->gpus = (int)n;
+        } else if ((v = opt_value(argc, argv, &i, "--plan"))) {
+            if (strcmp(v, "auto"))
+                return fail("--plan=%s: expected auto", v);
+            o->plan_auto = 1;
+        } else if (!strcmp(a, "--explain")) {
+            o->explain = 1;
         } else if ((v = opt_value(argc, argv, &i, "--device-memory"))) {
             if (parse_size(v, &o->device_memory) != 0)
                 return fail("--device-memory=%s: expected a size like 80GiB, 40GB, 512MiB or "
@@ -296,7 +346,9 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
         return fail("%s", "--verify compiles the TDL input twice (mesh and one device): give a TDL file");
     if (o->emit && !strcmp(o->emit, "plan") && !o->out)
         return fail("%s", "--emit=plan needs -o DIR");
-    return resolve_cluster(c, o);
+    if (resolve_cluster(c, o) != 0)
+        return -1;
+    return check_plan_options(c, o);
 }
 
 static int known_pass(const char *name)
@@ -1171,6 +1223,359 @@ static int fit_budget(Ctx *c, const Options *o, const Graph *g)
     return mm.peak > budget ? (refuse(c, o, gm, &mm, budget), -1) : 0;
 }
 
+/* ---- --plan=auto (passes/planner.c) ---- */
+
+/* What the planner needs to know of the model: its layers, its global batch
+ * (rows of the first data input) and the names of its mesh axes by role. */
+typedef struct ModelShape {
+    int layers;
+    int64_t batch;
+    const char *axis[ROLE_COUNT];
+} ModelShape;
+
+static int model_shape(Ctx *c, const Options *o, ModelShape *ms)
+{
+    Options q = *o;
+    q.dump_after = q.stop_after = NULL;
+    memset(ms, 0, sizeof *ms);
+    Graph *g = load(c, &q);
+    if (!g || apply_settings(c, &q, g) != 0)
+        return -1;
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *op = g->ops.data[i];
+        if (op->layer + 1 > ms->layers)
+            ms->layers = op->layer + 1;
+        if (op->kind == OP_INPUT && !ms->batch && op->res[0]->rank > 0)
+            ms->batch = op->res[0]->shape[0];
+    }
+    for (int i = g->mesh.naxes - 1; i >= 0; i--)
+        ms->axis[g->mesh.axes[i].role] = g->mesh.axes[i].name;
+    if (!ms->batch)
+        return fprintf(stderr, "tcc: error: --plan=auto: the model has no data input to split\n"), -1;
+    return 0;
+}
+
+/* o with more --set settings (the planner's choices). */
+static Options with_sets(const Options *o, const char *const *sets, int n)
+{
+    Options q = *o;
+    for (int i = 0; i < n && q.nsets < 32; i++)
+        q.sets[q.nsets++] = sets[i];
+    return q;
+}
+
+/* A compile in a context of its own whose diagnostics are kept in why[] (the
+ * first line): the step of one microbatch on mesh, its memory and cost. */
+typedef struct Trial {
+    int ok;
+    char why[160];
+    double saved_layers; /* stage 0's: what a microbatch's forward holds in layers */
+    MemoryModel mm;
+    CostModel cm;
+    CostProfile prof;
+} Trial;
+
+static void trial(Ctx *c, const Options *o, const char *mesh, int repeat_limit, const CostDevice *d,
+                  Trial *t)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *log = open_memstream(&text, &len);
+    Ctx *q = ctx_new(log ? log : stderr);
+    for (int i = 0; i < c->defines.len; i++)
+        VEC_PUSH(q->arena, q->defines, c->defines.data[i]);
+    q->mesh_spec = mesh;
+    q->repeat_limit = repeat_limit;
+    OneStep one;
+    memset(t, 0, sizeof *t);
+    t->ok = compile_one(q, o, NULL, &one) == 0 &&
+            pass_memory_model(q, one.g, one.local, &one.plan, 1, &t->mm) == 0 &&
+            (repeat_limit ? pass_cost_profile(q, one.g, &one.plan, &t->mm, d, &t->prof)
+                          : pass_cost_model(q, one.g, &one.plan, d, &t->cm)) == 0;
+    if (t->ok) { /* the model's stages live in q's arena: keep the numbers only */
+        t->saved_layers = t->mm.stage[0].saved_layers;
+        t->mm.stage = NULL;
+        t->cm.stage = NULL;
+    }
+    ctx_free(q);
+    if (log)
+        fclose(log);
+    const char *e = text ? strstr(text, "error: ") : NULL;
+    snprintf(t->why, sizeof t->why, "%.*s", e ? (int)strcspn(e + 7, "\n") : 0, e ? e + 7 : "");
+    free(text);
+}
+
+static const char *rc_name(int rc) { return rc == RC_FULL ? "full" : rc == RC_SELECTIVE ? "selective" : "none"; }
+
+/* The mesh and --set settings of a choice, by name (pipeline, data, tensor:
+ * the tensor groups innermost, in a node). */
+static void choice_args(Ctx *c, const ModelShape *ms, const PlanChoice *ch, const char **mesh,
+                        const char **sets, int *nsets)
+{
+    char buf[256] = "";
+    int at = 0;
+    const char *names[3] = {ms->axis[ROLE_PIPELINE], ms->axis[ROLE_DATA], ms->axis[ROLE_TENSOR]};
+    int sizes[3] = {ch->pp, ch->dp, ch->tp};
+    for (int i = 0; i < 3; i++)
+        if (names[i])
+            at += snprintf(buf + at, sizeof buf - (size_t)at, "%s%s=%d", at ? "," : "", names[i],
+                           sizes[i]);
+    *mesh = intern(c->strings, buf);
+    int n = 0;
+    sets[n++] = arena_printf(c->arena, "microbatches=%d", ch->m);
+    sets[n++] = arena_printf(c->arena, "recompute=%s", rc_name(ch->rc));
+    sets[n++] = arena_printf(c->arena, "zero=%d", ch->zero);
+    sets[n++] = ch->tp > 1 ? "sequence_parallel=true" : "sequence_parallel=false";
+    if (ch->pp > 1) {
+        sets[n++] = arena_printf(c->arena, "schedule=%s",
+                                 ch->sched == SCHED_INTERLEAVED ? "interleaved"
+                                 : ch->sched == SCHED_ZB_H1     ? "zb"
+                                 : ch->sched == SCHED_GPIPE     ? "gpipe"
+                                                                : "1f1b");
+        if (ch->sched == SCHED_INTERLEAVED)
+            sets[n++] = arena_printf(c->arena, "virtual_stages=%d", ch->v);
+    }
+    *nsets = n;
+}
+
+static void print_choice(FILE *f, int rank, const PlanChoice *ch)
+{
+    char sched[32];
+    if (ch->pp == 1)
+        snprintf(sched, sizeof sched, "-");
+    else if (ch->sched == SCHED_INTERLEAVED)
+        snprintf(sched, sizeof sched, "interleaved/%d", ch->v);
+    else
+        snprintf(sched, sizeof sched, "%s", sched_kind_name(ch->sched));
+    fprintf(f, "  %d. tp %-3d pp %-4d dp %-6d %3d x %d rows, zero %d, recompute %-9s %-14s "
+               "step %9.4g s  MFU %5.1f%%  peak %6.2f GiB\n",
+            rank, ch->tp, ch->pp, ch->dp, ch->m, ch->mbs, ch->zero, rc_name(ch->rc), sched,
+            ch->step_s, 100 * ch->mfu, ch->peak / GIB);
+}
+
+/* Why the best of a (tp, pp) family lost to the winner w: its largest gap. */
+static void family_reason(const PlanSpace *sp, const PlanChoice *best, const PlanChoice *w,
+                          char *buf, size_t n)
+{
+    double gaps[4] = {best->bubble_s - w->bubble_s, best->comm_s - w->comm_s,
+                      best->compute_s - w->compute_s, best->opt_s - w->opt_s};
+    int k = 0;
+    for (int i = 1; i < 4; i++)
+        if (gaps[i] > gaps[k])
+            k = i;
+    if (best->tp > sp->d->per_node)
+        snprintf(buf, n, "tensor-parallel traffic across nodes (tp %d > %d per node): step %.4g s",
+                 best->tp, sp->d->per_node, best->step_s);
+    else if (k == 0)
+        snprintf(buf, n, "slower because of the bubble: %.4g s against %.4g s (step %.4g s)",
+                 best->bubble_s, w->bubble_s, best->step_s);
+    else if (k == 1)
+        snprintf(buf, n, "slower because of exposed data-parallel communication: %.4g s against "
+                         "%.4g s (step %.4g s)", best->comm_s, w->comm_s, best->step_s);
+    else if (k == 2)
+        snprintf(buf, n, "slower compute per device (%s): %.4g s against %.4g s (step %.4g s)",
+                 best->rc != RC_NONE ? "recomputation, smaller GEMMs" : "smaller GEMMs, more "
+                 "tensor-parallel collectives", best->compute_s, w->compute_s, best->step_s);
+    else
+        snprintf(buf, n, "slower optimizer (less sharded): %.4g s (step %.4g s)", best->opt_s,
+                 best->step_s);
+}
+
+static void print_families(FILE *f, const PlanSpace *sp, const PlanChoice *all, int n,
+                           const PlanChoice *w)
+{
+    fprintf(f, "families (tensor x pipeline) not chosen:\n");
+    for (int tp = 1; tp <= sp->gpus; tp *= 2)
+        for (int pp = 1; pp <= sp->gpus / tp; pp++) {
+            const PlanChoice *best = NULL, *least = NULL;
+            int any = 0;
+            for (int i = 0; i < n; i++) {
+                const PlanChoice *c = &all[i];
+                if (c->tp != tp || c->pp != pp)
+                    continue;
+                any = 1;
+                if (c->status == PLAN_FITS && (!best || c->step_s < best->step_s))
+                    best = c;
+                if (c->status == PLAN_OVER && (!least || c->peak < least->peak))
+                    least = c;
+            }
+            if ((sp->gpus / tp) % pp || (tp == w->tp && pp == w->pp) || pp > sp->layers ||
+                (pp > 1 && !(sp->axes & 4)))
+                continue;
+            char why[256];
+            const CostProfile *P = NULL;
+            for (int i = 0; i < sp->nprof; i++)
+                if (sp->prof[i].tp == tp)
+                    P = &sp->prof[i];
+            if (P && !P->ok)
+                snprintf(why, sizeof why, "does not divide: %s", P->why);
+            else if (!best && least)
+                snprintf(why, sizeof why, "does not fit: at least %.2f GiB per device",
+                         least->peak / GIB);
+            else if (!any || !best)
+                snprintf(why, sizeof why, "does not divide: the batch of %lld rows over %d data "
+                                          "ranks", (long long)sp->batch, sp->gpus / tp / pp);
+            else
+                family_reason(sp, best, w, why, sizeof why);
+            fprintf(f, "  tp %-3d pp %-4d %s\n", tp, pp, why);
+        }
+}
+
+static void explain(FILE *f, const PlanSpace *sp, const PlanChoice *all, int n, const PlanChoice *w)
+{
+    double t = w->step_s;
+    fprintf(f, "why this plan:\n");
+    fprintf(f, "  its step: compute %.1f%%, pipeline bubble %.1f%%, exposed data-parallel "
+               "communication %.1f%%, optimizer %.1f%%\n",
+            100 * w->compute_s / t, 100 * w->bubble_s / t, 100 * w->comm_s / t, 100 * w->opt_s / t);
+    fprintf(f, "  memory: %.2f of %.2f GiB per device (%.0f%% used)\n", w->peak / GIB,
+            sp->budget / GIB, 100 * w->peak / sp->budget);
+    /* what binds: the faster candidates of any layout that do not fit */
+    const PlanChoice *faster = NULL;
+    for (int i = 0; i < n; i++)
+        if (all[i].status == PLAN_OVER && all[i].step_s < t && (!faster || all[i].step_s < faster->step_s))
+            faster = &all[i];
+    if (faster)
+        fprintf(f, "  memory binds: the fastest layout over it (tp %d, pp %d, dp %d, %d x %d rows, "
+                   "zero %d, recompute %s) would take %.4g s but needs %.2f GiB\n",
+                faster->tp, faster->pp, faster->dp, faster->m, faster->mbs, faster->zero,
+                rc_name(faster->rc), faster->step_s, faster->peak / GIB);
+    else
+        fprintf(f, "  memory does not bind: no faster layout was over the budget\n");
+    if (w->bubble_s > w->comm_s && w->bubble_s > 0.02 * t)
+        fprintf(f, "  the bubble binds next: %d microbatches of %d rows per data rank (the batch "
+                   "of %lld rows over %d data ranks)\n",
+                w->m, w->mbs, (long long)sp->batch, w->dp);
+    else if (w->comm_s > 0.02 * t)
+        fprintf(f, "  exposed communication binds next: the gradients' reduction over %d data "
+                   "ranks outlasts the last backward\n", w->dp);
+    else
+        fprintf(f, "  compute binds: %.1f%% of the step is the devices' own work\n",
+                100 * w->compute_s / t);
+    for (int i = 0; i < n; i++)
+        if (all[i].status == PLAN_FITS && (all[i].tp != w->tp || all[i].pp != w->pp)) {
+            fprintf(f, "  the runner-up layout (tp %d, pp %d) is %.1f%% slower\n", all[i].tp,
+                    all[i].pp, 100 * (all[i].step_s / t - 1));
+            break;
+        }
+}
+
+static double plan_ms(void);
+
+/* Choose the plan: profiles at each tensor-parallel size, the analytic search,
+ * the best checked by compiling it; then c and o say that plan. */
+static int plan_auto(Ctx *c, Options *o)
+{
+    double t0 = plan_ms();
+    ModelShape ms;
+    CostDevice d;
+    cost_device_of_cluster(&o->cluster_spec, &d);
+    if (model_shape(c, o, &ms) != 0)
+        return -1;
+    CostProfile prof[16];
+    int nprof = 0;
+    for (int tp = 1; tp <= o->gpus && tp <= 2 * d.per_node && nprof < 16; tp *= 2) {
+        if (o->gpus % tp || (tp > 1 && !ms.axis[ROLE_TENSOR]))
+            continue;
+        /* two data ranks, so the gradients' shardings are a data-parallel step's; the
+         * step three times: without recomputation and ZeRO (times, what is held),
+         * selective under ZeRO 1 (what is held then), full (recompute's times) */
+        int dp = ms.axis[ROLE_DATA] && ms.batch % 2 == 0 && o->gpus >= 2 * tp ? 2 : 1;
+        char mesh[128] = "";
+        if (dp > 1)
+            snprintf(mesh, sizeof mesh, "%s=%d", ms.axis[ROLE_DATA], dp);
+        if (tp > 1)
+            snprintf(mesh + strlen(mesh), sizeof mesh - strlen(mesh), "%s%s=%d", dp > 1 ? "," : "",
+                     ms.axis[ROLE_TENSOR], tp);
+        static const char *const modes[3][2] = {
+            {"recompute=none", "zero=0"}, {"recompute=selective", "zero=1"}, {"recompute=full", "zero=0"}};
+        Trial t[3];
+        for (int k = 0; k < 3; k++) {
+            const char *sets[5] = {arena_printf(c->arena, "microbatches=%lld", (long long)ms.batch / dp),
+                                   modes[k][0], dp > 1 ? modes[k][1] : "zero=0",
+                                   tp > 1 ? "sequence_parallel=true" : "sequence_parallel=false",
+                                   "schedule=1f1b"};
+            Options q = with_sets(o, sets, 5);
+            trial(c, &q, *mesh ? intern(c->strings, mesh) : NULL, 1, &d, &t[k]);
+        }
+        CostProfile *P = &prof[nprof];
+        *P = t[0].prof;
+        P->tp = tp;
+        P->ok = t[0].ok && t[1].ok && t[2].ok;
+        snprintf(P->why, sizeof P->why, "%s", !t[0].ok ? t[0].why : !t[1].ok ? t[1].why : t[2].why);
+        /* held per microbatch by a layer, by the memory model of each (one layer, one row) */
+        P->act_none = t[0].saved_layers, P->act_sel = t[1].saved_layers, P->act_full = t[2].saved_layers;
+        P->t_r = t[2].prof.t_r, P->t_rsel = t[1].prof.t_r;
+        P->params1 = dp > 1 ? t[1].prof.params : P->params;
+        nprof++;
+    }
+    PlanSpace sp = {.gpus = o->gpus, .layers = ms.layers, .batch = ms.batch, .d = &d,
+                    .budget = budget_of(o), .prof = prof, .nprof = nprof};
+    sp.axes = (ms.axis[ROLE_DATA] ? 1 : 0) | (ms.axis[ROLE_TENSOR] ? 2 : 0) |
+              (ms.axis[ROLE_PIPELINE] ? 4 : 0);
+    PlanChoice *all;
+    int n;
+    pass_plan_search(c->arena, &sp, &all, &n);
+    double searched = plan_ms() - t0;
+    int nfit = 0;
+    while (nfit < n && all[nfit].status == PLAN_FITS)
+        nfit++;
+    fprintf(stderr, "plan: %d candidates for %d %s on %d devices in %.0f ms, %d fit %.2f GiB\n", n,
+            ms.layers, ms.layers == 1 ? "layer" : "layers", o->gpus, searched, nfit,
+            sp.budget / GIB);
+    if (!nfit) {
+        diag_error(&c->diag, LOC_NONE, "--plan=auto: no layout of %d devices fits %.2f GiB",
+                   o->gpus, sp.budget / GIB);
+        if (n)
+            diag_note(&c->diag, LOC_NONE, "the least memory: %.2f GiB (tp %d, pp %d, dp %d)",
+                      all[n - 1].peak / GIB, all[n - 1].tp, all[n - 1].pp, all[n - 1].dp);
+        return -1;
+    }
+    fprintf(stderr, "the five fastest predicted to fit:\n");
+    for (int i = 0; i < nfit && i < 5; i++)
+        print_choice(stderr, i + 1, &all[i]);
+    /* the best that the compiled plan's own models confirm; a candidate that does
+     * not fit when compiled teaches how far the analytic peak was under, and the
+     * next is taken from those that fit with that margin */
+    double under = 1;
+    for (int i = 0, tries = 0; i < nfit && tries < 8; i++) {
+        if (all[i].peak * under > sp.budget)
+            continue;
+        tries++;
+        const char *mesh, *sets[8];
+        int nsets;
+        choice_args(c, &ms, &all[i], &mesh, sets, &nsets);
+        Options q = with_sets(o, sets, nsets);
+        Trial t;
+        trial(c, &q, mesh, 0, &d, &t);
+        if (!t.ok || t.mm.peak > sp.budget) {
+            fprintf(stderr, "plan: candidate %d %s when compiled%s%s%s\n", i + 1,
+                    t.ok ? "does not fit" : "fails", t.ok ? "" : ": ", t.ok ? "" : t.why,
+                    t.ok ? arena_printf(c->arena, " (%.2f GiB against %.2f predicted)",
+                                        t.mm.peak / GIB, all[i].peak / GIB) : "");
+            if (t.ok && t.mm.peak / all[i].peak > under)
+                under = t.mm.peak / all[i].peak;
+            continue;
+        }
+        print_families(stderr, &sp, all, n, &all[i]);
+        if (o->explain)
+            explain(stderr, &sp, all, n, &all[i]);
+        fprintf(stderr, "plan: chose --mesh %s", mesh);
+        for (int k = 0; k < nsets; k++)
+            fprintf(stderr, " --set %s", sets[k]);
+        fprintf(stderr, "\nplan: compiled: step %.4g s, MFU %.1f%%, peak %.2f GiB (predicted %.4g s, "
+                        "%.2f GiB)\n",
+                t.cm.step_s, 100 * t.cm.mfu, t.mm.peak / GIB, all[i].step_s, all[i].peak / GIB);
+        c->mesh_spec = mesh;
+        *o = q;
+        return 0;
+    }
+    diag_error(&c->diag, LOC_NONE, "--plan=auto: none of the best candidates fits when compiled");
+    return -1;
+}
+
+static double plan_ms(void) { return now_ms(); }
+
 static int run(Ctx *c, Options *o)
 {
     const char *names[2] = {o->dump_after, o->stop_after};
@@ -1180,6 +1585,8 @@ static int run(Ctx *c, Options *o)
                     i ? "stop-after" : "dump-after", names[i]);
             return -1;
         }
+    if (o->plan_auto && plan_auto(c, o) != 0)
+        return -1;
     Graph *g = load(c, o);
     if (!g || apply_settings(c, o, g) != 0 || verify(c, o, g, o->from_ir ? "parse-ir" : "lower") != 0)
         return -1;

@@ -115,6 +115,8 @@ typedef struct Ctx {
     /* the memory model's compile: the microbatch pass builds the forward of
      * microbatch 0 only (its rows), the schedule still has every microbatch */
     int one_microbatch;
+    /* the planner's profile: every repeat lowers at most this many iterations (0: all) */
+    int repeat_limit;
 } Ctx;
 
 /* A fresh context writing diagnostics to `out`; ctx_free releases everything. */

@@ -998,6 +998,8 @@ static void lower_repeat(Lower *L, Stmt *s)
         err(L, s->value->loc, "repeat count %lld is out of range 0..%d", (long long)n, MAX_REPEAT);
         return;
     }
+    if (L->c->repeat_limit > 0 && n > L->c->repeat_limit)
+        n = L->c->repeat_limit;
     const char *name = s->str ? s->str : "layers";
     Scope *saved = L->scope;
     const char *saved_prefix = L->prefix;

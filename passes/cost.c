@@ -554,3 +554,189 @@ char *pass_cost_json(const CostModel *cm, const char *model, const char *device)
     cJSON_Delete(o);
     return text;
 }
+
+/* ---- the planner's profile: one layer's step, measured ---- */
+
+/* Where an instruction of a one-layer step belongs. */
+enum { PART_LAYER, PART_EMBED, PART_HEAD };
+
+/* The part of position i: its layer, else before the layer's forward (or
+ * after its backward): the embedding; else the head and loss. */
+static int part_of(const Stage *st, int i, int first_f, int last_b)
+{
+    const PlanInstr *in = &st->p->instrs[st->sp.instr[i]];
+    if (in->layer >= 0)
+        return PART_LAYER;
+    if (in->phase == PH_FWD)
+        return first_f < 0 || i < first_f ? PART_EMBED : PART_HEAD;
+    return last_b >= 0 && i > last_b ? PART_EMBED : PART_HEAD;
+}
+
+static double graph_flops_of(const Graph *g, Phase ph, int layer)
+{
+    double f = 0;
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *op = g->ops.data[i];
+        if (op->phase == ph && (op->kind == OP_MATMUL || op->kind == OP_ATTENTION) &&
+            (layer ? op->layer >= 0 : op->layer < 0))
+            f += ir_op_flops(op);
+    }
+    return f;
+}
+
+int pass_cost_profile(Ctx *c, const Graph *g, const Plan *p, const MemoryModel *mm,
+                      const CostDevice *d, CostProfile *out)
+{
+    Schedule sc;
+    memset(out, 0, sizeof *out);
+    if (schedule_for(c, g, &sc) != 0)
+        return -1;
+    Stage st = {.p = p, .d = d};
+    stage_runs(c->arena, &st, &sc, 0);
+    int n = st.sp.n, first_f = -1, last_b = -1;
+    for (int i = 0; i < n; i++) { /* the layer's own work (not its weights' casts) */
+        const PlanInstr *in = &p->instrs[st.sp.instr[i]];
+        if (in->layer < 0 || !st.per_mb[i])
+            continue;
+        if (in->phase == PH_FWD && first_f < 0)
+            first_f = i;
+        if (in->phase != PH_FWD)
+            last_b = i;
+    }
+    /* each tensor's maker and last reader */
+    int *first = arena_alloc(c->arena, sizeof(int) * (size_t)(p->ntensors + 1));
+    int *last = arena_alloc(c->arena, sizeof(int) * (size_t)(p->ntensors + 1));
+    for (int t = 0; t < p->ntensors; t++)
+        first[t] = last[t] = -1;
+    for (int i = 0; i < n; i++) {
+        const PlanInstr *in = &p->instrs[st.sp.instr[i]];
+        int ts[PLAN_MAX_RANK + 64], k = 0;
+        for (int a = 0; a < in->nargs && k < 60; a++)
+            ts[k++] = in->args[a];
+        if (in->kind == PI_GEMM)
+            ts[k++] = in->gemm.a, ts[k++] = in->gemm.b, ts[k++] = in->gemm.c;
+        for (int j = 0; j < k; j++) {
+            if (first[ts[j]] < 0)
+                first[ts[j]] = i;
+            last[ts[j]] = i;
+        }
+    }
+    double params = 0, params_layer = 0, state_layer = 0, state = 0;
+    for (int t = 0; t < p->ntensors; t++) {
+        const PlanTensor *pt = &p->tensors[t];
+        if (pt->role == PT_PARAM)
+            params += (double)pt->bytes, params_layer += pt->layer >= 0 ? (double)pt->bytes : 0;
+        if (pt->role == PT_STATE)
+            state += (double)pt->bytes, state_layer += pt->layer >= 0 ? (double)pt->bytes : 0;
+        if (pt->role != PT_TEMP || first[t] < 0)
+            continue;
+        const PlanInstr *mk = &p->instrs[st.sp.instr[first[t]]];
+        int held = st.sp.piece[first[t]] >= 0 && st.sp.piece[last[t]] > st.sp.piece[first[t]] &&
+                   st.sp.piece[last[t]] < st.sp.npieces && st.per_mb[first[t]];
+        int part = part_of(&st, first[t], first_f, last_b);
+        double b = (double)pt->bytes;
+        if (!held && !(mk->phase == PH_RECOMPUTE && st.sp.piece[last[t]] < st.sp.npieces))
+            continue;
+        int read_by_bwd = p->instrs[st.sp.instr[last[t]]].phase == PH_BWD;
+        if (mk->phase == PH_RECOMPUTE && part == PART_LAYER) {
+            out->act_none += read_by_bwd ? b : 0; /* what none would have held */
+            out->act_sel += mk->flops > 0 ? b : 0; /* selective keeps matmuls' and attention's */
+        } else if (mk->phase == PH_FWD) {
+            if (part == PART_LAYER)
+                out->act_full += b, out->act_none += b, out->act_sel += b;
+            else if (part == PART_EMBED)
+                out->act_embed += b;
+            else
+                out->act_head += b;
+        }
+        if (mk->phase == PH_FWD && part == PART_EMBED && first_f >= 0 && last[t] >= first_f &&
+            b > out->msg)
+            out->msg = b; /* the embedding's output the layer reads: what crosses a stage */
+    }
+    for (int i = 0; i < n; i++) {
+        const PlanInstr *in = &p->instrs[st.sp.instr[i]];
+        if (!st.per_mb[i] || (in->kind == PI_COLL && (in->coll.op == PC_SEND || in->coll.op == PC_RECV)))
+            continue;
+        double t = in->kind == PI_COLL && in->coll.op != PC_SLICE ? cost_coll_time(p, d, in)
+                                                                   : cost_compute_time(p, d, in);
+        int part = part_of(&st, i, first_f, last_b);
+        int fwd = in->phase == PH_FWD, rc = in->phase == PH_RECOMPUTE;
+        CostTime *to = part == PART_LAYER ? (fwd ? &out->t_f : rc ? &out->t_r : &out->t_b)
+                       : part == PART_EMBED ? (fwd ? &out->embed_f : &out->embed_b)
+                                            : (fwd ? &out->head_f : &out->head_b);
+        int gemm = in->kind == PI_GEMM, launch = in->kind != PI_COLL;
+        to->t += t, to->gemm += gemm ? t - d->k.launch_s : 0, to->launches += launch;
+        if (part == PART_LAYER && rc && !(in->flops > 0))
+            out->t_rsel.t += t, out->t_rsel.launches += launch;
+    }
+    /* a piece's own temporaries alive together, at most (one microbatch's), by
+     * the part that makes them: the layer's, the embedding's, the head's */
+    double *born = arena_alloc(c->arena, sizeof(double) * 3 * (size_t)(n + 1));
+    double *dies = arena_alloc(c->arena, sizeof(double) * 3 * (size_t)(n + 1));
+    memset(born, 0, sizeof(double) * 3 * (size_t)(n + 1));
+    memset(dies, 0, sizeof(double) * 3 * (size_t)(n + 1));
+    for (int t = 0; t < p->ntensors; t++) {
+        if (p->tensors[t].role != PT_TEMP || first[t] < 0 || !st.per_mb[first[t]] ||
+            st.sp.piece[first[t]] != st.sp.piece[last[t]] || st.sp.piece[first[t]] < 0 ||
+            st.sp.piece[first[t]] >= st.sp.npieces)
+            continue;
+        size_t k = (size_t)part_of(&st, first[t], first_f, last_b) * (size_t)(n + 1);
+        born[k + (size_t)first[t]] += (double)p->tensors[t].bytes;
+        dies[k + (size_t)last[t]] += (double)p->tensors[t].bytes;
+    }
+    double *most[3] = {&out->transient, &out->transient_embed, &out->transient_head};
+    for (int k = 0; k < 3; k++) {
+        double live = 0;
+        for (int i = 0; i < n; i++) {
+            live += born[(size_t)k * (size_t)(n + 1) + (size_t)i];
+            if (live > *most[k])
+                *most[k] = live;
+            live -= dies[(size_t)k * (size_t)(n + 1) + (size_t)i];
+        }
+    }
+    /* the cuda device's staging beside the slab (plan_scratch_bytes): twice the
+     * bytes of its largest copy or collective: the layers' (per row), the
+     * optimizer's (a state's copy, sharded by ZeRO) and the rest's */
+    for (int i = 0; i < n; i++) {
+        const PlanInstr *in = &p->instrs[st.sp.instr[i]];
+        if (in->kind != PI_COPY && in->kind != PI_COLL)
+            continue;
+        double b = 0;
+        for (int a = 0; a < in->nargs; a++)
+            b += 2.0 * (double)p->tensors[in->args[a]].bytes;
+        int lay = in->layer >= 0 && st.per_mb[i];
+        double *to = lay ? &out->scratch_layer
+                         : in->phase == PH_OPT ? &out->scratch_opt : &out->scratch_out;
+        if (b > *to)
+            *to = b;
+    }
+    const StageMemory *sm = &mm->stage[0];
+    double other = params > 0 ? 1.0 / params : 0;
+    out->params = sm->cat[MC_PARAMS] * other, out->grads = sm->cat[MC_GRADS] * other;
+    out->optimizer = state > 0 ? sm->cat[MC_OPTIMIZER] / state : 0;
+    out->params_layer = params_layer, out->params_out = params - params_layer;
+    out->state_layer = state_layer, out->state_out = state - state_layer;
+    out->base = sm->cat[MC_WORKSPACE] + sm->cat[MC_RESERVED];
+    /* FLOPs of the global graph: one microbatch of every data rank; per row */
+    double rows = 0;
+    for (int i = 0; i < g->ops.len && !rows; i++)
+        if (g->ops.data[i]->kind == OP_INPUT && g->ops.data[i]->res[0]->rank > 0)
+            rows = (double)g->ops.data[i]->res[0]->shape[0];
+    double per = rows > 0 ? sc.m / rows : 1;
+    out->rows = sc.m;
+    out->tokens = graph_tokens(g);
+    out->row_tokens = rows > 0 ? out->tokens / rows : 1;
+    out->flops_layer = 3 * graph_flops_of(g, PH_FWD, 1) * per;
+    out->flops_out = 3 * graph_flops_of(g, PH_FWD, 0) * per;
+    out->rc_flops_layer = graph_flops_of(g, PH_RECOMPUTE, 1) * per;
+    int seen_layer = 0; /* the pipeline pass's units: before the layers, the layer, after */
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *op = g->ops.data[i];
+        if (op->phase != PH_FWD)
+            continue;
+        seen_layer |= op->layer >= 0;
+        double f = ir_op_flops(op);
+        *(op->layer >= 0 ? &out->uflops_layer : seen_layer ? &out->uflops_head : &out->uflops_embed) += f;
+    }
+    return 0;
+}

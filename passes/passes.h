@@ -315,4 +315,69 @@ void pass_cost_print(FILE *f, const CostModel *cm);
 /* JSON (malloc'ed): step_time_s, tokens_per_s, mfu, tflops_per_gpu, stages, ... */
 char *pass_cost_json(const CostModel *cm, const char *model, const char *device);
 
+/* ---- the planner (passes/planner.c, docs/cost.md) ---- */
+/* A part's time and how it scales with rows per microbatch: its GEMMs' share
+ * (their token dimension grows, and with it their efficiency) and its launches
+ * (once per microbatch, whatever its rows). */
+typedef struct CostTime {
+    double t, gemm;
+    int launches;
+} CostTime;
+
+/* One tensor-parallel size's step measured on a one-layer compile (every
+ * repeat lowered once) with one row (sequence) per microbatch, full
+ * recomputation and no pipeline: per microbatch, seconds and bytes per device. */
+typedef struct CostProfile {
+    int tp, ok;
+    char why[160];               /* ok 0: why it does not compile */
+    /* seconds per microbatch of one row: a layer's forward, recompute (full,
+     * selective), backward; outside the layers, the embedding's (first stage)
+     * and the head's (last stage) forward and backward */
+    CostTime t_f, t_r, t_rsel, t_b, embed_f, embed_b, head_f, head_b;
+    double row_tokens;           /* tokens of a row (the GEMMs' token dimension) */
+    double act_none, act_sel, act_full; /* a layer's held activations by recompute level */
+    double act_embed, act_head;  /* held outside the layers */
+    double transient;            /* a layer's temporaries alive together in a piece, at most */
+    double transient_embed, transient_head; /* the embedding's, the head's and loss's */
+    double msg;                  /* the activation one stage sends the next */
+    double params_layer, params_out, state_layer, state_out; /* master and state bytes */
+    double params, grads, optimizer; /* bytes held per master byte (casts), per state byte */
+    double params1;              /* parameters' under ZeRO 1 over two data ranks */
+    double base;                 /* workspace and reserved memory */
+    double scratch_layer, scratch_opt, scratch_out; /* staging for copies and collectives:
+                                    a layer's (per row), the optimizer's, the rest's */
+    double rows, tokens;         /* rows (microbatches) of the whole batch, tokens of it */
+    double flops_layer, flops_out, rc_flops_layer; /* model FLOPs per row; recompute per row */
+    double uflops_embed, uflops_layer, uflops_head; /* forward FLOPs as the pipeline pass
+                                                       weighs its units (ir_op_flops) */
+} CostProfile;
+
+int pass_cost_profile(Ctx *c, const Graph *g, const Plan *p, const MemoryModel *mm,
+                      const CostDevice *d, CostProfile *out);
+
+/* What the planner may choose over, and what it knows. */
+typedef struct PlanSpace {
+    int gpus, layers;
+    int64_t batch;           /* rows of the global batch */
+    int axes;                /* which mesh roles the model has: 1 data, 2 tensor, 4 pipeline */
+    const CostDevice *d;
+    double budget;           /* bytes per device */
+    const CostProfile *prof; /* by tensor-parallel size */
+    int nprof;
+    int bf16;                /* the step keeps 16-bit activations (messages) */
+} PlanSpace;
+
+enum { PLAN_FITS, PLAN_OVER, PLAN_NODIV };
+
+typedef struct PlanChoice {
+    int tp, pp, dp, v, mbs, m, zero, rc; /* rc: RC_NONE, RC_SELECTIVE, RC_FULL */
+    SchedKind sched;
+    double step_s, compute_s, bubble_s, comm_s, opt_s, mfu, peak;
+    int status;
+} PlanChoice;
+
+/* Every candidate of the space, each predicted analytically from the
+ * profiles (no compile): *out sorted by step time, those that fit first. */
+int pass_plan_search(Arena *a, const PlanSpace *sp, PlanChoice **out, int *n);
+
 #endif

@@ -1,0 +1,345 @@
+/* planner.c: the search of --plan=auto. Reads the profiles of one layer's
+ * step at each tensor-parallel size (pass_cost_profile: times and bytes per
+ * microbatch row, measured by the cost and memory models on a compiled
+ * one-layer plan) and the device; writes every candidate layout -- tensor,
+ * pipeline and data sizes, virtual stages, rows per microbatch, ZeRO level,
+ * recomputation, schedule -- with its predicted step time, MFU and peak
+ * memory per device, sorted.
+ *
+ * Key idea: a candidate is a few multiplications away from the profiles. A
+ * layer costs the same wherever it runs, so a stage's work per microbatch is
+ * its layers' plus the embedding's or the head's; the schedule adds its
+ * bubble in closed form; the gradients' reduction over the data axis is a
+ * ring on the link the data group crosses, overlapped with the last
+ * backward; memory is the stage's training state (sharded by the ZeRO level)
+ * plus the activations of the microbatches in flight. No candidate is
+ * compiled: thousands are ranked in milliseconds, and the driver compiles
+ * the best to check it (docs/cost.md, "The planner"). */
+#include "passes.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+typedef struct Link {
+    double bw, lat;
+} Link;
+
+static Link link_of(const CostDevice *d, long span)
+{
+    if (span < d->per_node)
+        return (Link){d->intra_bw * d->k.link_eff, d->intra_lat};
+    return (Link){d->inter_bw * d->k.link_eff, d->inter_lat};
+}
+
+static double all_reduce(double S, int n, Link l)
+{
+    if (n <= 1)
+        return 0;
+    double ring = 2.0 * (n - 1) / n * S / l.bw + 2.0 * (n - 1) * l.lat;
+    double tree = 2.0 * S / l.bw + 2.0 * ceil(log2(n)) * l.lat;
+    return ring < tree ? ring : tree;
+}
+
+static double gather(double S, int n, Link l) /* all-gather (S out) or reduce-scatter (S in) */
+{
+    return n <= 1 ? 0 : (double)(n - 1) / n * S / l.bw + (n - 1) * l.lat;
+}
+
+static const CostProfile *profile_of(const PlanSpace *sp, int tp)
+{
+    for (int i = 0; i < sp->nprof; i++)
+        if (sp->prof[i].tp == tp)
+            return &sp->prof[i];
+    return NULL;
+}
+
+/* ---- the schedule and the stages, as the pipeline pass makes them ---- */
+
+/* What a schedule does with unit costs (passes/schedule.c): its bubble
+ * fraction, and the most (microbatch, chunk) pairs the first rank holds
+ * between their forward and backward. Cached by (kind, p, m, v). */
+typedef struct SchedFacts {
+    SchedKind kind;
+    int p, m, v;
+    double bubble, pairs;
+} SchedFacts;
+
+/* How the pipeline pass cuts the units (the embedding, each layer, the head)
+ * into p v runs by forward FLOPs: each run's first unit. Cached by runs. */
+typedef struct Cut {
+    int runs;
+    int *start; /* by run: its first unit; start[runs] = the unit count */
+} Cut;
+
+typedef struct Cache {
+    Arena *a;
+    SchedFacts *f;
+    int nf, capf;
+    Cut *cut;
+    int ncut, capcut;
+} Cache;
+
+#define SIM_PIECES 300000 /* above: closed forms (docs/schedules.md) instead of the simulator */
+
+static const SchedFacts *sched_facts(Cache *ca, SchedKind kind, int p, int m, int v)
+{
+    for (int i = 0; i < ca->nf; i++)
+        if (ca->f[i].kind == kind && ca->f[i].p == p && ca->f[i].m == m && ca->f[i].v == v)
+            return &ca->f[i];
+    SchedFacts f = {kind, p, m, v, 0, 0};
+    Schedule s;
+    SchedTimes t;
+    char err[256];
+    double fill = (double)(p - 1) / (kind == SCHED_INTERLEAVED ? v : 1);
+    f.bubble = fill / (m + fill) / (kind == SCHED_ZB_H1 ? 3 : 1);
+    f.pairs = kind == SCHED_GPIPE ? (double)m * v : (double)(m < p ? m : p) * v;
+    if ((double)p * m * v <= SIM_PIECES && sched_build(ca->a, kind, p, m, v, &s, err, sizeof err) == 0 &&
+        sched_simulate(ca->a, &s, NULL, NULL, 0, &t, err, sizeof err) == 0)
+        f.bubble = t.bubble, f.pairs = t.peak[0];
+    if (ca->nf == ca->capf) {
+        int nc = ca->capf ? 2 * ca->capf : 64;
+        SchedFacts *ne = arena_alloc(ca->a, sizeof(SchedFacts) * (size_t)nc);
+        if (ca->nf)
+            memcpy(ne, ca->f, sizeof(SchedFacts) * (size_t)ca->nf);
+        ca->f = ne, ca->capf = nc;
+    }
+    ca->f[ca->nf++] = f;
+    return &ca->f[ca->nf - 1];
+}
+
+/* The pipeline pass's balance (passes/pipeline.c): the cut of U units into
+ * runs non-empty contiguous runs whose costliest run is cheapest, the
+ * earliest among equals. */
+static const Cut *cut_of(Cache *ca, const CostProfile *P, int L, int runs)
+{
+    for (int i = 0; i < ca->ncut; i++)
+        if (ca->cut[i].runs == runs)
+            return &ca->cut[i];
+    int U = L + 2;
+    size_t row = (size_t)U + 1;
+    double *pre = arena_alloc(ca->a, sizeof(double) * row);
+    double *best = arena_alloc(ca->a, sizeof(double) * (size_t)(runs + 1) * row);
+    int *at = arena_alloc(ca->a, sizeof(int) * (size_t)(runs + 1) * row);
+    pre[0] = 0;
+    for (int u = 0; u < U; u++)
+        pre[u + 1] = pre[u] + (u == 0 ? P->uflops_embed : u == U - 1 ? P->uflops_head : P->uflops_layer);
+    for (int u = 0; u <= U; u++)
+        best[u] = u ? 1e300 : 0;
+    for (int k = 1; k <= runs; k++)
+        for (int u = 0; u <= U; u++) {
+            double b = 1e300;
+            int arg = 0;
+            for (int j = k - 1; j < u; j++) {
+                double run = pre[u] - pre[j], prev = best[(size_t)(k - 1) * row + (size_t)j];
+                double mx = run > prev ? run : prev;
+                if (mx < b)
+                    b = mx, arg = j;
+            }
+            best[(size_t)k * row + (size_t)u] = b;
+            at[(size_t)k * row + (size_t)u] = arg;
+        }
+    Cut c = {runs, arena_alloc(ca->a, sizeof(int) * (size_t)(runs + 1))};
+    for (int k = runs, u = U; k >= 1; k--) {
+        c.start[k - 1] = at[(size_t)k * row + (size_t)u];
+        u = c.start[k - 1];
+    }
+    c.start[runs] = U;
+    if (ca->ncut == ca->capcut) {
+        int nc = ca->capcut ? 2 * ca->capcut : 32;
+        Cut *ne = arena_alloc(ca->a, sizeof(Cut) * (size_t)nc);
+        if (ca->ncut)
+            memcpy(ne, ca->cut, sizeof(Cut) * (size_t)ca->ncut);
+        ca->cut = ne, ca->capcut = nc;
+    }
+    ca->cut[ca->ncut++] = c;
+    return &ca->cut[ca->ncut - 1];
+}
+
+/* Rank r's share of the cut: its layers, and whether it holds the embedding's
+ * unit and the head's. */
+static void rank_units(const Cut *cut, int L, int pp, int v, int r, int *layers, int *embed, int *head)
+{
+    *layers = *embed = *head = 0;
+    for (int c = 0; c < v; c++) {
+        int run = c * pp + r;
+        for (int u = cut->start[run]; u < cut->start[run + 1]; u++) {
+            if (u == 0)
+                *embed = 1;
+            else if (u == L + 1)
+                *head = 1;
+            else
+                ++*layers;
+        }
+    }
+}
+
+/* The mesh is laid out pipeline, data, tensor (the last innermost): a data
+ * group's members are tp apart, a pipeline neighbour tp * dp. */
+/* A part's time with k rows per microbatch: its launches once, its GEMMs k
+ * times over at the efficiency of their longer token dimension (the cost
+ * model's d(x) = x / (x + gemm_dim)), the rest k times. */
+static double scaled(const CostDevice *d, const CostProfile *P, const CostTime *t, double k)
+{
+    double x = P->row_tokens, g = d->k.gemm_dim;
+    double launch = t->launches * d->k.launch_s;
+    double eff = (x / (x + g)) / (k * x / (k * x + g));
+    return launch + k * (t->t - launch - t->gemm) + k * t->gemm * eff;
+}
+
+static void evaluate(const PlanSpace *sp, const CostProfile *P, Cache *ca, PlanChoice *c)
+{
+    const CostDevice *d = sp->d;
+    double k = c->mbs;
+    double layer = scaled(d, P, &P->t_f, k) + scaled(d, P, &P->t_b, k) +
+                   (c->rc == RC_FULL        ? scaled(d, P, &P->t_r, k)
+                    : c->rc == RC_SELECTIVE ? scaled(d, P, &P->t_rsel, k)
+                                            : 0);
+    double embed = scaled(d, P, &P->embed_f, k) + scaled(d, P, &P->embed_b, k);
+    double head = scaled(d, P, &P->head_f, k) + scaled(d, P, &P->head_b, k);
+    /* each rank's work per microbatch, its chunks as the pipeline pass cuts them */
+    const Cut *cut = c->pp > 1 ? cut_of(ca, P, sp->layers, c->pp * c->v) : NULL;
+    double W = 0;
+    int first_layers = sp->layers, last_layers = sp->layers, has_embed = 1, has_head = 1, most = 0;
+    for (int r = 0; r < c->pp; r++) {
+        int nl = sp->layers, e = 1, h = 1;
+        if (cut)
+            rank_units(cut, sp->layers, c->pp, c->v, r, &nl, &e, &h);
+        double w = nl * layer + e * embed + h * head;
+        if (w > W)
+            W = w;
+        if (nl > most)
+            most = nl;
+        if (r == 0)
+            first_layers = nl, has_embed = e;
+        if (r == c->pp - 1)
+            last_layers = nl, has_head = h;
+    }
+    /* the schedule's bubble over the busiest rank's work, and the fill's messages */
+    const SchedFacts *sf = c->pp > 1 ? sched_facts(ca, c->sched, c->pp, c->m, c->v) : NULL;
+    double bubble = 0;
+    if (sf) {
+        bubble = c->m * W * sf->bubble / (1 - sf->bubble);
+        Link pl = link_of(d, (long)c->tp * c->dp);
+        bubble += 2.0 * (c->pp - 1) * (k * P->msg / pl.bw + pl.lat);
+    }
+    /* the stage's training state, and its gradients' reduction over the data axis */
+    int nl = first_layers > last_layers ? first_layers : last_layers;
+    double share = c->pp > 1 ? 0.5 : 1.0; /* of what is outside the layers: first or last stage */
+    double masters = P->params_layer * nl + P->params_out * share;
+    double state = P->state_layer * nl + P->state_out * share;
+    double comm = 0, window = W * 2 / 3; /* the last microbatch's backward on the stage */
+    Link dl = link_of(d, (long)(c->dp - 1) * c->tp + 1);
+    if (c->dp > 1) {
+        if (c->zero == 0)
+            comm = fmax(0, all_reduce(masters, c->dp, dl) - window);
+        else if (c->zero == 1)
+            comm = fmax(0, gather(masters, c->dp, dl) - window) + gather(masters, c->dp, dl);
+        else
+            comm = c->m * fmax(0, gather(masters, c->dp, dl) - window) + gather(masters, c->dp, dl);
+        if (c->zero == 3) /* each microbatch gathers its 16-bit weights for F and B */
+            comm += c->m * 2 * fmax(0, gather(masters / 2, c->dp, dl) - W / 3);
+    }
+    double updated = masters / (c->zero >= 1 ? c->dp : 1);
+    double opt = 7 * updated / (d->mem_bw * d->k.mem_eff);
+    c->compute_s = c->m * W;
+    c->bubble_s = bubble;
+    c->comm_s = comm;
+    c->opt_s = opt;
+    c->step_s = c->compute_s + bubble + comm + opt;
+    double flops = (P->flops_layer * sp->layers + P->flops_out) * (double)sp->batch;
+    c->mfu = flops / (c->step_s * sp->gpus * d->peak16);
+    /* memory: the first stage (the most in flight) and the last (the head) */
+    /* parameters per master byte (their 16-bit casts), as measured without ZeRO
+     * and with ZeRO 1; the gradients: an f32 accumulator per master (sharded
+     * from ZeRO 1 on, as the plan reduce-scatters it) and a layer's parts in
+     * flight; the optimizer's state, sharded from ZeRO 1 on */
+    double pm = c->zero ? P->params1 : P->params;
+    double persist = masters * (pm / (c->zero >= 3 ? c->dp : 1)) +
+                     masters / (c->zero >= 1 ? c->dp : 1) + P->params_layer +
+                     state * P->optimizer / (c->zero >= 1 ? c->dp : 1);
+    double act = c->rc == RC_FULL ? P->act_full : c->rc == RC_SELECTIVE ? P->act_sel : P->act_none;
+    /* (microbatch, chunk) pairs held on the first rank, each chunk its share of the layers */
+    double inflight = sf ? sf->pairs / c->v : 1;
+    /* the first rank's microbatches in flight over the most layers a rank holds */
+    double first = inflight * k * (act * most + has_embed * P->act_embed) +
+                   k * fmax(P->transient, has_embed ? P->transient_embed : 0);
+    double last = (c->sched == SCHED_GPIPE ? c->m : 1) * k * (act * last_layers + has_head * P->act_head) +
+                  k * fmax(P->transient, has_head ? P->transient_head : 0);
+    if (c->pp == 1)
+        first = last = inflight * k * (act * sp->layers + P->act_embed + P->act_head) +
+                       k * fmax(P->transient, fmax(P->transient_embed, P->transient_head));
+    double base = P->base + (sp->gpus > 1 ? MEM_NCCL : 0); /* NCCL's buffers on a mesh */
+    base += fmax(fmax(k * P->scratch_layer, P->scratch_out), /* the first or last stage */
+                 P->scratch_opt / (c->zero >= 1 ? c->dp : 1));
+    c->peak = persist + fmax(first, last) + base;
+    c->status = c->peak <= sp->budget ? PLAN_FITS : PLAN_OVER;
+}
+
+static int by_time(const void *x, const void *y)
+{
+    const PlanChoice *a = x, *b = y;
+    if (a->status != b->status)
+        return a->status - b->status;
+    return a->step_s < b->step_s ? -1 : a->step_s > b->step_s ? 1 : 0;
+}
+
+static void push(Arena *a, PlanChoice **v, int *n, int *cap, const PlanChoice *c)
+{
+    if (*n == *cap) {
+        int nc = *cap ? 2 * *cap : 1024;
+        PlanChoice *nv = arena_alloc(a, sizeof(PlanChoice) * (size_t)nc);
+        if (*n)
+            memcpy(nv, *v, sizeof(PlanChoice) * (size_t)*n);
+        *v = nv, *cap = nc;
+    }
+    (*v)[(*n)++] = *c;
+}
+
+int pass_plan_search(Arena *a, const PlanSpace *sp, PlanChoice **out, int *n)
+{
+    static const int mbss[] = {1, 2, 4, 8}, vs[] = {2, 4, 8};
+    static const SchedKind one[] = {SCHED_1F1B};
+    static const SchedKind many[] = {SCHED_1F1B, SCHED_ZB_H1, SCHED_GPIPE};
+    int cap = 0;
+    Cache ca = {a, NULL, 0, 0, NULL, 0, 0};
+    *out = NULL, *n = 0;
+    for (int tp = 1; tp <= sp->gpus; tp *= 2) {
+        const CostProfile *P = profile_of(sp, tp);
+        if (!P || sp->gpus % tp)
+            continue;
+        for (int pp = 1; pp <= sp->gpus / tp; pp++) {
+            if ((sp->gpus / tp) % pp || (pp > 1 && !(sp->axes & 4)) || pp > sp->layers)
+                continue;
+            int dp = sp->gpus / tp / pp;
+            if (dp > 1 && !(sp->axes & 1))
+                continue;
+            for (size_t b = 0; b < sizeof mbss / sizeof mbss[0]; b++) {
+                PlanChoice c = {.tp = tp, .pp = pp, .dp = dp, .v = 1, .mbs = mbss[b]};
+                if (sp->batch % ((int64_t)dp * c.mbs))
+                    continue;
+                c.m = (int)(sp->batch / ((int64_t)dp * c.mbs));
+                int nsched = pp > 1 ? 3 + 3 : 1;
+                for (int s = 0; s < nsched; s++) {
+                    c.sched = pp == 1 ? one[0] : s < 3 ? many[s] : SCHED_INTERLEAVED;
+                    c.v = s < 3 ? 1 : vs[s - 3];
+                    if (c.sched == SCHED_INTERLEAVED && (c.m % pp || pp * c.v > sp->layers + 2))
+                        continue;
+                    for (int z = 0; z <= (dp > 1 ? 3 : 0); z++)
+                        for (int rc = RC_NONE; rc <= RC_FULL; rc++) {
+                            c.zero = z, c.rc = rc;
+                            if (P->ok)
+                                evaluate(sp, P, &ca, &c);
+                            else
+                                c.status = PLAN_NODIV, c.step_s = INFINITY;
+                            push(a, out, n, &cap, &c);
+                        }
+                }
+            }
+        }
+    }
+    if (*n)
+        qsort(*out, (size_t)*n, sizeof **out, by_time);
+    return 0;
+}
