@@ -1154,7 +1154,7 @@ static int emit_cost(Ctx *c, const Options *o)
     CostModel cm;
     if (compile_one(c, o, NULL, &one) != 0 ||
         pass_memory_model(c, one.g, one.local, &one.plan, 1, &mm) != 0 ||
-        pass_cost_model(c, one.g, &one.plan, &d, &cm) != 0)
+        pass_cost_model(c, one.g, one.local, &one.plan, &d, &cm) != 0)
         return -1;
     double budget = budget_of(o);
     int json = o->out && strlen(o->out) > 5 && !strcmp(o->out + strlen(o->out) - 5, ".json");
@@ -1290,8 +1290,8 @@ static void trial(Ctx *c, const Options *o, const char *mesh, int repeat_limit, 
     memset(t, 0, sizeof *t);
     t->ok = compile_one(q, o, NULL, &one) == 0 &&
             pass_memory_model(q, one.g, one.local, &one.plan, 1, &t->mm) == 0 &&
-            (repeat_limit ? pass_cost_profile(q, one.g, &one.plan, &t->mm, d, &t->prof)
-                          : pass_cost_model(q, one.g, &one.plan, d, &t->cm)) == 0;
+            (repeat_limit ? pass_cost_profile(q, one.g, one.local, &one.plan, &t->mm, d, &t->prof)
+                          : pass_cost_model(q, one.g, one.local, &one.plan, d, &t->cm)) == 0;
     if (t->ok) { /* the model's stages live in q's arena: keep the numbers only */
         t->saved_layers = t->mm.stage[0].saved_layers;
         t->mm.stage = NULL;
@@ -1462,6 +1462,19 @@ static void explain(FILE *f, const PlanSpace *sp, const PlanChoice *all, int n, 
 
 static double plan_ms(void);
 
+#define PLAN_CHECKS 3 /* layouts compiled to check the search's best */
+
+/* Candidate i has the mesh and rows of a faster one (only ZeRO, recompute or
+ * the schedule differ): compiling it tells little more. */
+static int same_layout(const PlanChoice *all, int i)
+{
+    for (int j = 0; j < i; j++)
+        if (all[j].status == PLAN_FITS && all[j].tp == all[i].tp && all[j].pp == all[i].pp &&
+            all[j].mbs == all[i].mbs)
+            return 1;
+    return 0;
+}
+
 /* Choose the plan: profiles at each tensor-parallel size, the analytic search,
  * the best checked by compiling it; then c and o say that plan. */
 static int plan_auto(Ctx *c, Options *o)
@@ -1534,12 +1547,16 @@ static int plan_auto(Ctx *c, Options *o)
     fprintf(stderr, "the five fastest predicted to fit:\n");
     for (int i = 0; i < nfit && i < 5; i++)
         print_choice(stderr, i + 1, &all[i]);
-    /* the best that the compiled plan's own models confirm; a candidate that does
-     * not fit when compiled teaches how far the analytic peak was under, and the
-     * next is taken from those that fit with that margin */
+    /* The fastest that the compiled plan's own models confirm: the first
+     * PLAN_CHECKS distinct layouts predicted to fit are compiled, and the
+     * fastest compiled one that fits wins. A candidate that does not fit when
+     * compiled teaches how far the analytic peak was under: the next ones are
+     * taken from those that fit with that margin. */
     double under = 1;
-    for (int i = 0, tries = 0; i < nfit && tries < 8; i++) {
-        if (all[i].peak * under > sp.budget)
+    int best = -1, checked = 0;
+    Trial won = {0};
+    for (int i = 0, tries = 0; i < nfit && tries < 8 && checked < PLAN_CHECKS; i++) {
+        if (all[i].peak * under > sp.budget || same_layout(all, i))
             continue;
         tries++;
         const char *mesh, *sets[8];
@@ -1557,21 +1574,33 @@ static int plan_auto(Ctx *c, Options *o)
                 under = t.mm.peak / all[i].peak;
             continue;
         }
-        print_families(stderr, &sp, all, n, &all[i]);
-        if (o->explain)
-            explain(stderr, &sp, all, n, &all[i]);
-        fprintf(stderr, "plan: chose --mesh %s", mesh);
-        for (int k = 0; k < nsets; k++)
-            fprintf(stderr, " --set %s", sets[k]);
-        fprintf(stderr, "\nplan: compiled: step %.4g s, MFU %.1f%%, peak %.2f GiB (predicted %.4g s, "
-                        "%.2f GiB)\n",
-                t.cm.step_s, 100 * t.cm.mfu, t.mm.peak / GIB, all[i].step_s, all[i].peak / GIB);
-        c->mesh_spec = mesh;
-        *o = q;
-        return 0;
+        checked++;
+        fprintf(stderr, "plan: candidate %d compiled: step %.4g s, peak %.2f GiB (predicted %.4g s, "
+                        "%.2f GiB)\n", i + 1, t.cm.step_s, t.mm.peak / GIB, all[i].step_s,
+                all[i].peak / GIB);
+        if (best < 0 || t.cm.step_s < won.cm.step_s)
+            best = i, won = t;
     }
-    diag_error(&c->diag, LOC_NONE, "--plan=auto: none of the best candidates fits when compiled");
-    return -1;
+    if (best < 0) {
+        diag_error(&c->diag, LOC_NONE, "--plan=auto: none of the best candidates fits when compiled");
+        return -1;
+    }
+    const char *mesh, *sets[8];
+    int nsets;
+    choice_args(c, &ms, &all[best], &mesh, sets, &nsets);
+    print_families(stderr, &sp, all, n, &all[best]);
+    if (o->explain)
+        explain(stderr, &sp, all, n, &all[best]);
+    fprintf(stderr, "plan: chose candidate %d: --mesh %s", best + 1, mesh);
+    for (int k = 0; k < nsets; k++)
+        fprintf(stderr, " --set %s", sets[k]);
+    fprintf(stderr, "\nplan: compiled: step %.4g s, MFU %.1f%%, peak %.2f GiB (predicted %.4g s, "
+                    "%.2f GiB)\n",
+            won.cm.step_s, 100 * won.cm.mfu, won.mm.peak / GIB, all[best].step_s,
+            all[best].peak / GIB);
+    c->mesh_spec = mesh;
+    *o = with_sets(o, sets, nsets);
+    return 0;
 }
 
 static double plan_ms(void) { return now_ms(); }

@@ -162,6 +162,10 @@ typedef struct Stage {
     Run pro, epi;
     double p2p;         /* the largest message to a neighbouring stage */
     char *per_mb;       /* by position: work of each microbatch (not only mb >= 0) */
+    char *chain;        /* by position: a receive that a microbatch's work reads (the
+                           schedule's dependency between stages) */
+    const char *grad;   /* by local value id: a parameter's gradient */
+    const Graph *local;
 } Stage;
 
 static int is_p2p(const PlanInstr *in)
@@ -248,6 +252,8 @@ static void per_microbatch(Arena *a, Stage *st)
     f.derived = arena_alloc(a, (size_t)nt + 1);
     f.feeds = arena_alloc(a, (size_t)nt + 1);
     st->per_mb = arena_alloc(a, (size_t)n + 1);
+    st->chain = arena_alloc(a, (size_t)n + 1);
+    memset(st->chain, 0, (size_t)n + 1);
     for (int t = 0; t < nt; t++)
         f.first[t] = -1, f.derived[t] = 0, f.feeds[t] = 0;
     for (int i = 0; i < n; i++) /* makers, and what microbatch data flows into */
@@ -264,6 +270,11 @@ static void per_microbatch(Arena *a, Stage *st)
         f.pos = i, f.any_in = f.any_out = 0;
         each_tensor(in, flow_in, &f);
         st->per_mb[i] = (char)(in->mb >= 0 || (f.any_in && f.any_out && in->phase != PH_OPT));
+        if (in->kind == PI_COLL && in->coll.op == PC_RECV) { /* the readers came first here */
+            int v = p->tensors[in->args[0]].value; /* a weight (a tied one's cast) or its */
+            const Value *val = v >= 0 && v < st->local->values.len ? st->local->values.data[v] : NULL;
+            st->chain[i] = f.feeds[in->args[0]] && !(val && (st->grad[v] || pass_weight_value(val)));
+        }
         if (st->per_mb[i])
             each_tensor(in, flow_read, &f);
     }
@@ -283,9 +294,9 @@ static Run run_range(Stage *st, int from, int to, int shared)
         int mine = st->per_mb[i];
         if (!mine && !shared)
             continue;
-        if (is_p2p(in) && mine) { /* the schedule's messages: the simulator's */
-            double t = cost_coll_time(p, st->d, in);
-            if (t > st->p2p)
+        if (is_p2p(in) && mine) { /* a microbatch's received input is the simulator's message; */
+            double t = cost_coll_time(p, st->d, in); /* a tied weight's cast or gradient part */
+            if (st->chain[i] && t > st->p2p)        /* goes on a channel of its own */
                 st->p2p = t;
             continue;
         }
@@ -429,7 +440,8 @@ static int schedule_for(Ctx *c, const Graph *g, Schedule *sc)
     return 0;
 }
 
-int pass_cost_model(Ctx *c, const Graph *g, const Plan *p, const CostDevice *d, CostModel *out)
+int pass_cost_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p, const CostDevice *d,
+                    CostModel *out)
 {
     Schedule sc;
     memset(out, 0, sizeof *out);
@@ -438,8 +450,10 @@ int pass_cost_model(Ctx *c, const Graph *g, const Plan *p, const CostDevice *d, 
     Sim sim = {arena_alloc(c->arena, sizeof(Stage) * (size_t)sc.p), sc.m};
     memset(sim.stages, 0, sizeof(Stage) * (size_t)sc.p);
     double pro = 0, p2p = 0;
+    const char *grad = pass_gradient_values(c->arena, local);
     for (int s = 0; s < sc.p; s++) {
         sim.stages[s].p = p, sim.stages[s].d = d;
+        sim.stages[s].grad = grad, sim.stages[s].local = local;
         stage_runs(c->arena, &sim.stages[s], &sc, s);
         if (sim.stages[s].pro.end > pro)
             pro = sim.stages[s].pro.end;
@@ -584,14 +598,15 @@ static double graph_flops_of(const Graph *g, Phase ph, int layer)
     return f;
 }
 
-int pass_cost_profile(Ctx *c, const Graph *g, const Plan *p, const MemoryModel *mm,
+int pass_cost_profile(Ctx *c, const Graph *g, const Graph *local, const Plan *p, const MemoryModel *mm,
                       const CostDevice *d, CostProfile *out)
 {
     Schedule sc;
     memset(out, 0, sizeof *out);
     if (schedule_for(c, g, &sc) != 0)
         return -1;
-    Stage st = {.p = p, .d = d};
+    Stage st = {.p = p, .d = d, .grad = pass_gradient_values(c->arena, local),
+                .local = local};
     stage_runs(c->arena, &st, &sc, 0);
     int n = st.sp.n, first_f = -1, last_b = -1;
     for (int i = 0; i < n; i++) { /* the layer's own work (not its weights' casts) */
@@ -621,6 +636,18 @@ int pass_cost_profile(Ctx *c, const Graph *g, const Plan *p, const MemoryModel *
             last[ts[j]] = i;
         }
     }
+    for (int pass = 0; pass < 2; pass++) /* the layer's parameters, then the others' */
+        for (int t = 0; t < p->ntensors && out->nshapes < 64; t++) {
+            const PlanTensor *pt = &p->tensors[t];
+            if (pt->role != PT_PARAM || (pt->layer >= 0) != (pass == 0))
+                continue;
+            int k = out->nshapes++;
+            out->shape[k].bytes = (double)pt->bytes;
+            out->shape[k].rank = pt->rank < 4 ? pt->rank : 4;
+            for (int dd = 0; dd < out->shape[k].rank; dd++)
+                out->shape[k].dim[dd] = pt->shape[dd];
+            out->nshapes_layer += pass == 0;
+        }
     double params = 0, params_layer = 0, state_layer = 0, state = 0;
     for (int t = 0; t < p->ntensors; t++) {
         const PlanTensor *pt = &p->tensors[t];

@@ -53,7 +53,7 @@ static double aligned(uint64_t n) { return (double)((n + PLAN_ALIGN - 1) / PLAN_
 /* Values that are parameter gradients: read by the optimizer (not made by
  * it), and what reduces, sums or reshapes into those: collectives and the
  * shared backward ops (mb -1) that combine the microbatches' parts. */
-static char *gradient_values(Arena *a, const Graph *l)
+char *pass_gradient_values(Arena *a, const Graph *l)
 {
     char *grad = arena_alloc(a, (size_t)l->values.len + 1);
     memset(grad, 0, (size_t)l->values.len + 1);
@@ -74,7 +74,7 @@ static char *gradient_values(Arena *a, const Graph *l)
 }
 
 /* A parameter, or a copy or cast of one made for the step's use. */
-static int weight_value(const Value *v)
+int pass_weight_value(const Value *v)
 {
     for (int hops = 0; v && v->def && hops < 4; hops++) {
         const Op *d = v->def;
@@ -100,7 +100,7 @@ static MemCat category(const Plan *p, const Graph *l, const char *grad, int t, c
     const Value *v = pt->value >= 0 && pt->value < l->values.len ? l->values.data[pt->value] : NULL;
     if (v && grad[v->id])
         return MC_GRADS;
-    if (v && weight_value(v))
+    if (v && pass_weight_value(v))
         return MC_PARAMS;
     if (first && first->kind == PI_COLL && (first->coll.op == PC_RECV || first->coll.op == PC_SEND))
         return v && v->def && (v->def->phase == PH_FWD || v->def->phase == PH_RECOMPUTE)
@@ -691,7 +691,7 @@ static void model_stage(Model *m, int s, int gpu, const Schedule *sc, StageMemor
     memset(m->pre, 0, sizeof(Bytes));
     m->saved = m->saved_layers = 0;
     tensor_pieces(m);
-    char *grad = gradient_values(m->a, m->l);
+    char *grad = pass_gradient_values(m->a, m->l);
     char *reads = arena_alloc(m->a, (size_t)m->l->values.len + 1);
     memset(reads, 0, (size_t)m->l->values.len + 1);
     for (int i = 0; i < m->l->ops.len; i++) {
@@ -777,7 +777,7 @@ double pass_memory_plan_peak(Arena *a, const Plan *p, const Graph *local, int s,
     Model m = {.a = a, .p = p, .l = local};
     stage_prog(a, p, s, &m.sp);
     m.cat = arena_alloc(a, sizeof(MemCat) * (size_t)(p->ntensors + 1));
-    char *grad = gradient_values(a, local);
+    char *grad = pass_gradient_values(a, local);
     for (int t = 0; t < p->ntensors; t++) {
         Span sp = m.sp.span[t];
         m.cat[t] = category(p, local, grad, t, sp.first >= 0 ? &p->instrs[m.sp.instr[sp.first]] : NULL);

@@ -180,6 +180,12 @@ int pass_memory_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p,
 double pass_memory_plan_peak(Arena *a, const Plan *p, const Graph *local, int s, int gpu,
                              double *cat);
 
+/* By value id of the per-device graph l: 1 for a parameter's gradient (what the
+ * optimizer reads, and the reductions and sums of microbatch parts into it). */
+char *pass_gradient_values(Arena *a, const Graph *l);
+/* 1 for a parameter, or a copy, cast or gather of one made for the step. */
+int pass_weight_value(const Value *v);
+
 /* The per-stage table of --emit=memory; budget 0: none. */
 void pass_memory_print(FILE *f, const MemoryModel *mm, double budget);
 /* The same as JSON (malloc'ed; free it): per stage the MC_* keys, peak, the
@@ -308,9 +314,11 @@ typedef struct CostModel {
 } CostModel;
 
 /* The step's time on device d from the plan p of ONE microbatch's step (the
- * microbatch pass's model mode) and the graph g it came from (global shapes:
- * FLOPs, tokens). 0, or -1 after reporting. */
-int pass_cost_model(Ctx *c, const Graph *g, const Plan *p, const CostDevice *d, CostModel *out);
+ * microbatch pass's model mode), the graph g it came from (global shapes:
+ * FLOPs, tokens) and the per-device graph local (which values are gradients).
+ * 0, or -1 after reporting. */
+int pass_cost_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p, const CostDevice *d,
+                    CostModel *out);
 void pass_cost_print(FILE *f, const CostModel *cm);
 /* JSON (malloc'ed): step_time_s, tokens_per_s, mfu, tflops_per_gpu, stages, ... */
 char *pass_cost_json(const CostModel *cm, const char *model, const char *device);
@@ -343,6 +351,10 @@ typedef struct CostProfile {
     double params_layer, params_out, state_layer, state_out; /* master and state bytes */
     double params, grads, optimizer; /* bytes held per master byte (casts), per state byte */
     double params1;              /* parameters' under ZeRO 1 over two data ranks */
+    /* the parameters' shapes on a device (ZeRO splits one along the first
+     * dimension the data ranks divide, else keeps it whole): the layer's first */
+    int nshapes, nshapes_layer;
+    struct { double bytes; int rank; int64_t dim[4]; } shape[64];
     double base;                 /* workspace and reserved memory */
     double scratch_layer, scratch_opt, scratch_out; /* staging for copies and collectives:
                                     a layer's (per row), the optimizer's, the rest's */
@@ -352,7 +364,7 @@ typedef struct CostProfile {
                                                        weighs its units (ir_op_flops) */
 } CostProfile;
 
-int pass_cost_profile(Ctx *c, const Graph *g, const Plan *p, const MemoryModel *mm,
+int pass_cost_profile(Ctx *c, const Graph *g, const Graph *local, const Plan *p, const MemoryModel *mm,
                       const CostDevice *d, CostProfile *out);
 
 /* What the planner may choose over, and what it knows. */

@@ -188,6 +188,21 @@ static double scaled(const CostDevice *d, const CostProfile *P, const CostTime *
     return launch + k * (t->t - launch - t->gemm) + k * t->gemm * eff;
 }
 
+/* The share of a part's parameter bytes (the layer's, or the rest's) that
+ * ZeRO can split over n data ranks: those with a dimension n divides. */
+static double shardable(const CostProfile *P, int layer, int n)
+{
+    double all = 0, split = 0;
+    int from = layer ? 0 : P->nshapes_layer, to = layer ? P->nshapes_layer : P->nshapes;
+    for (int i = from; i < to; i++) {
+        int ok = 0;
+        for (int d = 0; d < P->shape[i].rank && !ok; d++)
+            ok = P->shape[i].dim[d] % n == 0;
+        all += P->shape[i].bytes, split += ok ? P->shape[i].bytes : 0;
+    }
+    return all > 0 ? split / all : 1;
+}
+
 static void evaluate(const PlanSpace *sp, const CostProfile *P, Cache *ca, PlanChoice *c)
 {
     const CostDevice *d = sp->d;
@@ -229,6 +244,12 @@ static void evaluate(const PlanSpace *sp, const CostProfile *P, Cache *ca, PlanC
     double share = c->pp > 1 ? 0.5 : 1.0; /* of what is outside the layers: first or last stage */
     double masters = P->params_layer * nl + P->params_out * share;
     double state = P->state_layer * nl + P->state_out * share;
+    /* what a device keeps of what ZeRO splits: the parameters with a dimension
+     * the data ranks divide are split, the others stay whole */
+    double fl = shardable(P, 1, c->dp), fo = shardable(P, 0, c->dp);
+    double share_l = P->params_layer * nl, share_o = masters - share_l;
+    double split = (share_l * fl + share_o * fo) / (masters > 0 ? masters : 1);
+    double over = split / c->dp + (1 - split);
     double comm = 0, window = W * 2 / 3; /* the last microbatch's backward on the stage */
     Link dl = link_of(d, (long)(c->dp - 1) * c->tp + 1);
     if (c->dp > 1) {
@@ -241,7 +262,7 @@ static void evaluate(const PlanSpace *sp, const CostProfile *P, Cache *ca, PlanC
         if (c->zero == 3) /* each microbatch gathers its 16-bit weights for F and B */
             comm += c->m * 2 * fmax(0, gather(masters / 2, c->dp, dl) - W / 3);
     }
-    double updated = masters / (c->zero >= 1 ? c->dp : 1);
+    double updated = masters * (c->zero >= 1 ? over : 1);
     double opt = 7 * updated / (d->mem_bw * d->k.mem_eff);
     c->compute_s = c->m * W;
     c->bubble_s = bubble;
@@ -256,9 +277,9 @@ static void evaluate(const PlanSpace *sp, const CostProfile *P, Cache *ca, PlanC
      * from ZeRO 1 on, as the plan reduce-scatters it) and a layer's parts in
      * flight; the optimizer's state, sharded from ZeRO 1 on */
     double pm = c->zero ? P->params1 : P->params;
-    double persist = masters * (pm / (c->zero >= 3 ? c->dp : 1)) +
-                     masters / (c->zero >= 1 ? c->dp : 1) + P->params_layer +
-                     state * P->optimizer / (c->zero >= 1 ? c->dp : 1);
+    double persist = masters * pm * (c->zero >= 3 ? over : 1) +
+                     masters * (c->zero >= 1 ? over : 1) + P->params_layer +
+                     state * P->optimizer * (c->zero >= 1 ? over : 1);
     double act = c->rc == RC_FULL ? P->act_full : c->rc == RC_SELECTIVE ? P->act_sel : P->act_none;
     /* (microbatch, chunk) pairs held on the first rank, each chunk its share of the layers */
     double inflight = sf ? sf->pairs / c->v : 1;
@@ -295,6 +316,68 @@ static void push(Arena *a, PlanChoice **v, int *n, int *cap, const PlanChoice *c
         *v = nv, *cap = nc;
     }
     (*v)[(*n)++] = *c;
+}
+
+/* ---- the best candidates, refined by simulating their schedules ---- */
+
+typedef struct Refine {
+    const PlanSpace *sp;
+    const CostProfile *P;
+    const Cut *cut;
+    const PlanChoice *c;
+    double k;
+} Refine;
+
+/* A piece's time: its chunk's layers and ends, forward or backward (under
+ * ZB-H1 the backward's halves, B and W). */
+static double refine_cost(const Piece *pc, int rank, void *user)
+{
+    const Refine *r = user;
+    const CostDevice *d = r->sp->d;
+    int run = pc->chunk * r->c->pp + rank, nl = 0, e = 0, h = 0;
+    for (int u = r->cut->start[run]; u < r->cut->start[run + 1]; u++) {
+        if (u == 0)
+            e = 1;
+        else if (u == r->sp->layers + 1)
+            h = 1;
+        else
+            nl++;
+    }
+    const CostProfile *P = r->P;
+    if (pc->kind == PIECE_F)
+        return nl * scaled(d, P, &P->t_f, r->k) + e * scaled(d, P, &P->embed_f, r->k) +
+               h * scaled(d, P, &P->head_f, r->k);
+    double b = nl * (scaled(d, P, &P->t_b, r->k) +
+                     (r->c->rc == RC_FULL        ? scaled(d, P, &P->t_r, r->k)
+                      : r->c->rc == RC_SELECTIVE ? scaled(d, P, &P->t_rsel, r->k)
+                                                 : 0)) +
+               e * scaled(d, P, &P->embed_b, r->k) + h * scaled(d, P, &P->head_b, r->k);
+    return r->c->sched == SCHED_ZB_H1 ? b / 2 : b;
+}
+
+#define REFINE 64 /* candidates whose schedules are simulated */
+
+/* The pipeline's time of candidate c by the schedule simulator with each
+ * rank's own piece times and the messages between stages (what the cost
+ * model does with a compiled plan), in place of the closed form. */
+static void refine(Arena *a, const PlanSpace *sp, const CostProfile *P, Cache *ca, PlanChoice *c)
+{
+    Schedule s;
+    SchedTimes t;
+    char err[256];
+    if (c->pp <= 1 || (double)c->pp * c->m * c->v > SIM_PIECES ||
+        sched_build(a, c->sched, c->pp, c->m, c->v, &s, err, sizeof err) != 0)
+        return;
+    Refine r = {sp, P, cut_of(ca, P, sp->layers, c->pp * c->v), c, c->mbs};
+    Link pl = link_of(sp->d, (long)c->tp * c->dp);
+    double xfer = r.k * P->msg / pl.bw + pl.lat;
+    if (sched_simulate(a, &s, refine_cost, &r, xfer, &t, err, sizeof err) != 0)
+        return;
+    c->bubble_s = t.makespan - c->compute_s;
+    if (c->bubble_s < 0)
+        c->bubble_s = 0;
+    c->step_s = c->compute_s + c->bubble_s + c->comm_s + c->opt_s;
+    c->mfu *= 0; /* recomputed by the caller */
 }
 
 int pass_plan_search(Arena *a, const PlanSpace *sp, PlanChoice **out, int *n)
@@ -341,5 +424,18 @@ int pass_plan_search(Arena *a, const PlanSpace *sp, PlanChoice **out, int *n)
     }
     if (*n)
         qsort(*out, (size_t)*n, sizeof **out, by_time);
+    /* the fastest that fit, their pipelines simulated, ranked again */
+    int k = 0;
+    while (k < *n && k < REFINE && (*out)[k].status == PLAN_FITS)
+        k++;
+    for (int i = 0; i < k; i++) {
+        PlanChoice *c = &(*out)[i];
+        const CostProfile *P = profile_of(sp, c->tp);
+        double flops = c->mfu * c->step_s;
+        refine(a, sp, P, &ca, c);
+        c->mfu = flops / c->step_s;
+    }
+    if (k)
+        qsort(*out, (size_t)k, sizeof **out, by_time);
     return 0;
 }

@@ -32,7 +32,7 @@ def main():
                      os.path.join(tmp, "plan.json"))
     chose = [l for l in log.splitlines() if l.startswith("plan: chose")]
     print("planner: step %.6g s, fits %s (%s)" % (best["step_time_s"], best["fits"],
-                                                 chose[0][len("plan: chose "):] if chose else "?"))
+                                                 chose[0].split(": ", 2)[-1] if chose else "?"))
     bad = not best["fits"]
     for i, lay in enumerate(layouts):
         parts = lay.split(";")
