@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <string.h>
@@ -1454,8 +1455,9 @@ static void explain(FILE *f, const PlanSpace *sp, const PlanChoice *all, int n, 
                 100 * w->compute_s / t);
     for (int i = 0; i < n; i++)
         if (all[i].status == PLAN_FITS && (all[i].tp != w->tp || all[i].pp != w->pp)) {
-            fprintf(f, "  the runner-up layout (tp %d, pp %d) is %.1f%% slower\n", all[i].tp,
-                    all[i].pp, 100 * (all[i].step_s / t - 1));
+            fprintf(f, "  the fastest other layout (tp %d, pp %d) is predicted %.1f%% %s\n",
+                    all[i].tp, all[i].pp, 100 * fabs(all[i].step_s / t - 1),
+                    all[i].step_s >= t ? "slower" : "faster (it lost when compiled)");
             break;
         }
 }
@@ -1550,12 +1552,16 @@ static int plan_auto(Ctx *c, Options *o)
     /* The fastest that the compiled plan's own models confirm: the first
      * PLAN_CHECKS distinct layouts predicted to fit are compiled, and the
      * fastest compiled one that fits wins. A candidate that does not fit when
-     * compiled teaches how far the analytic peak was under: the next ones are
-     * taken from those that fit with that margin. */
-    double under = 1;
-    int best = -1, checked = 0;
+     * compiled teaches how far the analytic peak was under for its (tensor,
+     * pipeline) family: the family's next ones must fit with that margin. */
+    struct { int tp, pp; double under; } learnt[8];
+    int nlearnt = 0, best = -1, checked = 0;
     Trial won = {0};
     for (int i = 0, tries = 0; i < nfit && tries < 8 && checked < PLAN_CHECKS; i++) {
+        double under = 1;
+        for (int k = 0; k < nlearnt; k++)
+            if (learnt[k].tp == all[i].tp && learnt[k].pp == all[i].pp)
+                under = learnt[k].under;
         if (all[i].peak * under > sp.budget || same_layout(all, i))
             continue;
         tries++;
@@ -1570,8 +1576,9 @@ static int plan_auto(Ctx *c, Options *o)
                     t.ok ? "does not fit" : "fails", t.ok ? "" : ": ", t.ok ? "" : t.why,
                     t.ok ? arena_printf(c->arena, " (%.2f GiB against %.2f predicted)",
                                         t.mm.peak / GIB, all[i].peak / GIB) : "");
-            if (t.ok && t.mm.peak / all[i].peak > under)
-                under = t.mm.peak / all[i].peak;
+            if (t.ok && nlearnt < 8)
+                learnt[nlearnt].tp = all[i].tp, learnt[nlearnt].pp = all[i].pp,
+                learnt[nlearnt++].under = t.mm.peak / all[i].peak;
             continue;
         }
         checked++;
