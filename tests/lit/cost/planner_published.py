@@ -4,7 +4,7 @@ find a plan that fits and is predicted at least as fast as the published
 layout compiled with its own settings (published.py), under the same cost
 model. Prints, per row, the published layout's and the planner's prediction.
 
-usage: planner_published.py TCC SAMPLES TSV OUTDIR
+usage: planner_published.py TCC SAMPLES TSV OUTDIR [--rows I,J,...]
 Exit 1 when the planner's plan does not fit, or is slower than a published
 layout that fits. A published layout that does not fit the memory model is
 reported as such: the planner is then only held to fitting."""
@@ -29,8 +29,13 @@ def model_args(cmd):
 
 def main():
     tcc, samples, tsv, outdir = sys.argv[1:5]
+    only = None
+    if sys.argv[5:6] == ["--rows"]:
+        only = {int(x) for x in sys.argv[6].split(",")}
     bad = 0
     for i, r in enumerate(published.rows(tsv)):
+        if only is not None and i not in only:
+            continue
         name = "%s on %s GPUs" % (r["model"], r["gpus"])
         if r["cp"] not in ("", "1"):
             print("%s: skipped: context parallelism %s" % (name, r["cp"]))
