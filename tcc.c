@@ -1106,18 +1106,26 @@ static void print_header(FILE *f, const Graph *g, const MemoryModel *mm, const O
     fprintf(f, "  training state   %14.0f bytes\n", m.params + m.grads + m.state);
 }
 
+/* -o FILE (JSON when it ends in .json), else stdout; NULL after reporting. */
+static FILE *open_out(const Options *o, int *json)
+{
+    *json = o->out && strlen(o->out) > 5 && !strcmp(o->out + strlen(o->out) - 5, ".json");
+    FILE *f = o->out ? fopen(o->out, "w") : stdout;
+    if (!f)
+        fprintf(stderr, "tcc: error: cannot write '%s': %s\n", o->out, strerror(errno));
+    return f;
+}
+
 static int emit_memory(Ctx *c, const Options *o, double budget)
 {
     MemoryModel mm;
     Graph *g;
     if (model_in(c, o, NULL, &mm, &g) != 0)
         return -1;
-    int json = o->out && strlen(o->out) > 5 && !strcmp(o->out + strlen(o->out) - 5, ".json");
-    FILE *f = o->out ? fopen(o->out, "w") : stdout;
-    if (!f) {
-        fprintf(stderr, "tcc: error: cannot write '%s': %s\n", o->out, strerror(errno));
+    int json;
+    FILE *f = open_out(o, &json);
+    if (!f)
         return -1;
-    }
     if (json) {
         char *text = pass_memory_json(&mm, g->name, on_gpu(o) ? o->gpu : "cpu", budget);
         fputs(text, f);
@@ -1158,12 +1166,10 @@ static int emit_cost(Ctx *c, const Options *o)
         pass_cost_model(c, one.g, one.local, &one.plan, &d, &cm) != 0)
         return -1;
     double budget = budget_of(o);
-    int json = o->out && strlen(o->out) > 5 && !strcmp(o->out + strlen(o->out) - 5, ".json");
-    FILE *f = o->out ? fopen(o->out, "w") : stdout;
-    if (!f) {
-        fprintf(stderr, "tcc: error: cannot write '%s': %s\n", o->out, strerror(errno));
+    int json;
+    FILE *f = open_out(o, &json);
+    if (!f)
         return -1;
-    }
     if (json) {
         char *text = pass_cost_json(&cm, one.g->name, d.name);
         cJSON *root = cJSON_Parse(text);
@@ -1386,7 +1392,10 @@ static void print_families(FILE *f, const PlanSpace *sp, const PlanChoice *all, 
                            const PlanChoice *w)
 {
     fprintf(f, "families (tensor x pipeline) not chosen:\n");
-    for (int tp = 1; tp <= sp->gpus; tp *= 2)
+    int most = 1;
+    for (int k = 0; k < sp->nprof; k++) {
+        int tp = sp->prof[k].tp;
+        most = tp > most ? tp : most;
         for (int pp = 1; pp <= sp->gpus / tp; pp++) {
             const PlanChoice *best = NULL, *least = NULL;
             int any = 0;
@@ -1420,6 +1429,10 @@ static void print_families(FILE *f, const PlanSpace *sp, const PlanChoice *all, 
                 family_reason(sp, best, w, why, sizeof why);
             fprintf(f, "  tp %-3d pp %-4d %s\n", tp, pp, why);
         }
+    }
+    if (most < sp->gpus)
+        fprintf(f, "  tp > %d: not considered: tensor-parallel groups over more than two nodes\n",
+                most);
 }
 
 static void explain(FILE *f, const PlanSpace *sp, const PlanChoice *all, int n, const PlanChoice *w)

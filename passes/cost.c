@@ -424,28 +424,12 @@ static double graph_tokens(const Graph *g)
 
 /* ---- the model ---- */
 
-static int schedule_for(Ctx *c, const Graph *g, Schedule *sc)
-{
-    TrainConfig tc;
-    char err[256];
-    if (pass_train_config(c, g, &tc) != 0)
-        return -1;
-    int p = ir_pipeline_stages(&g->mesh);
-    SchedKind kind = p > 1 ? sched_kind_of(&tc) : SCHED_1F1B;
-    int v = kind == SCHED_INTERLEAVED && p > 1 ? (int)tc.virtual_stages : 1;
-    if (sched_build(c->arena, kind, p, (int)tc.microbatches, v, sc, err, sizeof err) != 0)
-        return diag_error(&c->diag, LOC_NONE, "cost model: the %s schedule: %s",
-                          sched_kind_name(kind), err),
-               -1;
-    return 0;
-}
-
 int pass_cost_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p, const CostDevice *d,
                     CostModel *out)
 {
     Schedule sc;
     memset(out, 0, sizeof *out);
-    if (schedule_for(c, g, &sc) != 0)
+    if (pass_train_schedule(c, g, &sc, "cost model") != 0)
         return -1;
     Sim sim = {arena_alloc(c->arena, sizeof(Stage) * (size_t)sc.p), sc.m};
     memset(sim.stages, 0, sizeof(Stage) * (size_t)sc.p);
@@ -603,7 +587,7 @@ int pass_cost_profile(Ctx *c, const Graph *g, const Graph *local, const Plan *p,
 {
     Schedule sc;
     memset(out, 0, sizeof *out);
-    if (schedule_for(c, g, &sc) != 0)
+    if (pass_train_schedule(c, g, &sc, "cost model") != 0)
         return -1;
     Stage st = {.p = p, .d = d, .grad = pass_gradient_values(c->arena, local),
                 .local = local};

@@ -725,30 +725,14 @@ static void model_stage(Model *m, int s, int gpu, const Schedule *sc, StageMemor
     top_tensors(m, s, &r, &pk, sm);
 }
 
-static int schedule_of(Ctx *c, const Graph *g, Schedule *sc, int *m)
-{
-    TrainConfig tc;
-    char err[256];
-    if (pass_train_config(c, g, &tc) != 0)
-        return -1;
-    int p = ir_pipeline_stages(&g->mesh);
-    SchedKind kind = p > 1 ? sched_kind_of(&tc) : SCHED_1F1B;
-    int v = kind == SCHED_INTERLEAVED && p > 1 ? (int)tc.virtual_stages : 1;
-    *m = (int)tc.microbatches;
-    if (sched_build(c->arena, kind, p, *m, v, sc, err, sizeof err) != 0)
-        return diag_error(&c->diag, LOC_NONE, "memory model: the %s schedule: %s",
-                          sched_kind_name(kind), err),
-               -1;
-    return 0;
-}
-
 int pass_memory_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p, int gpu,
                       MemoryModel *out)
 {
     Schedule sc;
     memset(out, 0, sizeof *out);
-    if (schedule_of(c, g, &sc, &out->microbatches) != 0)
+    if (pass_train_schedule(c, g, &sc, "memory model") != 0)
         return -1;
+    out->microbatches = sc.m;
     out->schedule = sched_kind_name(sc.kind);
     out->gpu = gpu;
     out->nstages = sc.p;

@@ -256,6 +256,10 @@ int sched_write_trace(const Schedule *s, const SchedTimes *t, double us_per_unit
 /* One line per rank: "rank 0: F0 F1 B0 ...", with ".chunk" when v > 1. */
 void sched_print(const Schedule *s, FILE *f);
 
+/* The schedule of g's train block on its pipeline axis (one rank, 1F1B,
+ * without one): 0, or -1 after reporting "WHO: the ... schedule: why". */
+int pass_train_schedule(Ctx *c, const Graph *g, Schedule *sc, const char *who);
+
 /* Stage s's program (its instructions of plan p, in order) cut into the
  * pieces of schedule sc, as the memory model cuts it: piece[i] of position i
  * is -1 before the first piece (weight casts, gathers), npieces for the

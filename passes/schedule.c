@@ -405,3 +405,19 @@ int sched_write_trace(const Schedule *s, const SchedTimes *t, double us_per_unit
     cJSON_free(text);
     return rc;
 }
+
+int pass_train_schedule(Ctx *c, const Graph *g, Schedule *sc, const char *who)
+{
+    TrainConfig tc;
+    char err[256];
+    if (pass_train_config(c, g, &tc) != 0)
+        return -1;
+    int p = ir_pipeline_stages(&g->mesh);
+    SchedKind kind = p > 1 ? sched_kind_of(&tc) : SCHED_1F1B;
+    int v = kind == SCHED_INTERLEAVED && p > 1 ? (int)tc.virtual_stages : 1;
+    if (sched_build(c->arena, kind, p, (int)tc.microbatches, v, sc, err, sizeof err) != 0)
+        return diag_error(&c->diag, LOC_NONE, "%s: the %s schedule: %s", who, sched_kind_name(kind),
+                          err),
+               -1;
+    return 0;
+}
