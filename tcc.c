@@ -1327,12 +1327,13 @@ static void choice_args(Ctx *c, const ModelShape *ms, const PlanChoice *ch, cons
         if (names[i])
             at += snprintf(buf + at, sizeof buf - (size_t)at, "%s%s=%d", at ? "," : "", names[i],
                            sizes[i]);
-    *mesh = intern(c->strings, buf);
+    *mesh = at ? intern(c->strings, buf) : NULL; /* a model without mesh axes: one device */
     int n = 0;
     sets[n++] = arena_printf(c->arena, "microbatches=%d", ch->m);
     sets[n++] = arena_printf(c->arena, "recompute=%s", rc_name(ch->rc));
     sets[n++] = arena_printf(c->arena, "zero=%d", ch->zero);
-    sets[n++] = ch->tp > 1 ? "sequence_parallel=true" : "sequence_parallel=false";
+    if (ms->axis[ROLE_TENSOR])
+        sets[n++] = ch->tp > 1 ? "sequence_parallel=true" : "sequence_parallel=false";
     if (ch->pp > 1) {
         sets[n++] = arena_printf(c->arena, "schedule=%s",
                                  ch->sched == SCHED_INTERLEAVED ? "interleaved"
@@ -1409,7 +1410,7 @@ static void print_families(FILE *f, const PlanSpace *sp, const PlanChoice *all, 
                 if (c->status == PLAN_OVER && (!least || c->peak < least->peak))
                     least = c;
             }
-            if ((sp->gpus / tp) % pp || (tp == w->tp && pp == w->pp) || pp > sp->layers ||
+            if ((sp->gpus / tp) % pp || (tp == w->tp && pp == w->pp) || (pp > 1 && pp > sp->layers) ||
                 (pp > 1 && !(sp->axes & 4)))
                 continue;
             char why[256];
@@ -1551,6 +1552,13 @@ static int plan_auto(Ctx *c, Options *o)
     fprintf(stderr, "plan: %d candidates for %d %s on %d devices in %.0f ms, %d fit %.2f GiB\n", n,
             ms.layers, ms.layers == 1 ? "layer" : "layers", o->gpus, searched, nfit,
             sp.budget / GIB);
+    if (!n) {
+        diag_error(&c->diag, LOC_NONE, "--plan=auto: the model's mesh cannot spread %d devices: "
+                   "it has %s%s%s axis", o->gpus, ms.axis[ROLE_DATA] ? "a data" : "no data",
+                   ms.axis[ROLE_TENSOR] ? ", a tensor" : ", no tensor",
+                   ms.axis[ROLE_PIPELINE] ? " and a pipeline" : " and no pipeline");
+        return -1;
+    }
     if (!nfit) {
         diag_error(&c->diag, LOC_NONE, "--plan=auto: no layout of %d devices fits %.2f GiB",
                    o->gpus, sp.budget / GIB);
@@ -1611,7 +1619,8 @@ static int plan_auto(Ctx *c, Options *o)
     print_families(stderr, &sp, all, n, &all[best]);
     if (o->explain)
         explain(stderr, &sp, all, n, &all[best]);
-    fprintf(stderr, "plan: chose candidate %d: --mesh %s", best + 1, mesh);
+    fprintf(stderr, "plan: chose candidate %d:%s%s", best + 1, mesh ? " --mesh " : "",
+            mesh ? mesh : "");
     for (int k = 0; k < nsets; k++)
         fprintf(stderr, " --set %s", sets[k]);
     fprintf(stderr, "\nplan: compiled: step %.4g s, MFU %.1f%%, peak %.2f GiB (predicted %.4g s, "

@@ -393,7 +393,7 @@ int pass_plan_search(Arena *a, const PlanSpace *sp, PlanChoice **out, int *n)
         if (!P || sp->gpus % tp)
             continue;
         for (int pp = 1; pp <= sp->gpus / tp; pp++) {
-            if ((sp->gpus / tp) % pp || (pp > 1 && !(sp->axes & 4)) || pp > sp->layers)
+            if ((sp->gpus / tp) % pp || (pp > 1 && !(sp->axes & 4)) || (pp > 1 && pp > sp->layers))
                 continue;
             int dp = sp->gpus / tp / pp;
             if (dp > 1 && !(sp->axes & 1))
