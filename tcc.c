@@ -14,6 +14,10 @@
 #include <sys/stat.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+#define MAX_SETS 40 /* --set settings; the planner adds up to PLAN_SETS of its own */
+#define PLAN_SETS 8
 
 typedef struct Options {
     const char *input;
@@ -32,7 +36,7 @@ typedef struct Options {
     double verify_tol;      /* --verify-tol=X, 0: by dtype */
     const char *gpu;        /* --gpu NAME: a row of passes/devices.c, or "cpu" */
     double device_memory;   /* --device-memory SIZE in bytes, 0 when absent */
-    const char *sets[32];   /* --set KEY=VALUE: train settings */
+    const char *sets[MAX_SETS]; /* --set KEY=VALUE: train settings */
     int nsets;
     int gpus;               /* --gpus N: the planner's device count, 0 when absent */
     int plan_auto;          /* --plan=auto */
@@ -185,7 +189,7 @@ static int resolve_cluster(Ctx *c, Options *o)
     if (o->cluster && named) {
         o->cluster_spec = *named;
     } else if (o->cluster) {
-        if (!strchr(o->cluster, '/') && !strchr(o->cluster, '.'))
+        if (!strchr(o->cluster, '/') && !strchr(o->cluster, '.') && access(o->cluster, R_OK) != 0)
             return fail("--cluster=%s: no such cluster (dgx-a100, dgx-a100-40gb, h100-roce, "
                         "h100-pcie-ib, h200-roce) and not a file path", o->cluster);
         if (pass_cluster_read(c->arena, o->cluster, &o->cluster_spec, err, sizeof err) != 0)
@@ -293,8 +297,8 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
                 return fail("--device-memory=%s: expected a size like 80GiB, 40GB, 512MiB or "
                             "bytes", v);
         } else if ((v = opt_value(argc, argv, &i, "--set"))) {
-            if (o->nsets >= 32)
-                return fail("%s", "at most 32 --set options");
+            if (o->nsets >= MAX_SETS - PLAN_SETS)
+                return fail("at most %s --set options", "32");
             o->sets[o->nsets++] = v;
         } else if ((v = opt_value(argc, argv, &i, "--schedule"))) {
             o->schedule = v;
@@ -811,7 +815,7 @@ static int compile_one(Ctx *c, const Options *o, const Probe *pr, OneStep *one)
 {
     Options q = *o;
     q.dump_after = q.stop_after = NULL;
-    if (pr && pr->set && q.nsets < 32)
+    if (pr && pr->set && q.nsets < MAX_SETS)
         q.sets[q.nsets++] = pr->set;
     const char *mesh = c->mesh_spec;
     int verbose = c->verbose;
@@ -1266,7 +1270,9 @@ static int model_shape(Ctx *c, const Options *o, ModelShape *ms)
 static Options with_sets(const Options *o, const char *const *sets, int n)
 {
     Options q = *o;
-    for (int i = 0; i < n && q.nsets < 32; i++)
+    if (q.nsets + n > MAX_SETS)
+        BUG("%d --set settings and %d of the planner's", q.nsets, n); /* check_plan_options */
+    for (int i = 0; i < n; i++)
         q.sets[q.nsets++] = sets[i];
     return q;
 }
@@ -1302,6 +1308,8 @@ static void trial(Ctx *c, const Options *o, const char *mesh, int repeat_limit, 
     if (t->ok) { /* the model's stages live in q's arena: keep the numbers only */
         t->saved_layers = t->mm.stage[0].saved_layers;
         t->mm.stage = NULL;
+        memset(&t->cm.sched, 0, sizeof t->cm.sched);
+        memset(&t->cm.times, 0, sizeof t->cm.times);
         t->cm.stage = NULL;
     }
     ctx_free(q);
@@ -1319,15 +1327,14 @@ static const char *rc_name(int rc) { return rc == RC_FULL ? "full" : rc == RC_SE
 static void choice_args(Ctx *c, const ModelShape *ms, const PlanChoice *ch, const char **mesh,
                         const char **sets, int *nsets)
 {
-    char buf[256] = "";
-    int at = 0;
+    const char *spec = NULL; /* NULL: a model without mesh axes, one device */
     const char *names[3] = {ms->axis[ROLE_PIPELINE], ms->axis[ROLE_DATA], ms->axis[ROLE_TENSOR]};
     int sizes[3] = {ch->pp, ch->dp, ch->tp};
     for (int i = 0; i < 3; i++)
         if (names[i])
-            at += snprintf(buf + at, sizeof buf - (size_t)at, "%s%s=%d", at ? "," : "", names[i],
-                           sizes[i]);
-    *mesh = at ? intern(c->strings, buf) : NULL; /* a model without mesh axes: one device */
+            spec = arena_printf(c->arena, "%s%s%s=%d", spec ? spec : "", spec ? "," : "", names[i],
+                                sizes[i]);
+    *mesh = spec ? intern(c->strings, spec) : NULL;
     int n = 0;
     sets[n++] = arena_printf(c->arena, "microbatches=%d", ch->m);
     sets[n++] = arena_printf(c->arena, "recompute=%s", rc_name(ch->rc));
@@ -1480,12 +1487,12 @@ static double plan_ms(void);
 
 #define PLAN_CHECKS 3 /* layouts compiled to check the search's best */
 
-/* Candidate i has the mesh and rows of a faster one (only ZeRO, recompute or
- * the schedule differ): compiling it tells little more. */
-static int same_layout(const PlanChoice *all, int i)
+/* Candidate i has the mesh and rows of one already compiled that fit (only
+ * ZeRO, recompute or the schedule differ): compiling it tells little more. */
+static int same_layout(const PlanChoice *all, const char *fitted, int i)
 {
     for (int j = 0; j < i; j++)
-        if (all[j].status == PLAN_FITS && all[j].tp == all[i].tp && all[j].pp == all[i].pp &&
+        if (fitted[j] && all[j].tp == all[i].tp && all[j].pp == all[i].pp &&
             all[j].mbs == all[i].mbs)
             return 1;
     return 0;
@@ -1553,18 +1560,26 @@ static int plan_auto(Ctx *c, Options *o)
             ms.layers, ms.layers == 1 ? "layer" : "layers", o->gpus, searched, nfit,
             sp.budget / GIB);
     if (!n) {
-        diag_error(&c->diag, LOC_NONE, "--plan=auto: the model's mesh cannot spread %d devices: "
-                   "it has %s%s%s axis", o->gpus, ms.axis[ROLE_DATA] ? "a data" : "no data",
-                   ms.axis[ROLE_TENSOR] ? ", a tensor" : ", no tensor",
-                   ms.axis[ROLE_PIPELINE] ? " and a pipeline" : " and no pipeline");
+        diag_error(&c->diag, LOC_NONE, "--plan=auto: no layout spreads %d devices over the "
+                   "model's %s%s%s axis", o->gpus, ms.axis[ROLE_DATA] ? "data" : "(no data)",
+                   ms.axis[ROLE_TENSOR] ? ", tensor" : ", (no tensor)",
+                   ms.axis[ROLE_PIPELINE] ? " and pipeline" : " and (no pipeline)");
+        diag_note(&c->diag, LOC_NONE, "a layout needs tensor x pipeline x data = %d, with the "
+                  "batch of %lld rows a multiple of data x rows per microbatch, at most one "
+                  "pipeline stage per layer (%d), tensor sizes a power of two up to %d, and every "
+                  "axis at most 65536", o->gpus, (long long)ms.batch, ms.layers, 2 * d.per_node);
         return -1;
     }
     if (!nfit) {
         diag_error(&c->diag, LOC_NONE, "--plan=auto: no layout of %d devices fits %.2f GiB",
                    o->gpus, sp.budget / GIB);
-        if (n)
+        const PlanChoice *least = NULL;
+        for (int i = 0; i < n; i++)
+            if (all[i].status == PLAN_OVER && (!least || all[i].peak < least->peak))
+                least = &all[i];
+        if (least)
             diag_note(&c->diag, LOC_NONE, "the least memory: %.2f GiB (tp %d, pp %d, dp %d)",
-                      all[n - 1].peak / GIB, all[n - 1].tp, all[n - 1].pp, all[n - 1].dp);
+                      least->peak / GIB, least->tp, least->pp, least->dp);
         return -1;
     }
     fprintf(stderr, "the five fastest predicted to fit:\n");
@@ -1577,13 +1592,14 @@ static int plan_auto(Ctx *c, Options *o)
      * pipeline) family: the family's next ones must fit with that margin. */
     struct { int tp, pp; double under; } learnt[8];
     int nlearnt = 0, best = -1, checked = 0;
+    char *fitted = arena_alloc(c->arena, (size_t)n + 1); /* zeroed */
     Trial won = {0};
     for (int i = 0, tries = 0; i < nfit && tries < 8 && checked < PLAN_CHECKS; i++) {
         double under = 1;
         for (int k = 0; k < nlearnt; k++)
             if (learnt[k].tp == all[i].tp && learnt[k].pp == all[i].pp)
                 under = learnt[k].under;
-        if (all[i].peak * under > sp.budget || same_layout(all, i))
+        if (all[i].peak * under > sp.budget || same_layout(all, fitted, i))
             continue;
         tries++;
         const char *mesh, *sets[8];
@@ -1603,6 +1619,7 @@ static int plan_auto(Ctx *c, Options *o)
             continue;
         }
         checked++;
+        fitted[i] = 1;
         fprintf(stderr, "plan: candidate %d compiled: step %.4g s, peak %.2f GiB (predicted %.4g s, "
                         "%.2f GiB)\n", i + 1, t.cm.step_s, t.mm.peak / GIB, all[i].step_s,
                 all[i].peak / GIB);

@@ -743,8 +743,9 @@ int pass_cost_profile(Ctx *c, const Graph *g, const Graph *local, const Plan *p,
     int seen_layer = 0; /* the pipeline pass's units: before the layers, the layer, after */
     for (int i = 0; i < g->ops.len; i++) {
         const Op *op = g->ops.data[i];
-        if (op->phase != PH_FWD)
-            continue;
+        if (op->phase != PH_FWD || op->kind == OP_PARAM || op->kind == OP_INPUT ||
+            op->kind == OP_CONSTANT || op->kind == OP_STATE || op->kind == OP_STEP)
+            continue; /* the pipeline pass weighs no source */
         seen_layer |= op->layer >= 0;
         double f = ir_op_flops(op);
         *(op->layer >= 0 ? &out->uflops_layer : seen_layer ? &out->uflops_head : &out->uflops_embed) += f;

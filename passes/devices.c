@@ -123,6 +123,8 @@ static int cluster_line(char *line, ClusterSpec *out, const char **why)
         double x = strtod(val, &end);
         if (end == val || *end || !(x > 0) || x > 1e9)
             return *why = "expected a positive number", -1;
+        if (x < 1e-3)
+            return *why = "too small: at least 0.001 (GB/s, us, or a fraction)", -1;
         if (k == 0 && (x != (int)x || x > 1024))
             return *why = "gpus_per_node: expected a whole number in [1, 1024]", -1;
         if (k >= 5 && k != 6 && k != 10 && x > 1)

@@ -69,6 +69,7 @@ typedef struct SchedFacts {
 /* How the pipeline pass cuts the units (the embedding, each layer, the head)
  * into p v runs by forward FLOPs: each run's first unit. Cached by runs. */
 typedef struct Cut {
+    const CostProfile *P;
     int runs;
     int *start; /* by run: its first unit; start[runs] = the unit count */
 } Cut;
@@ -115,7 +116,7 @@ static const SchedFacts *sched_facts(Cache *ca, SchedKind kind, int p, int m, in
 static const Cut *cut_of(Cache *ca, const CostProfile *P, int L, int runs)
 {
     for (int i = 0; i < ca->ncut; i++)
-        if (ca->cut[i].runs == runs)
+        if (ca->cut[i].runs == runs && ca->cut[i].P == P)
             return &ca->cut[i];
     int U = L + 2;
     size_t row = (size_t)U + 1;
@@ -140,7 +141,7 @@ static const Cut *cut_of(Cache *ca, const CostProfile *P, int L, int runs)
             best[(size_t)k * row + (size_t)u] = b;
             at[(size_t)k * row + (size_t)u] = arg;
         }
-    Cut c = {runs, arena_alloc(ca->a, sizeof(int) * (size_t)(runs + 1))};
+    Cut c = {P, runs, arena_alloc(ca->a, sizeof(int) * (size_t)(runs + 1))};
     for (int k = runs, u = U; k >= 1; k--) {
         c.start[k - 1] = at[(size_t)k * row + (size_t)u];
         u = c.start[k - 1];
@@ -251,7 +252,7 @@ static void evaluate(const PlanSpace *sp, const CostProfile *P, Cache *ca, PlanC
     double split = (share_l * fl + share_o * fo) / (masters > 0 ? masters : 1);
     double over = split / c->dp + (1 - split);
     double comm = 0, window = W * 2 / 3; /* the last microbatch's backward on the stage */
-    Link dl = link_of(d, (long)(c->dp - 1) * c->tp + 1);
+    Link dl = link_of(d, (long)(c->dp - 1) * c->tp);
     if (c->dp > 1) {
         if (c->zero == 0)
             comm = fmax(0, all_reduce(masters, c->dp, dl) - window);
@@ -396,8 +397,8 @@ int pass_plan_search(Arena *a, const PlanSpace *sp, PlanChoice **out, int *n)
             if ((sp->gpus / tp) % pp || (pp > 1 && !(sp->axes & 4)) || (pp > 1 && pp > sp->layers))
                 continue;
             int dp = sp->gpus / tp / pp;
-            if (dp > 1 && !(sp->axes & 1))
-                continue;
+            if ((dp > 1 && !(sp->axes & 1)) || dp > 65536 || pp > 65536)
+                continue; /* (a mesh axis is at most 65536) */
             for (size_t b = 0; b < sizeof mbss / sizeof mbss[0]; b++) {
                 PlanChoice c = {.tp = tp, .pp = pp, .dp = dp, .v = 1, .mbs = mbss[b]};
                 if (sp->batch % ((int64_t)dp * c.mbs))

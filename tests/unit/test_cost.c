@@ -167,3 +167,15 @@ Test(cost, cluster_file_keys_act_and_errors_are_located)
     remove(p);
     arena_free(a);
 }
+
+Test(cost, cluster_file_values_too_small_are_refused)
+{
+    Arena *a = arena_new();
+    ClusterSpec c;
+    char err[256];
+    const char *p = write_tmp("gpu = a100-80gb\nnvlink_gbs = 1e-300\n");
+    cr_assert_eq(pass_cluster_read(a, p, &c, err, sizeof err), -1);
+    cr_assert(strstr(err, ":2: too small"), "%s", err);
+    remove(p);
+    arena_free(a);
+}
