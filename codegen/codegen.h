@@ -119,6 +119,13 @@ int cg_build_plan_local(Ctx *c, const Graph *global, int flags, Plan *out, Kerne
  * cg_c_prelude() once before its kernels (includes, the bf16 conversions). */
 char *cg_emit_c(Arena *a, const Kernel *k);
 const char *cg_c_prelude(void);
+/* The scalar work of one call of cg_emit_c's rendering of k, for the CPU cost
+ * model: operations (loads, stores, arithmetic), steps of running reductions
+ * (each waits for the one before), float divisions and square roots, calls
+ * of the math library (exp, log, pow, sin, cos, fmax, fmin), tanh apart
+ * (several times dearer), and whether its loop runs on one thread (its if
+ * clause). */
+PlanWork cg_c_work(const Kernel *k);
 /* The reduction (a KReduce) of the loop that statement s opens, or -1. */
 int cg_loop_reduce(const Kernel *k, int s);
 

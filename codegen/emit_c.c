@@ -332,3 +332,87 @@ char *cg_emit_c(Arena *a, const Kernel *k)
     free(buf);
     return s;
 }
+
+/* ---- the work of a call, for the CPU cost model ---- */
+
+/* A math-library call: the transcendental functions, and fmax and fmin of
+ * floats (not inlined by the compiler without -ffast-math). */
+static int libm_call(const KNode *n)
+{
+    return n->kind == KN_EXP || n->kind == KN_LOG || n->kind == KN_POW || n->kind == KN_SIN ||
+           n->kind == KN_COS ||
+           ((n->kind == KN_MAX || n->kind == KN_MIN) && n->type == KT_FLOAT);
+}
+
+/* One statement run `times` times into w. */
+static void stmt_work(const Kernel *k, const KStmt *t, double times, PlanWork *w)
+{
+    const KNode *n = t->kind == KS_NODE ? &k->nodes.data[t->a] : NULL;
+    if (t->kind == KS_STORE || t->kind == KS_STORE_ADD)
+        w->ops += times * (t->kind == KS_STORE ? 1 : 2);
+    else if (t->kind == KS_REDUCE && t->c != KR_SUM) /* fmax or fmin */
+        w->calls += times;
+    else if (n && n->kind == KN_TANH)
+        w->tanh += times;
+    else if (n && n->type == KT_FLOAT && (n->kind == KN_DIV || n->kind == KN_SQRT))
+        w->divs += times;
+    else if (n && n->kind == KN_RSQRT)
+        w->divs += 2 * times;
+    else if (n && libm_call(n))
+        w->calls += times;
+    else if (n && n->kind != KN_CONST && n->kind != KN_ICONST && n->kind != KN_IDX &&
+             n->kind != KN_ACC)
+        w->ops += times;
+}
+
+/* A loop kernel: each statement runs the parallel loop's extent times the
+ * extents of the inner loops around it; a loop that reduces is a chain. */
+static PlanWork loop_work(const Kernel *k)
+{
+    PlanWork w = {0, 0, 0, 0, 0, k->extent * (k->levels ? 64 : 1) <= 4096};
+    double times[16] = {(double)k->extent};
+    int depth = 0;
+    for (int s = 0; s < k->body.len; s++) {
+        const KStmt *t = &k->body.data[s];
+        if (t->kind == KS_LOOP) {
+            if (depth == 15)
+                BUG("kernel %s: loops nested deeper than 15", k->name);
+            times[depth + 1] = times[depth] * (double)t->extent;
+            depth++;
+            if (cg_loop_reduce(k, s) >= 0)
+                w.chain += times[depth];
+        } else if (t->kind == KS_END) {
+            depth--;
+        } else {
+            stmt_work(k, t, times[depth], &w);
+        }
+    }
+    return w;
+}
+
+/* The attention templates, per (query, key) pair: the forward a dot product
+ * over the head (a chain, its loads and products in its shadow), an fmax and
+ * an exp, and an update of the output row (two operations an element); the
+ * backward two chains (the first pass's dot, the second's two dots side by
+ * side), an fmax and three exps, and 21 operations an element (the first
+ * pass's dot and update, the second's dots, then dv, dq and dk). Per query
+ * row: the output divided by the sum (the backward: its dot with dout), and
+ * an exp (the backward: a log). */
+static PlanWork attention_work(const Kernel *k)
+{
+    const KAttention *a = &k->attn;
+    double rows = (double)(a->batch * a->heads * a->seq), dh = (double)a->head_dim;
+    double pairs = rows * (a->causal ? (double)(a->seq + 1) / 2 : (double)a->seq);
+    if (k->pattern == KP_ATTENTION)
+        return (PlanWork){2 * dh * pairs + 4 * dh * rows, dh * pairs, dh * rows, 2 * pairs + rows,
+                        0, 0};
+    return (PlanWork){21 * dh * pairs + 6 * dh * rows, 2 * dh * pairs, dh * rows, 4 * pairs + rows,
+                    0, 0};
+}
+
+PlanWork cg_c_work(const Kernel *k)
+{
+    if (k->pattern == KP_ATTENTION || k->pattern == KP_ATTENTION_BWD)
+        return attention_work(k);
+    return loop_work(k);
+}

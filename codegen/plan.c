@@ -990,6 +990,9 @@ static void fill_plan(Gen *gen, Plan *p)
         CgLaunch l = cg_gpu_launch(k);
         p->kernels[i] = (PlanKernel){(char *)k->name, k->nargs, (int)k->pattern, l.grid, l.block};
     }
+    for (int i = 0; i < gen->instrs.len; i++)
+        if (gen->instrs.data[i].kind == PI_KERNEL)
+            gen->instrs.data[i].work = cg_c_work(gen->kernels.data[gen->instrs.data[i].kernel]);
     p->kernel_source = sources(gen, prelude, cg_emit_c);
     p->gpu_source = gen->kernels.len ? sources(gen, cg_gpu_prelude(CG_CUDA), emit_cuda) : "";
     p->loss = output_tensor(gen, NULL, 0);

@@ -108,6 +108,15 @@ typedef struct PlanGemm {
     int bias;
 } PlanGemm;
 
+/* The scalar work of one call of a kernel's C rendering (codegen's cg_c_work),
+ * which the CPU cost model reads: operations, steps of running reductions,
+ * float divisions and square roots, math-library calls, tanh calls; serial:
+ * its loop runs on one thread. */
+typedef struct PlanWork {
+    double ops, chain, divs, calls, tanh;
+    int serial;
+} PlanWork;
+
 typedef struct PlanInstr {
     PlanInstrKind kind;
     int kernel;    /* PI_KERNEL */
@@ -121,9 +130,10 @@ typedef struct PlanInstr {
     /* compile time only (not in the plan file, 0 after loading): the microbatch of the
      * op it came from (-1: shared) and the op's order key on its stage (its schedule
      * piece, passes/pipeline.c), which the memory model reads; and the FLOPs it does
-     * (GEMMs and attention kernels, else 0), which the cost model reads */
+     * (GEMMs and attention kernels, else 0) and a kernel's work, which the cost model reads */
     int mb, tick;
     double flops;
+    PlanWork work;
 } PlanInstr;
 
 typedef struct PlanKernel {

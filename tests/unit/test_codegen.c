@@ -286,3 +286,42 @@ Test(codegen, tiny_gpt_training_is_deterministic_and_learns)
     remove_cache();
     ctx_free(c);
 }
+
+/* The work a kernel's C rendering does per call (cg_c_work, kept in its
+ * instructions for the CPU cost model): a gelu's tanh once an element, its
+ * loop parallel above 4096 items; attention's pairs from its shape. */
+static const PlanWork *kernel_named(const Plan *p, const char *op)
+{
+    for (int i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].kind == PI_KERNEL && strstr(p->kernels[p->instrs[i].kernel].name, op))
+            return &p->instrs[i].work;
+    cr_assert_fail("no %s kernel", op);
+    return NULL;
+}
+
+Test(codegen, cpu_work_of_a_kernel_counts_its_rendering)
+{
+    const char *src = "input x : f32[64, 128]\n"
+                      "input y : f32[8, 16]\n"
+                      "param q : f32[2, 64, 8] = normal(1)\n"
+                      "a = sum(sum(gelu(x))) + sum(sum(exp(y)))\n"
+                      "loss = a + sum(sum(sum(attention(q, q, q, heads = 2, causal))))\n";
+    Ctx *c = ctx_new(stderr);
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    cr_assert_not_null(g);
+    Plan plan;
+    cr_assert_eq(cg_build_plan(c, g, 0, &plan), 0);
+    const PlanWork *gelu = kernel_named(&plan, "gelu"), *exp = kernel_named(&plan, "_exp");
+    cr_assert_eq(gelu->tanh, 64 * 128, "a tanh an element");
+    cr_assert(gelu->ops >= 8 * 64 * 128, "and about ten operations: %g", gelu->ops);
+    cr_assert(!gelu->serial, "8192 items: parallel");
+    cr_assert_eq(exp->calls, 8 * 16, "an exp an element");
+    cr_assert(exp->serial, "128 items: one thread");
+    /* batch 2, 64 positions, 2 heads of 4, causal: 2 * 2 * 64 * 65 / 2 pairs */
+    const PlanWork *att = kernel_named(&plan, "attention");
+    double pairs = 2 * 2 * 64 * 65 / 2.0;
+    cr_assert_eq(att->chain, 4 * pairs, "a dot product over the head per pair");
+    cr_assert_eq(att->calls, 2 * pairs + 2 * 2 * 64, "an fmax and an exp per pair, one per row");
+    cr_assert_eq(att->divs, 4 * 2 * 2 * 64, "a row of the head divided by its sum");
+    ctx_free(c);
+}
