@@ -107,6 +107,30 @@ void rt_memory_print(FILE *f, const RtMemory *m);
  * ranks that pass one (NULL: none; world rank 0 prints for all). 0 or -1. */
 int rt_memory_report(Runtime *rt, FILE *out, char *err, size_t n);
 
+/* ---- this machine's speed (runtime/calibrate.c) ----
+ * What the compiler's CPU cost model needs (docs/cost.md, "The CPU"), each
+ * measured with the code the runtime runs: kernels in the generated style,
+ * compiled as a plan's are (into cache_dir, as rt_open), and OpenBLAS. */
+typedef struct RtCpuSpeed {
+    int cores;           /* OpenMP threads a program runs (omp_get_max_threads) */
+    double gemm1_gflops; /* sgemm 512^3 on one thread */
+    double convert_ns;   /* a bf16 element widened to f32, or rounded back, by the GEMM wrapper */
+    double op_ns;        /* a kernel's operation (load, store, arithmetic), one thread */
+    double chain_ns;     /* a step of a running sum, beyond its operation */
+    double div_ns;       /* a float division or square root */
+    double call_ns;      /* a call of expf (of the math library: logf, powf, fmaxf alike) */
+    double tanh_ns;      /* a call of tanhf */
+    double stream_gbs;   /* a kernel's tensors out of cache (bytes read and written), one thread */
+    double speedup;      /* a step's GEMMs and parallel kernels on every thread, against one */
+    double fork_us;      /* a parallel region that does nothing, on every thread */
+    double memory_bytes; /* physical memory */
+    char cpu[96];        /* /proc/cpuinfo's model name */
+    char blas[64];       /* "OpenBLAS " and the core it chose */
+} RtCpuSpeed;
+/* Measure this machine with the OpenMP wait policy the process started with
+ * (trainers run passive: runtime/train.c). 0, or -1 with a message. */
+int rt_cpu_measure(RtCpuSpeed *s, const char *cache_dir, char *err, size_t n);
+
 /* Free the slab, unload the kernels. rt may be NULL. */
 void rt_close(Runtime *rt);
 
