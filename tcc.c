@@ -44,6 +44,8 @@ typedef struct Options {
     const char *cluster;    /* --cluster NAME|FILE */
     ClusterSpec cluster_spec; /* what --cluster or --gpu names (valid when has_cluster) */
     int has_cluster;
+    CpuSpec cpu;            /* this machine: a CPU file's keys (--cluster FILE), the rest measured */
+    int calibrate_cpu;      /* --calibrate-cpu */
 } Options;
 
 /* The pipeline: lowering and the verifier first, then the graph passes. */
@@ -80,25 +82,31 @@ static void usage(FILE *f)
             "  --emit=cuda           print the CUDA C source of the plan's kernels (for NVRTC;\n"
             "                        tccnvrtc compiles and checks it)\n"
             "  --emit=schedule       print the pipeline schedule, each stage's order of pieces\n"
-            "  --emit=trace -o F     write the schedule as a Chrome trace (Perfetto), unit costs\n"
+            "  --emit=trace -o F     write the schedule as a Chrome trace (Perfetto), each piece\n"
+            "                        as long as the cost model says on the device (--emit=cost)\n"
             "  --schedule=NAME       gpipe, 1f1b, interleaved or zb (train setting schedule)\n"
             "  --emit=memory         print each stage's peak memory per device: parameters,\n"
             "                        gradients, optimizer state, activations, temporaries,\n"
             "                        buffers, with the largest tensors (-o FILE.json: as JSON)\n"
             "  --emit=memory-plan    each stage's largest moment in the compiled plan itself\n"
             "  --gpu NAME            plan for this GPU: its memory is the budget a plan must fit\n"
-            "                        (a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200-sxm; cpu)\n"
+            "                        (a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200-sxm), or for\n"
+            "                        this machine's CPU (cpu, the default of --emit=cost)\n"
             "  --device-memory SIZE  the budget instead of the GPU's memory (80GiB, 40GB, 512MiB)\n"
             "  --cluster NAME|FILE   the GPUs' servers and network for the cost model: dgx-a100,\n"
             "                        dgx-a100-40gb, h100-roce, h100-pcie-ib, h200-roce, or a file\n"
-            "                        of KEY = VALUE lines (docs/cost.md); default: --gpu's server\n"
+            "                        of KEY = VALUE lines (docs/cost.md); default: --gpu's server;\n"
+            "                        a file whose first line is gpu = cpu: this machine's CPU\n"
             "  --gpus N --plan=auto  choose the mesh (tensor x pipeline x data), microbatches, ZeRO\n"
             "                        level, recomputation and schedule for N GPUs: prints the five\n"
             "                        fastest that fit and why the others lost, compiles the best\n"
             "  --explain             with --plan=auto: why the chosen plan won, what binds it\n"
             "  --emit=cost           print the predicted step time per stage (compute, exposed\n"
             "                        communication, bubble), tokens/s, MFU, TFLOP/s per device\n"
-            "                        (-o FILE.json: as JSON)\n"
+            "                        (-o FILE.json: as JSON); on the CPU unless --gpu or --cluster\n"
+            "                        names GPUs, with the CPU measured now (under a second)\n"
+            "  --calibrate-cpu       measure this machine's CPU for the cost model and write it\n"
+            "                        as a CPU file (-o FILE, else stdout) for --cluster FILE\n"
             "  --set KEY=VALUE       a train setting (recompute=full, microbatches=16, zero=1, ...)\n"
             "  --dump-after=PASS     print the IR after PASS ('all': after every pass)\n"
             "  --stop-after=PASS     run the pipeline up to PASS only (e.g. lower: the forward IR)\n"
@@ -180,6 +188,115 @@ static int parse_size(const char *v, double *out)
     return -1;
 }
 
+/* ---- this machine's CPU (passes/cpu.c, runtime/calibrate.c) ---- */
+
+/* --cluster FILE when the file is a CPU file (gpu = cpu): 0 read, 1 not a CPU
+ * file, -1 refused. */
+static int cpu_file(Ctx *c, Options *o)
+{
+    char err[512];
+    int rc = pass_cpu_read(c->arena, o->cluster, &o->cpu, err, sizeof err);
+    if (rc < 0)
+        return fail("--cluster: %s", err);
+    if (rc == 0 && o->gpu && strcmp(o->gpu, "cpu"))
+        return fail("--cluster %s is this machine's CPU (gpu = cpu), not a GPU: drop --gpu",
+                    o->cluster);
+    if (rc == 0)
+        o->gpu = "cpu";
+    return rc;
+}
+
+/* --calibrate-cpu takes -o and nothing else. */
+static int calibrate_args(const Ctx *c, const Options *o)
+{
+    int other = o->input || o->from_ir || o->emit || o->gpu || o->cluster || o->verify ||
+                o->dump_after || o->stop_after || o->zero >= 0 || o->sequence_parallel ||
+                o->nroles || o->schedule || o->nsets || o->device_memory > 0 ||
+                o->print_commands || c->mesh_spec || c->defines.len;
+    if (other)
+        return fail("%s", "--calibrate-cpu measures this machine and writes its CPU file: it "
+                          "takes no input and no option but -o FILE");
+    return 0;
+}
+
+/* The CPU figures the CPU file did not give, measured now. */
+static int measure_cpu(Ctx *c, Options *o)
+{
+    CpuSpec *s = &o->cpu;
+    unsigned all = (1u << CPU_NKEYS) - 1;
+    RtCpuSpeed m;
+    char err[512];
+    if ((s->given & all) == all)
+        return 0;
+    if (rt_cpu_measure(&m, NULL, err, sizeof err) != 0) {
+        fprintf(stderr, "tcc: error: measuring this machine's CPU: %s\n", err);
+        return -1;
+    }
+    double v[CPU_NKEYS] = {m.cores,   m.gemm1_gflops, m.convert_ns, m.op_ns,
+                           m.chain_ns, m.div_ns,     m.call_ns,    m.tanh_ns,
+                           m.stream_gbs, m.speedup,  m.fork_us,    m.memory_bytes / 1073741824.0};
+    for (int k = 0; k < CPU_NKEYS; k++)
+        if (!(s->given >> k & 1))
+            s->v[k] = v[k];
+    s->given = all;
+    if (!s->what)
+        s->what = arena_printf(c->arena, "%s, %s", m.cpu, m.blas);
+    return 0;
+}
+
+/* --calibrate-cpu: the CPU file, to -o FILE or stdout. */
+static int calibrate_cpu(Ctx *c, Options *o)
+{
+    if (measure_cpu(c, o) != 0)
+        return -1;
+    FILE *f = o->out ? fopen(o->out, "w") : stdout;
+    if (!f) {
+        fprintf(stderr, "tcc: error: cannot write '%s': %s\n", o->out, strerror(errno));
+        return -1;
+    }
+    pass_cpu_write(f, &o->cpu);
+    if (o->out ? fclose(f) != 0 : fflush(f) != 0) {
+        fprintf(stderr, "tcc: error: writing '%s' failed\n", o->out ? o->out : "<stdout>");
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether this run measures the CPU: --calibrate-cpu, or the cost model on
+ * the CPU without a complete CPU file. */
+static int measures_cpu(const Options *o)
+{
+    int cost = o->emit && (!strcmp(o->emit, "cost") || !strcmp(o->emit, "trace"));
+    unsigned all = (1u << CPU_NKEYS) - 1;
+    return o->calibrate_cpu || (cost && !o->has_cluster && (o->cpu.given & all) != all);
+}
+
+/* The measurement runs OpenMP as the trainers do, with passive waiting
+ * (runtime/train.c): the OpenMP runtime reads the policy when it starts, so
+ * tcc starts itself again once with OMP_WAIT_POLICY=passive, unless the user
+ * chose a policy. */
+static void passive_openmp(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY") || setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+    /* exec failed: measure with the policy the OpenMP runtime already has */
+}
+
+/* The cost model's device: the cluster's GPUs, else this machine's CPU shared
+ * by the plan's devices. */
+static int cost_device(Ctx *c, Options *o, const Plan *p, CostDevice *d)
+{
+    if (o->has_cluster) {
+        cost_device_of_cluster(&o->cluster_spec, d);
+        return 0;
+    }
+    if (measure_cpu(c, o) != 0)
+        return -1;
+    cost_device_of_cpu(&o->cpu, plan_mesh_size(p), d);
+    return 0;
+}
+
 /* --cluster NAME or FILE, else the server of --gpu: the devices and links the
  * cost model times. A cluster's GPU and --gpu must agree. */
 static int resolve_cluster(Ctx *c, Options *o)
@@ -192,6 +309,9 @@ static int resolve_cluster(Ctx *c, Options *o)
         if (!strchr(o->cluster, '/') && !strchr(o->cluster, '.') && access(o->cluster, R_OK) != 0)
             return fail("--cluster=%s: no such cluster (dgx-a100, dgx-a100-40gb, h100-roce, "
                         "h100-pcie-ib, h200-roce) and not a file path", o->cluster);
+        int cpu = cpu_file(c, o);
+        if (cpu != 1)
+            return cpu;
         if (pass_cluster_read(c->arena, o->cluster, &o->cluster_spec, err, sizeof err) != 0)
             return fail("--cluster: %s", err);
     } else if (o->gpu && strcmp(o->gpu, "cpu")) {
@@ -255,6 +375,8 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
             exit(0);
         } else if (!strcmp(a, "--print-commands")) {
             o->print_commands = 1;
+        } else if (!strcmp(a, "--calibrate-cpu")) {
+            o->calibrate_cpu = 1;
         } else if (!strcmp(a, "-v")) {
             c->verbose = 1;
         } else if ((v = opt_value(argc, argv, &i, "--mesh"))) {
@@ -340,6 +462,8 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
         o->from_ir = o->input;
         o->input = NULL;
     }
+    if (o->calibrate_cpu)
+        return calibrate_args(c, o);
     if (!o->input && !o->from_ir)
         return fail("%s", "no input file");
     if (o->input && o->from_ir)
@@ -700,26 +824,8 @@ static int verify_mesh(Ctx *c, Options *o, Graph *g)
     return rc ? -1 : 0;
 }
 
-/* The cost model of a schedule's pieces: the forward FLOPs of one microbatch
- * on the piece's stage; a backward twice that (under ZB-H1, B and W once each). */
-typedef struct PieceCosts {
-    const double *flops; /* by virtual stage */
-    int p;
-    SchedKind kind;
-} PieceCosts;
-
-static double piece_flops(const Piece *pc, int rank, void *user)
-{
-    const PieceCosts *pcs = user;
-    double f = pcs->flops[pc->chunk * pcs->p + rank];
-    return pc->kind == PIECE_B && pcs->kind != SCHED_ZB_H1 ? 2 * f : f;
-}
-
-#define TRACE_FLOPS 1e14 /* the nominal device rate of --emit=trace: 100 TFLOP/s */
-
-/* --emit=schedule | trace: the static pipeline schedule of the train block on
- * the mesh's pipeline axis (docs/schedules.md), with unit costs and with the
- * FLOPs of the pipeline pass's stages (the trace uses these). */
+/* --emit=schedule: the static pipeline schedule of the train block on the
+ * mesh's pipeline axis (docs/schedules.md), with unit costs. */
 static int emit_schedule(Ctx *c, const Options *o, Graph *g)
 {
     TrainConfig tc;
@@ -738,40 +844,19 @@ static int emit_schedule(Ctx *c, const Options *o, Graph *g)
         fprintf(stderr, "tcc: error: schedule: %s\n", err);
         return -1;
     }
-    /* the cost model: the stages' FLOPs, once the step's graph is built */
-    Options upto = *o;
-    upto.dump_after = NULL;
-    upto.stop_after = "optimizer";
-    PieceCosts pcs = {NULL, p, s.kind};
-    int nv = 0;
-    SchedTimes ct;
-    if (p > 1 && (run_passes(c, &upto, g) != 0 || pipeline_stage_costs(c, g, (double **)&pcs.flops, &nv) != 0 ||
-                  sched_simulate(c->arena, &s, piece_flops, &pcs, 0, &ct, err, sizeof err) != 0))
-        return -1;
     FILE *f = o->out ? fopen(o->out, "w") : stdout;
     if (!f) {
         fprintf(stderr, "tcc: error: cannot write '%s': %s\n", o->out, strerror(errno));
         return -1;
     }
-    if (!strcmp(o->emit, "trace"))
-        sched_write_trace(&s, p > 1 ? &ct : &t, p > 1 ? 1e6 / TRACE_FLOPS : 1000, f);
-    else
-        sched_print(&s, f);
+    sched_print(&s, f);
     if (o->out && fclose(f) != 0) {
         fprintf(stderr, "tcc: error: writing '%s' failed\n", o->out);
         return -1;
     }
-    int json = !strcmp(o->emit, "trace") && !o->out; /* keep stdout pure JSON */
-    fprintf(json ? stderr : stdout,
-            "%s schedule: %d stages, %d microbatches, %d virtual stages: bubble fraction %.4f "
-            "(unit costs: F 1, backward 2)\n",
-            sched_kind_name(s.kind), p, (int)tc.microbatches, (int)tc.virtual_stages, t.bubble);
-    if (p > 1)
-        fprintf(json ? stderr : stdout,
-                "cost model (forward FLOPs of each stage, backward twice that) at %.0f TFLOP/s: "
-                "step %.3f ms, bubble fraction %.4f%s\n",
-                TRACE_FLOPS / 1e12, ct.makespan / TRACE_FLOPS * 1e3, ct.bubble,
-                !strcmp(o->emit, "trace") ? " (the trace's durations)" : "");
+    printf("%s schedule: %d stages, %d microbatches, %d virtual stages: bubble fraction %.4f "
+           "(unit costs: F 1, backward 2)\n",
+           sched_kind_name(s.kind), p, (int)tc.microbatches, (int)tc.virtual_stages, t.bubble);
     return 0;
 }
 
@@ -1153,23 +1238,30 @@ static int emit_memory(Ctx *c, const Options *o, double budget)
 
 /* ---- --emit=cost ---- */
 
-static int emit_cost(Ctx *c, const Options *o)
+/* The device's name in the header: the cluster, or the CPU and its share. */
+static const char *device_text(Ctx *c, const Options *o, const CostDevice *d)
 {
-    if (!o->has_cluster) {
-        fprintf(stderr, "tcc: error: --emit=cost: name the device: --gpu NAME or --cluster "
-                        "NAME|FILE\n");
-        return -1;
-    }
+    if (!d->cpu)
+        return o->cluster_spec.what;
+    return arena_printf(c->arena, "this machine's CPU (%s): %g cores, %d thread%s per device "
+                                  "at %.2f of a core each",
+                        d->what, d->host->v[CPU_CORES], d->threads, d->threads == 1 ? "" : "s",
+                        d->share);
+}
+
+static int emit_cost(Ctx *c, Options *o)
+{
     CostDevice d;
-    cost_device_of_cluster(&o->cluster_spec, &d);
     OneStep one;
     MemoryModel mm;
     CostModel cm;
-    if (compile_one(c, o, NULL, &one) != 0 ||
-        pass_memory_model(c, one.g, one.local, &one.plan, 1, &mm) != 0 ||
+    if (compile_one(c, o, NULL, &one) != 0 || cost_device(c, o, &one.plan, &d) != 0 ||
+        pass_memory_model(c, one.g, one.local, &one.plan, !d.cpu, &mm) != 0 ||
         pass_cost_model(c, one.g, one.local, &one.plan, &d, &cm) != 0)
         return -1;
     double budget = budget_of(o);
+    if (d.cpu && budget <= 0) /* the devices of the threads backend share the memory */
+        budget = d.host->v[CPU_MEMORY] * GIB / cm.devices;
     int json;
     FILE *f = open_out(o, &json);
     if (!f)
@@ -1189,7 +1281,7 @@ static int emit_cost(Ctx *c, const Options *o)
         for (int i = 0; i < one.g->mesh.naxes; i++)
             fprintf(f, "%s%s=%d", i ? " x " : " ", one.g->mesh.axes[i].name,
                     one.g->mesh.axes[i].size);
-        fprintf(f, " (%.0f devices) on %s\n", cm.devices, o->cluster_spec.what);
+        fprintf(f, " (%.0f devices) on %s\n", cm.devices, device_text(c, o, &d));
         pass_cost_print(f, &cm);
         fprintf(f, "memory: peak %.2f GiB per device (stage %d) of %.2f GiB: %s\n", mm.peak / GIB,
                 mm.peak_stage, budget / GIB, mm.peak <= budget ? "fits" : "does not fit");
@@ -1198,6 +1290,33 @@ static int emit_cost(Ctx *c, const Options *o)
         fprintf(stderr, "tcc: error: writing '%s' failed\n", o->out);
         return -1;
     }
+    return 0;
+}
+
+/* --emit=trace: the schedule of the step with each piece as long as the cost
+ * model says on the device (--emit=cost's), as a Chrome trace. */
+static int emit_trace(Ctx *c, Options *o)
+{
+    CostDevice d;
+    OneStep one;
+    CostModel cm;
+    if (compile_one(c, o, NULL, &one) != 0 || cost_device(c, o, &one.plan, &d) != 0 ||
+        pass_cost_model(c, one.g, one.local, &one.plan, &d, &cm) != 0)
+        return -1;
+    int json;
+    FILE *f = open_out(o, &json);
+    if (!f)
+        return -1;
+    int bad = sched_write_trace(&cm.sched, &cm.times, 1e6, f) != 0;
+    if (o->out ? fclose(f) != 0 || bad : bad) {
+        fprintf(stderr, "tcc: error: writing '%s' failed\n", o->out ? o->out : "<stdout>");
+        return -1;
+    }
+    fprintf(o->out ? stdout : stderr, /* keep stdout pure JSON */
+            "%s schedule: %d stages, %d microbatches, %d virtual stages on %s: step %.3f ms, "
+            "the pieces %.3f ms of it, bubble fraction %.4f (the trace's durations)\n",
+            cm.schedule, cm.sched.p, cm.sched.m, cm.sched.v, device_text(c, o, &d),
+            cm.step_s * 1e3, cm.times.makespan * 1e3, cm.times.bubble);
     return 0;
 }
 
@@ -1665,7 +1784,10 @@ static int run(Ctx *c, Options *o)
     Graph *g = load(c, o);
     if (!g || apply_settings(c, o, g) != 0 || verify(c, o, g, o->from_ir ? "parse-ir" : "lower") != 0)
         return -1;
-    if (o->emit && (!strcmp(o->emit, "schedule") || !strcmp(o->emit, "trace")))
+    if (o->emit && !strcmp(o->emit, "trace"))
+        return o->from_ir ? fail("%s", "--emit=trace compiles the TDL input: give a TDL file")
+                          : emit_trace(c, o);
+    if (o->emit && !strcmp(o->emit, "schedule"))
         return emit_schedule(c, o, g);
     if (!o->from_ir && fit_budget(c, o, g) != 0)
         return -1;
@@ -1688,7 +1810,10 @@ int main(int argc, char **argv)
     Ctx *c = ctx_new(stderr);
     Options o = {0};
     o.zero = -1;
-    int rc = parse_args(c, &o, argc, argv) == 0 && run(c, &o) == 0 ? 0 : 1;
+    int ok = parse_args(c, &o, argc, argv) == 0;
+    if (ok && measures_cpu(&o))
+        passive_openmp(argv);
+    int rc = ok && (o.calibrate_cpu ? calibrate_cpu(c, &o) : run(c, &o)) == 0 ? 0 : 1;
     if (c->diag.nerrors)
         fprintf(stderr, "%d error%s generated.\n", c->diag.nerrors, c->diag.nerrors > 1 ? "s" : "");
     ctx_free(c);

@@ -79,6 +79,8 @@ static int group_size(const Plan *p, const int8_t *axes, int naxes)
  * (all-reduce, reduce-scatter) or output (all-gather), n members. */
 double cost_coll_time(const Plan *p, const CostDevice *d, const PlanInstr *in)
 {
+    if (d->cpu)
+        return cost_cpu_coll_time(p, d, in);
     const PlanColl *c = &in->coll;
     int n = group_size(p, c->axes, c->naxes);
     if (n <= 1 && c->op != PC_SEND && c->op != PC_RECV)
@@ -127,6 +129,8 @@ static double instr_bytes(const Plan *p, const PlanInstr *in)
  * the reachable rate and its bytes at the reachable bandwidth, plus a launch. */
 double cost_compute_time(const Plan *p, const CostDevice *d, const PlanInstr *in)
 {
+    if (d->cpu)
+        return cost_cpu_compute_time(p, d, in);
     const CostConsts *k = &d->k;
     double mem = instr_bytes(p, in) / (d->mem_bw * k->mem_eff), fl = 0;
     if (in->kind == PI_GEMM) {

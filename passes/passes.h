@@ -117,6 +117,28 @@ const ClusterSpec *pass_cluster_default(const DeviceSpec *gpu);
  * that gpu (docs/cost.md). 0, or -1 with "FILE:LINE: why" in err. */
 int pass_cluster_read(Arena *a, const char *path, ClusterSpec *out, char *err, size_t n);
 
+/* ---- this machine's CPU as a device (passes/cpu.c, docs/cost.md "The CPU") ----
+ * What the CPU runtime's step costs: measured on the machine (tcc.c asks the
+ * runtime: rt_cpu_measure) or read from a file that --calibrate-cpu wrote. */
+typedef enum {
+    CPU_CORES, CPU_GEMM1, CPU_CONVERT, CPU_OP, CPU_CHAIN, CPU_DIV, CPU_CALL, CPU_TANH,
+    CPU_STREAM, CPU_SPEEDUP, CPU_FORK, CPU_MEMORY, CPU_NKEYS
+} CpuKey;
+typedef struct CpuSpec {
+    double v[CPU_NKEYS]; /* by CpuKey, in the file's units (docs/cost.md) */
+    unsigned given;      /* the keys set, a bit each (1u << key) */
+    const char *what;    /* "AMD EPYC, OpenBLAS Cooperlake" */
+} CpuSpec;
+/* The key of CpuKey k in a file ("gemm1_gflops"). */
+const char *pass_cpu_key(CpuKey k);
+/* A CPU file: "gpu = cpu" first, then KEY = VALUE lines ('#' comments) of the
+ * keys of pass_cpu_key and `what` (free text). 0; 1 when the first setting is
+ * not gpu = cpu (a cluster file: pass_cluster_read says more); -1 with
+ * "FILE:LINE: why" in err. Keys not given stay unset (given). */
+int pass_cpu_read(Arena *a, const char *path, CpuSpec *out, char *err, size_t n);
+/* The file that pass_cpu_read reads back to s (every key given). */
+void pass_cpu_write(FILE *f, const CpuSpec *s);
+
 /* ---- the memory model (passes/memory.c, docs/memory.md) ---- */
 typedef enum {
     MC_PARAMS,      /* parameters, and their low-precision or gathered copies */
@@ -286,8 +308,17 @@ typedef struct CostDevice {
     int per_node;             /* devices per node */
     int cpu;                  /* 1: collectives block the compute (the CPU runtime) */
     CostConsts k;
+    const CpuSpec *host;      /* cpu: this machine */
+    int threads;              /* cpu: OpenMP and OpenBLAS threads of a device */
+    double share;             /* cpu: of a core, what each thread gets (devices share them) */
 } CostDevice;
 void cost_device_of_cluster(const ClusterSpec *c, CostDevice *d);
+/* A device of a mesh of `devices` ranks of the threads backend on this machine
+ * (every key of s given): cores / devices threads each (at least 1). */
+void cost_device_of_cpu(const CpuSpec *s, int64_t devices, CostDevice *d);
+/* cost_compute_time and cost_coll_time of a cpu device (passes/cpu.c). */
+double cost_cpu_compute_time(const Plan *p, const CostDevice *d, const PlanInstr *in);
+double cost_cpu_coll_time(const Plan *p, const CostDevice *d, const PlanInstr *in);
 /* Seconds of one collective (or send/receive) of plan p on d, by the ring and
  * tree formulas over the links its group crosses (docs/cost.md). */
 double cost_coll_time(const Plan *p, const CostDevice *d, const PlanInstr *in);

@@ -179,3 +179,142 @@ Test(cost, cluster_file_values_too_small_are_refused)
     remove(p);
     arena_free(a);
 }
+
+/* ---- the CPU (passes/cpu.c): devices that share the cores ---- */
+
+static CpuSpec cpu_spec(void)
+{
+    CpuSpec s = {.given = (1u << CPU_NKEYS) - 1, .what = "a test machine"};
+    double v[CPU_NKEYS] = {[CPU_CORES] = 2,    [CPU_GEMM1] = 100,  [CPU_CONVERT] = 1.5,
+                           [CPU_OP] = 0.25,    [CPU_CHAIN] = 1,    [CPU_DIV] = 2,
+                           [CPU_CALL] = 4,     [CPU_TANH] = 16,    [CPU_STREAM] = 10,
+                           [CPU_SPEEDUP] = 1.5, [CPU_FORK] = 8,    [CPU_MEMORY] = 16};
+    memcpy(s.v, v, sizeof v);
+    return s;
+}
+
+Test(cost, cpu_devices_share_the_cores)
+{
+    CpuSpec s = cpu_spec();
+    CostDevice d;
+    static const struct { int devices, threads; double share; } want[] = {
+        {1, 2, 1}, {2, 1, 1}, {3, 1, 2.0 / 3}, {4, 1, 0.5}, {32, 1, 1.0 / 16},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        cost_device_of_cpu(&s, want[i].devices, &d);
+        cr_assert(d.cpu, "collectives block on the CPU");
+        cr_assert_eq(d.threads, want[i].threads, "%d devices", want[i].devices);
+        cr_assert(REL(d.share, want[i].share), "%d devices: share %g", want[i].devices, d.share);
+    }
+}
+
+static CostDevice cpu_device(CpuSpec *s, int devices)
+{
+    CostDevice d;
+    cost_device_of_cpu(s, devices, &d);
+    return d;
+}
+
+Test(cost, cpu_kernel_time_from_its_work_and_bytes)
+{
+    CpuSpec s = cpu_spec();
+    CostDevice one = cpu_device(&s, 1), four = cpu_device(&s, 4);
+    int args[2] = {0, 1};
+    PlanInstr in = {.kind = PI_KERNEL, .kernel = 0, .nargs = 2, .args = args};
+    in.work = (PlanWork){.ops = 1e6, .chain = 1e5, .divs = 1e4, .calls = 1e3, .tanh = 1e2};
+    double work = (1e6 * 0.25 + 1e5 * 1 + 1e4 * 2 + 1e3 * 4 + 1e2 * 16) * 1e-9;
+    double mem = 2.0 * (1 << 26) / 10e9;
+    /* one device: both threads, 1.5 times one, and a parallel region's wake-up */
+    double want = (work + mem) / 1.5 + 8e-6;
+    cr_assert(REL(cost_cpu_compute_time(&plan, &one, &in), want), "%g vs %g",
+              cost_cpu_compute_time(&plan, &one, &in), want);
+    cr_assert(REL(cost_compute_time(&plan, &one, &in), want), "the model's entry takes it");
+    /* four devices on two cores: one thread each, at half a core */
+    cr_assert(REL(cost_cpu_compute_time(&plan, &four, &in), (work + mem) / 0.5));
+    /* a loop that runs on one thread (its if clause) gains nothing from the second */
+    in.work.serial = 1;
+    cr_assert(REL(cost_cpu_compute_time(&plan, &one, &in), work + mem));
+}
+
+Test(cost, cpu_gemm_time_from_the_sgemm_rate)
+{
+    CpuSpec s = cpu_spec();
+    CostDevice one = cpu_device(&s, 1), four = cpu_device(&s, 4);
+    tensors[2].dtype = PD_F32;
+    PlanInstr in = {.kind = PI_GEMM};
+    in.gemm = (PlanGemm){.a = 2, .b = 2, .c = 2, .m = 512, .n = 512, .k = 512, .batch = 1};
+    double F = 2.0 * 512 * 512 * 512;
+    double want = F / (100e9 * 1.5) + 8e-6;
+    cr_assert(REL(cost_cpu_compute_time(&plan, &one, &in), want), "%g vs %g",
+              cost_cpu_compute_time(&plan, &one, &in), want);
+    cr_assert(REL(cost_cpu_compute_time(&plan, &four, &in), F / (100e9 * 0.5)),
+              "one thread at half a core");
+    /* on 8 cores measured at 3 times one, a device of 4 threads: 1 + 3 (3 - 1) / 7 */
+    s.v[CPU_CORES] = 8, s.v[CPU_SPEEDUP] = 3;
+    CostDevice half = cpu_device(&s, 2);
+    cr_assert_eq(half.threads, 4);
+    cr_assert(REL(cost_cpu_compute_time(&plan, &half, &in), F / (100e9 * (1 + 3 * 2.0 / 7)) + 8e-6));
+    s = cpu_spec();
+    /* bf16: A and B widened an element at a time, C rounded back; at half a core */
+    tensors[2].dtype = PD_BF16;
+    double elems = 4096.0 * 4096, c = 512.0 * 512;
+    cr_assert(REL(cost_cpu_compute_time(&plan, &four, &in),
+                  F / (100e9 * 0.5) + (2 * elems + c) * 1.5e-9 / 0.5));
+}
+
+Test(cost, cpu_collectives_copy_between_the_members)
+{
+    CpuSpec s = cpu_spec();
+    CostDevice d = cpu_device(&s, 32); /* the test plan's 32 devices on 2 cores */
+    double S = 1 << 26, n = 8, share = 1.0 / 16;
+    PlanInstr in = coll(PC_ALL_REDUCE, 1, 1); /* tp: 8 members */
+    double copied = 2 * S + S / n, summed = (n - 1) * S / n;
+    cr_assert(REL(cost_coll_time(&plan, &d, &in), (2 * copied + summed) / 10e9 / share + 3 * 8e-6),
+              "%g", cost_coll_time(&plan, &d, &in));
+    in = coll(PC_ALL_GATHER, 1, 3); /* 256 MiB out */
+    cr_assert(REL(cost_coll_time(&plan, &d, &in), 2.0 * (1 << 28) / 10e9 / share + 2 * 8e-6));
+    PlanAxis one[2] = {{"dp", "data", 1}, {"tp", "tensor", 1}};
+    plan.axes = one;
+    in = coll(PC_ALL_REDUCE, 1, 1);
+    cr_assert_eq(cost_coll_time(&plan, &d, &in), 0, "a group of one copies nothing");
+    plan.axes = axes;
+}
+
+Test(cost, cpu_file_round_trip_and_errors_are_located)
+{
+    Arena *a = arena_new();
+    CpuSpec s = cpu_spec(), back;
+    char err[256], path[64];
+    snprintf(path, sizeof path, "/tmp/tcc-cpu-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    pass_cpu_write(f, &s);
+    fclose(f);
+    cr_assert_eq(pass_cpu_read(a, path, &back, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(back.given, s.given, "every key written is read");
+    for (int k = 0; k < CPU_NKEYS; k++)
+        cr_assert_eq(back.v[k], s.v[k], "%s", pass_cpu_key((CpuKey)k));
+    cr_assert_str_eq(back.what, s.what);
+    const char *p = write_tmp("# two cores\ngpu = cpu\ncores = 2 # of four\n");
+    cr_assert_eq(pass_cpu_read(a, p, &back, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(back.given, 1u << CPU_CORES, "the rest is measured");
+    cr_assert_eq(back.v[CPU_CORES], 2);
+    p = write_tmp("gpu = h100-sxm\n");
+    cr_assert_eq(pass_cpu_read(a, p, &back, err, sizeof err), 1, "a cluster of GPUs");
+    static const struct { const char *text, *msg; } bad[] = {
+        {"gpu = cpu\nop_ns = fast\n", ":2: expected a positive number"},
+        {"gpu = cpu\ncores = 1.5\n", ":2: cores: expected a whole number"},
+        {"gpu = cpu\n\nparallel_speedup = 0.5\n", ":3: parallel_speedup: expected at least 1"},
+        {"gpu = cpu\ngpu = cpu\n", ":2: gpu given twice"},
+        {"gpu = cpu\nflops = 3\n", ":2: unknown key"},
+        {"gpu = cpu\nop_ns\n", ":2: expected KEY = VALUE"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        p = write_tmp(bad[i].text);
+        cr_assert_eq(pass_cpu_read(a, p, &back, err, sizeof err), -1, "%s", bad[i].text);
+        cr_assert(strstr(err, bad[i].msg), "'%s' lacks '%s'", err, bad[i].msg);
+        cr_assert(!strncmp(err, p, strlen(p)), "'%s' names the file", err);
+    }
+    remove(p);
+    remove(path);
+    arena_free(a);
+}
