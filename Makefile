@@ -180,4 +180,8 @@ bench:
 bench-mesh:
 	@bash bench/mesh_train.sh
 
-.PHONY: bench bench-mesh
+# The cost model's CPU prediction against the measured step (bench/README.md).
+bench-cost:
+	@bash bench/cost_cpu.sh
+
+.PHONY: bench bench-mesh bench-cost
