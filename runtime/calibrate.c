@@ -30,9 +30,9 @@
 #define CALL_ITEMS (1 << 16) /* of them, the ones the exp and tanh kernels take */
 #define FLUSH (8 << 20)      /* floats a flush writes: 32 MiB, as much as a cache holds */
 #define RUNS 7
-#define PAR_RUNS 4 /* a parallel region's runs in each of RUNS */
-#define MIX_RUNS 4 /* the step in small's runs, on one thread and on all, in a trial */
-#define TRIALS 5   /* of the speed-up, each with OpenMP threads of its own */
+#define PAR_RUNS 2 /* a parallel region's runs for each of RUNS */
+#define MIX_RUNS 3 /* the step in small's runs, on one thread and on all, in a trial */
+#define TRIALS 3   /* of the speed-up, each with OpenMP threads of its own */
 
 /* Bodies in the generated kernels' style (a temporary per node). Operations
  * first: 8 an item (3 loads, 2 integer, 2 float, 1 store). */
@@ -182,8 +182,8 @@ static double sgemm_s(Bench *b, int m, int nn, int k)
     return now_s() - t0;
 }
 
-/* The measurements: the kernels first, in their order, then the others. */
-enum { M_OPS, M_CHAIN, M_STREAM, M_DIV, M_EXP, M_TANH, M_FORK, M_GEMM1, M_CONVERT, M_COUNT };
+/* The measurements on one thread: the kernels first, in their order, then the others. */
+enum { M_OPS, M_CHAIN, M_STREAM, M_DIV, M_EXP, M_TANH, M_GEMM1, M_CONVERT, M_COUNT };
 
 /* Seconds of the bf16 GEMM wrapper's loops (runtime/cpu.c, compiled as it
  * is): ITEMS elements widened to f32, then rounded back; in the flush's array,
@@ -201,30 +201,26 @@ static double convert_s(Bench *b)
     return now_s() - t0;
 }
 
-/* Seconds of a parallel region that does nothing: the mean of PAR_RUNS, each
- * right after an sgemm on every thread, as in a step. */
-static double fork_s(Bench *b)
+/* Seconds of a parallel region that does nothing: the mean of RUNS times
+ * PAR_RUNS, each right after an sgemm on every thread, as in a step. */
+static double fork_s(Bench *b, int threads)
 {
     double sum = 0;
-    for (int r = 0; r < PAR_RUNS; r++) {
+    openblas_set_num_threads(threads);
+    for (int r = 0; r < RUNS * PAR_RUNS; r++) {
         sgemm_s(b, 256, 256, 256);
         double t0 = now_s();
         b->d.fns[K_FORK](b->args);
         sum += now_s() - t0;
     }
-    return sum / PAR_RUNS;
+    return sum / (RUNS * PAR_RUNS);
 }
 
-/* Seconds of measurement m on one thread (the parallel region: on every
- * thread), right after a flush of the caches by every thread (as an
- * instruction of a step follows other kernels). */
-static double run_one(Bench *b, int m, int threads)
+/* Seconds of measurement m on one thread, right after a flush of the caches
+ * by every thread (as an instruction of a step follows other kernels). */
+static double run_one(Bench *b, int m)
 {
     b->d.fns[K_FLUSH](b->args);
-    openblas_set_num_threads(threads);
-    if (m == M_FORK)
-        return fork_s(b);
-    openblas_set_num_threads(1);
     if (m == M_GEMM1)
         return sgemm_s(b, 512, 512, 512);
     if (m == M_CONVERT)
@@ -297,13 +293,15 @@ static void figures(RtCpuSpeed *s, const double *t)
     s->div_ns = fmax((t[M_DIV] / CALL_ITEMS * 1e9 - 5 * s->op_ns) / 2, 0.01);
     s->call_ns = fmax(t[M_EXP] / CALL_ITEMS * 1e9 - 2 * s->op_ns, 0.01);
     s->tanh_ns = fmax(t[M_TANH] / CALL_ITEMS * 1e9 - 2 * s->op_ns, 0.01);
-    s->fork_us = t[M_FORK] * 1e6;
     s->gemm1_gflops = 2.0 * 512 * 512 * 512 / t[M_GEMM1] / 1e9;
     s->convert_ns = t[M_CONVERT] / (2.0 * ITEMS) * 1e9;
 }
 
-/* Every measurement RUNS times, in turns, so that a burst of other work on the
- * machine touches one run of each at most; the medians. Then the speed-up. */
+/* Every measurement on one thread RUNS times, in turns, so that a burst of
+ * other work on the machine touches one run of each at most; the medians.
+ * These come first, with OpenBLAS on one thread: its workers spin for a while
+ * after each GEMM on more than one, on a core the one thread may share. Then
+ * the parallel region and the speed-up, on every thread. */
 static int measure_all(RtCpuSpeed *s, const char *cache_dir, char *err, size_t n)
 {
     Bench b;
@@ -311,14 +309,16 @@ static int measure_all(RtCpuSpeed *s, const char *cache_dir, char *err, size_t n
     if (bench_open(&b, cache_dir, err, n))
         return -1;
     int threads = openblas_get_num_threads();
+    openblas_set_num_threads(1);
     for (int m = 0; m < M_COUNT; m++) /* once untimed: pages, code, OpenBLAS buffers */
-        run_one(&b, m, s->cores);
+        run_one(&b, m);
     for (int r = 0; r < RUNS; r++)
         for (int m = 0; m < M_COUNT; m++)
-            t[m][r] = run_one(&b, m, s->cores);
+            t[m][r] = run_one(&b, m);
     for (int m = 0; m < M_COUNT; m++)
         med[m] = median(t[m], RUNS);
     figures(s, med);
+    s->fork_us = fork_s(&b, s->cores) * 1e6;
     s->speedup = s->cores > 1 ? fmax(speedup(&b, s->cores), 1) : 1;
     openblas_set_num_threads(threads);
     bench_close(&b);
