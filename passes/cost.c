@@ -46,14 +46,30 @@ void cost_device_of_cluster(const ClusterSpec *c, CostDevice *d)
 
 /* ---- what each instruction costs ---- */
 
-typedef struct Link {
-    double bw, lat;
-} Link;
+CostLink cost_link(const CostDevice *d, int64_t span)
+{
+    if (span < d->per_node)
+        return (CostLink){d->intra_bw * d->k.link_eff, d->intra_lat};
+    return (CostLink){d->inter_bw * d->k.link_eff, d->inter_lat};
+}
+
+double cost_all_reduce(double S, int n, CostLink l)
+{
+    if (n <= 1)
+        return 0;
+    double ring = 2.0 * (n - 1) / n * S / l.bw + 2.0 * (n - 1) * l.lat;
+    double tree = 2.0 * S / l.bw + 2.0 * ceil(log2(n)) * l.lat;
+    return ring < tree ? ring : tree;
+}
+
+double cost_gather(double S, int n, CostLink l)
+{
+    return n <= 1 ? 0 : (double)(n - 1) / n * S / l.bw + (n - 1) * l.lat;
+}
 
 /* The group along axes of the mesh (row-major, the last axis innermost):
- * within one node when its members' ranks fall in one block of per_node,
- * else across the network. */
-static Link group_link(const Plan *p, const CostDevice *d, const int8_t *axes, int naxes)
+ * its members' ranks span (size - 1) x stride over its axes. */
+static CostLink group_link(const Plan *p, const CostDevice *d, const int8_t *axes, int naxes)
 {
     int64_t span = 0;
     for (int i = 0; i < naxes; i++) {
@@ -62,9 +78,7 @@ static Link group_link(const Plan *p, const CostDevice *d, const int8_t *axes, i
             stride *= p->axes[j].size;
         span += (int64_t)(p->axes[axes[i]].size - 1) * stride;
     }
-    if (span < d->per_node)
-        return (Link){d->intra_bw * d->k.link_eff, d->intra_lat};
-    return (Link){d->inter_bw * d->k.link_eff, d->inter_lat};
+    return cost_link(d, span);
 }
 
 static int group_size(const Plan *p, const int8_t *axes, int naxes)
@@ -85,20 +99,15 @@ double cost_coll_time(const Plan *p, const CostDevice *d, const PlanInstr *in)
     int n = group_size(p, c->axes, c->naxes);
     if (n <= 1 && c->op != PC_SEND && c->op != PC_RECV)
         return 0;
-    Link l = group_link(p, d, c->axes, c->naxes);
+    CostLink l = group_link(p, d, c->axes, c->naxes);
     double S_in = (double)p->tensors[in->args[0]].bytes;
     double S_out = in->nargs > 1 ? (double)p->tensors[in->args[1]].bytes : S_in;
-    double f = (double)(n - 1) / n;
     switch (c->op) {
     case PC_ALL_REDUCE:
-    case PC_ALL_REDUCE_MAX: {
-        double ring = 2 * f * S_in / l.bw + 2 * (n - 1) * l.lat;
-        double tree = 2 * S_in / l.bw + 2 * ceil(log2(n)) * l.lat;
-        return ring < tree ? ring : tree;
-    }
-    case PC_ALL_GATHER: return f * S_out / l.bw + (n - 1) * l.lat;
-    case PC_REDUCE_SCATTER: return f * S_in / l.bw + (n - 1) * l.lat;
-    case PC_ALL_TO_ALL: return f * S_in / l.bw + (n - 1) * l.lat;
+    case PC_ALL_REDUCE_MAX: return cost_all_reduce(S_in, n, l);
+    case PC_ALL_GATHER: return cost_gather(S_out, n, l);
+    case PC_REDUCE_SCATTER:
+    case PC_ALL_TO_ALL: return cost_gather(S_in, n, l);
     case PC_SLICE: return (S_in + S_out) / (d->mem_bw * d->k.mem_eff);
     case PC_SEND:
     case PC_RECV: return S_in / l.bw + l.lat;

@@ -319,6 +319,17 @@ void cost_device_of_cpu(const CpuSpec *s, int64_t devices, CostDevice *d);
 /* cost_compute_time and cost_coll_time of a cpu device (passes/cpu.c). */
 double cost_cpu_compute_time(const Plan *p, const CostDevice *d, const PlanInstr *in);
 double cost_cpu_coll_time(const Plan *p, const CostDevice *d, const PlanInstr *in);
+/* A link of d: bandwidth (bytes/s, the reachable fraction) and latency (s) of
+ * a group whose members' ranks span `span` (inside a node when span < per_node). */
+typedef struct CostLink {
+    double bw, lat;
+} CostLink;
+CostLink cost_link(const CostDevice *d, int64_t span);
+/* Seconds of an all-reduce of S bytes over n members (the faster of ring and
+ * tree), and of an all-gather (S: the output), reduce-scatter or all-to-all
+ * (S: the input) by ring. */
+double cost_all_reduce(double S, int n, CostLink l);
+double cost_gather(double S, int n, CostLink l);
 /* Seconds of one collective (or send/receive) of plan p on d, by the ring and
  * tree formulas over the links its group crosses (docs/cost.md). */
 double cost_coll_time(const Plan *p, const CostDevice *d, const PlanInstr *in);

@@ -22,31 +22,6 @@
 #include <string.h>
 
 
-typedef struct Link {
-    double bw, lat;
-} Link;
-
-static Link link_of(const CostDevice *d, long span)
-{
-    if (span < d->per_node)
-        return (Link){d->intra_bw * d->k.link_eff, d->intra_lat};
-    return (Link){d->inter_bw * d->k.link_eff, d->inter_lat};
-}
-
-static double all_reduce(double S, int n, Link l)
-{
-    if (n <= 1)
-        return 0;
-    double ring = 2.0 * (n - 1) / n * S / l.bw + 2.0 * (n - 1) * l.lat;
-    double tree = 2.0 * S / l.bw + 2.0 * ceil(log2(n)) * l.lat;
-    return ring < tree ? ring : tree;
-}
-
-static double gather(double S, int n, Link l) /* all-gather (S out) or reduce-scatter (S in) */
-{
-    return n <= 1 ? 0 : (double)(n - 1) / n * S / l.bw + (n - 1) * l.lat;
-}
-
 static const CostProfile *profile_of(const PlanSpace *sp, int tp)
 {
     for (int i = 0; i < sp->nprof; i++)
@@ -237,7 +212,7 @@ static void evaluate(const PlanSpace *sp, const CostProfile *P, Cache *ca, PlanC
     double bubble = 0;
     if (sf) {
         bubble = c->m * W * sf->bubble / (1 - sf->bubble);
-        Link pl = link_of(d, (long)c->tp * c->dp);
+        CostLink pl = cost_link(d, (long)c->tp * c->dp);
         bubble += 2.0 * (c->pp - 1) * (k * P->msg / pl.bw + pl.lat);
     }
     /* the stage's training state, and its gradients' reduction over the data axis */
@@ -252,16 +227,16 @@ static void evaluate(const PlanSpace *sp, const CostProfile *P, Cache *ca, PlanC
     double split = (share_l * fl + share_o * fo) / (masters > 0 ? masters : 1);
     double over = split / c->dp + (1 - split);
     double comm = 0, window = W * 2 / 3; /* the last microbatch's backward on the stage */
-    Link dl = link_of(d, (long)(c->dp - 1) * c->tp);
+    CostLink dl = cost_link(d, (long)(c->dp - 1) * c->tp);
     if (c->dp > 1) {
         if (c->zero == 0)
-            comm = fmax(0, all_reduce(masters, c->dp, dl) - window);
+            comm = fmax(0, cost_all_reduce(masters, c->dp, dl) - window);
         else if (c->zero == 1)
-            comm = fmax(0, gather(masters, c->dp, dl) - window) + gather(masters, c->dp, dl);
+            comm = fmax(0, cost_gather(masters, c->dp, dl) - window) + cost_gather(masters, c->dp, dl);
         else
-            comm = c->m * fmax(0, gather(masters, c->dp, dl) - window) + gather(masters, c->dp, dl);
+            comm = c->m * fmax(0, cost_gather(masters, c->dp, dl) - window) + cost_gather(masters, c->dp, dl);
         if (c->zero == 3) /* each microbatch gathers its 16-bit weights for F and B */
-            comm += c->m * 2 * fmax(0, gather(masters / 2, c->dp, dl) - W / 3);
+            comm += c->m * 2 * fmax(0, cost_gather(masters / 2, c->dp, dl) - W / 3);
     }
     double updated = masters * (c->zero >= 1 ? over : 1);
     double opt = 7 * updated / (d->mem_bw * d->k.mem_eff);
@@ -370,7 +345,7 @@ static void refine(Arena *a, const PlanSpace *sp, const CostProfile *P, Cache *c
         sched_build(a, c->sched, c->pp, c->m, c->v, &s, err, sizeof err) != 0)
         return;
     Refine r = {sp, P, cut_of(ca, P, sp->layers, c->pp * c->v), c, c->mbs};
-    Link pl = link_of(sp->d, (long)c->tp * c->dp);
+    CostLink pl = cost_link(sp->d, (long)c->tp * c->dp);
     double xfer = r.k * P->msg / pl.bw + pl.lat;
     if (sched_simulate(a, &s, refine_cost, &r, xfer, &t, err, sizeof err) != 0)
         return;
