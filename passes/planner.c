@@ -51,19 +51,19 @@ typedef struct Cut {
 
 typedef struct Cache {
     Arena *a;
-    SchedFacts *f;
-    int nf, capf;
-    Cut *cut;
-    int ncut, capcut;
+    VEC(SchedFacts) f;
+    VEC(Cut) cut;
 } Cache;
 
 #define SIM_PIECES 300000 /* above: closed forms (docs/schedules.md) instead of the simulator */
 
 static const SchedFacts *sched_facts(Cache *ca, SchedKind kind, int p, int m, int v)
 {
-    for (int i = 0; i < ca->nf; i++)
-        if (ca->f[i].kind == kind && ca->f[i].p == p && ca->f[i].m == m && ca->f[i].v == v)
-            return &ca->f[i];
+    for (int i = 0; i < ca->f.len; i++) {
+        const SchedFacts *e = &ca->f.data[i];
+        if (e->kind == kind && e->p == p && e->m == m && e->v == v)
+            return e;
+    }
     SchedFacts f = {kind, p, m, v, 0, 0};
     Schedule s;
     SchedTimes t;
@@ -74,15 +74,8 @@ static const SchedFacts *sched_facts(Cache *ca, SchedKind kind, int p, int m, in
     if ((double)p * m * v <= SIM_PIECES && sched_build(ca->a, kind, p, m, v, &s, err, sizeof err) == 0 &&
         sched_simulate(ca->a, &s, NULL, NULL, 0, &t, err, sizeof err) == 0)
         f.bubble = t.bubble, f.pairs = t.peak[0];
-    if (ca->nf == ca->capf) {
-        int nc = ca->capf ? 2 * ca->capf : 64;
-        SchedFacts *ne = arena_alloc(ca->a, sizeof(SchedFacts) * (size_t)nc);
-        if (ca->nf)
-            memcpy(ne, ca->f, sizeof(SchedFacts) * (size_t)ca->nf);
-        ca->f = ne, ca->capf = nc;
-    }
-    ca->f[ca->nf++] = f;
-    return &ca->f[ca->nf - 1];
+    VEC_PUSH(ca->a, ca->f, f);
+    return &ca->f.data[ca->f.len - 1];
 }
 
 /* The pipeline pass's balance (passes/pipeline.c): the cut of U units into
@@ -90,9 +83,9 @@ static const SchedFacts *sched_facts(Cache *ca, SchedKind kind, int p, int m, in
  * earliest among equals. */
 static const Cut *cut_of(Cache *ca, const CostProfile *P, int L, int runs)
 {
-    for (int i = 0; i < ca->ncut; i++)
-        if (ca->cut[i].runs == runs && ca->cut[i].P == P)
-            return &ca->cut[i];
+    for (int i = 0; i < ca->cut.len; i++)
+        if (ca->cut.data[i].runs == runs && ca->cut.data[i].P == P)
+            return &ca->cut.data[i];
     int U = L + 2;
     size_t row = (size_t)U + 1;
     double *pre = arena_alloc(ca->a, sizeof(double) * row);
@@ -122,15 +115,8 @@ static const Cut *cut_of(Cache *ca, const CostProfile *P, int L, int runs)
         u = c.start[k - 1];
     }
     c.start[runs] = U;
-    if (ca->ncut == ca->capcut) {
-        int nc = ca->capcut ? 2 * ca->capcut : 32;
-        Cut *ne = arena_alloc(ca->a, sizeof(Cut) * (size_t)nc);
-        if (ca->ncut)
-            memcpy(ne, ca->cut, sizeof(Cut) * (size_t)ca->ncut);
-        ca->cut = ne, ca->capcut = nc;
-    }
-    ca->cut[ca->ncut++] = c;
-    return &ca->cut[ca->ncut - 1];
+    VEC_PUSH(ca->a, ca->cut, c);
+    return &ca->cut.data[ca->cut.len - 1];
 }
 
 /* Rank r's share of the cut: its layers, and whether it holds the embedding's
@@ -282,18 +268,6 @@ static int by_time(const void *x, const void *y)
     return a->step_s < b->step_s ? -1 : a->step_s > b->step_s ? 1 : 0;
 }
 
-static void push(Arena *a, PlanChoice **v, int *n, int *cap, const PlanChoice *c)
-{
-    if (*n == *cap) {
-        int nc = *cap ? 2 * *cap : 1024;
-        PlanChoice *nv = arena_alloc(a, sizeof(PlanChoice) * (size_t)nc);
-        if (*n)
-            memcpy(nv, *v, sizeof(PlanChoice) * (size_t)*n);
-        *v = nv, *cap = nc;
-    }
-    (*v)[(*n)++] = *c;
-}
-
 /* ---- the best candidates, refined by simulating their schedules ---- */
 
 typedef struct Refine {
@@ -361,9 +335,8 @@ int pass_plan_search(Arena *a, const PlanSpace *sp, PlanChoice **out, int *n)
     static const int mbss[] = {1, 2, 4, 8}, vs[] = {2, 4, 8};
     static const SchedKind one[] = {SCHED_1F1B};
     static const SchedKind many[] = {SCHED_1F1B, SCHED_ZB_H1, SCHED_GPIPE};
-    int cap = 0;
-    Cache ca = {a, NULL, 0, 0, NULL, 0, 0};
-    *out = NULL, *n = 0;
+    Cache ca = {.a = a};
+    VEC(PlanChoice) all = {0};
     for (int tp = 1; tp <= sp->gpus; tp *= 2) {
         const CostProfile *P = profile_of(sp, tp);
         if (!P || sp->gpus % tp)
@@ -392,12 +365,13 @@ int pass_plan_search(Arena *a, const PlanSpace *sp, PlanChoice **out, int *n)
                                 evaluate(sp, P, &ca, &c);
                             else
                                 c.status = PLAN_NODIV, c.step_s = INFINITY;
-                            push(a, out, n, &cap, &c);
+                            VEC_PUSH(a, all, c);
                         }
                 }
             }
         }
     }
+    *out = all.data, *n = all.len;
     if (*n)
         qsort(*out, (size_t)*n, sizeof **out, by_time);
     /* the fastest that fit, their pipelines simulated, ranked again */
