@@ -150,7 +150,9 @@ static int on_stage(const Plan *p, const PlanInstr *in, int s)
     return plan_stages(p) <= 1 || in->stage == s;
 }
 
-/* Pieces: a new one where the microbatch's (tick, F or B) changes; shared
+/* Pieces: a new one where the microbatch's tick changes (or, without ticks,
+ * F or B: the IR read back unscheduled); a backward instruction with its
+ * forward's tick (the loss head's) belongs to that F piece; shared
  * instructions join the piece in progress; the optimizer is the epilogue. */
 static void split_pieces(Arena *a, const Plan *p, StageProg *sp)
 {
@@ -166,7 +168,7 @@ static void split_pieces(Arena *a, const Plan *p, StageProg *sp)
         int send = in->kind == PI_COLL && in->coll.op == PC_SEND;
         if (!epi && in->mb >= 0 && !send) {
             int f = in->phase == PH_FWD;
-            if (cur < 0 || in->tick != tick || f != fwd) {
+            if (cur < 0 || in->tick != tick || (!tick && f != fwd)) {
                 cur = sp->npieces++;
                 sp->kind[cur] = f ? PIECE_F : PIECE_B;
                 tick = in->tick, fwd = f;

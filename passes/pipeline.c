@@ -309,10 +309,31 @@ static char *input_gradient(PL *l)
     return need;
 }
 
+/* Ops whose results a later stage's op reads: what is sent keeps its piece,
+ * so the messages between stages stay in the schedule's order. */
+static char *read_elsewhere(PL *l)
+{
+    Graph *g = l->g;
+    char *away = arena_alloc(g->arena, (size_t)g->ops.len + 1);
+    memset(away, 0, (size_t)g->ops.len + 1);
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *op = g->ops.data[i];
+        for (int a = 0; a < op->nargs; a++) {
+            const Op *d = op->args[a]->def;
+            if (d && l->vs[d->id] != l->vs[i])
+                away[d->id] = 1;
+        }
+    }
+    return away;
+}
+
 /* Run the schedule in the simulator (forward FLOPs as costs), number its
  * pieces by start time, and give each op its piece's number: a microbatch's
  * forward ops their F piece, its backward ops B (or W), its recompute ops B
- * (they run before the backward that reads them). Shared ops follow
+ * (they run before the backward that reads them). The loss head's backward
+ * (outside the layers, on the last virtual stage, reading only what its F
+ * piece has made, read by no other stage) runs in that F piece, so the
+ * logits die there instead of being held to B. Shared ops follow
  * their operands; the optimizer's come after the last piece. A stage runs its ops by (tick, position): the order of the
  * schedule, and one order across the stages that every value's producer
  * precedes its readers in, so the sends and receives cannot deadlock. */
@@ -351,6 +372,7 @@ static int ticks(PL *l, SchedKind kind)
         slot[((size_t)pc->kind * (size_t)l->P + (size_t)vs) * (size_t)l->m + (size_t)pc->mb] = 1 + i;
     }
     char *need = kind == SCHED_ZB_H1 ? input_gradient(l) : NULL;
+    char *away = read_elsewhere(l);
     for (int i = 0; i < g->ops.len; i++) {
         Op *op = g->ops.data[i];
         int own = op->mb >= 0 && op->mb < l->m && !is_source(op) && op->phase != PH_OPT;
@@ -361,6 +383,14 @@ static int ticks(PL *l, SchedKind kind)
                                                                      : PIECE_B;
             op->tick = slot[((size_t)pk * (size_t)l->P + (size_t)l->vs[i]) * (size_t)l->m +
                             (size_t)op->mb];
+            /* the loss head's backward: in its forward's piece when all it reads is there */
+            int f = slot[((size_t)PIECE_F * (size_t)l->P + (size_t)l->vs[i]) * (size_t)l->m +
+                         (size_t)op->mb];
+            int early = op->phase == PH_BWD && op->layer < 0 && l->vs[i] == l->P - 1 && !away[i];
+            for (int a = 0; early && a < op->nargs; a++)
+                early = !op->args[a]->def || op->args[a]->def->tick <= f;
+            if (early)
+                op->tick = f;
         }
         if (op->phase == PH_OPT) { /* after the step's last piece: the gradients' reductions
                                       overlap the backward that is left */
@@ -459,5 +489,5 @@ int pass_pipeline(Ctx *c, Graph *g)
         return -1;
     if (l.p == 1) /* one stage: its microbatches one after the other (F0 B0 F1 B1 ...) */
         kind = SCHED_1F1B;
-    return l.p == 1 && l.m <= 1 ? 0 : ticks(&l, kind);
+    return ticks(&l, kind);
 }
