@@ -378,7 +378,9 @@ static void vjp(AD *ad, const Op *op, Value *dy)
     }
 }
 
-/* Which values depend on a parameter: only those need gradients. */
+/* Which values depend on a parameter: only those need gradients. A value of
+ * an integer type (a cast to i32) is piecewise constant in everything, so its
+ * gradient is zero and none flows through it. */
 static void mark_needs(AD *ad, int nops)
 {
     for (int i = 0; i < nops; i++) {
@@ -387,7 +389,7 @@ static void mark_needs(AD *ad, int nops)
         for (int j = 0; j < op->nargs; j++)
             need |= ad->needs[op->args[j]->id];
         for (int j = 0; j < op->nres; j++)
-            ad->needs[op->res[j]->id] = (char)need;
+            ad->needs[op->res[j]->id] = (char)(need && ir_dtype_is_float(op->res[j]->dtype));
     }
 }
 

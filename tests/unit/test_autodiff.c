@@ -172,6 +172,33 @@ Test(autodiff, rejects_non_scalar_loss)
     free(buf);
 }
 
+/* Issue 19: a cast to an integer type is piecewise constant, so its gradient
+ * is zero, not the float gradient passed through; a cast between float types
+ * still passes it. Finite differences are 0 for w (x * 3 lands on no integer
+ * within h), so the check fails on a passed-through gradient; w's gradient
+ * must also be exactly zero. */
+Test(autodiff, issue19_integer_cast_has_zero_gradient)
+{
+    const char *src = "input x : f32[4, 4]\n"
+                      "input r : f32[4, 4]\n"
+                      "param w : f32[4] = constant(3.0)\n"
+                      "param v : f32[4] = normal(1)\n"
+                      "y = cast(cast(x * w, i32), f32)\n"
+                      "z = cast(cast(x * v, f64), f32) + cast(cast(x * v, bf16), f32)\n"
+                      "loss = sum(sum(y)) * 10.0 + sum(sum(z * r))\n";
+    check_grads(src, 5, 0, NULL, NULL);
+    Ctx *c = ctx_new(stderr);
+    Graph *g = build(c, src, NULL, NULL);
+    Interp *in = interp_new(g);
+    interp_init(in, 99, 5);
+    cr_assert_eq(interp_run(in), 0, "%s", in->err);
+    cr_assert_str_eq(g->outputs.data[1]->name, "w.grad");
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(in->buf[g->outputs.data[1]->id][i], 0.0, "w.grad[%d] is not zero", i);
+    interp_free(in);
+    ctx_free(c);
+}
+
 static const char *sample(const char *file, const char *model_line)
 {
     const char *src = test_sample(file, model_line);
