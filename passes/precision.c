@@ -3,11 +3,14 @@
  * gradient per parameter); writes it with bf16 activations. Parameters stay
  * f32 (the master weights): every fwd/bwd op that reads one reads its bf16
  * cast, made once per step before its first reader. Float inputs are cast the
- * same way. The loss stays f32 (cross_entropy gives f32 for bf16 logits), and
- * each gradient reaches the optimizer as f32: the adds that accumulate it
- * (microbatches, a parameter read twice) run on f32 casts of their operands,
- * so the sum, the data-parallel reduction that partition puts on it and the
- * clipping norm are f32. Kernels compute in f32 whatever their storage.
+ * same way. The loss stays f32: cross_entropy gives f32 for bf16 logits, the
+ * scalar arithmetic that combines loss terms (an auxiliary loss, its weight,
+ * the mean over microbatches) runs in f32, and a loss that is a bf16
+ * reduction is widened by a cast. Each gradient reaches the optimizer as
+ * f32: the adds that accumulate it (microbatches, a parameter read twice) run
+ * on f32 casts of their operands, so the sum, the data-parallel reduction
+ * that partition puts on it and the clipping norm are f32. Kernels compute in
+ * f32 whatever their storage.
  * Key idea: walk the ops in order, giving each a mode (keep, bf16, f32), cast
  * the float operands that differ from the mode, and recompute its results'
  * dtypes with the shape rules. Only f32 values change: an f64 model (or an f64
@@ -22,7 +25,8 @@ typedef struct Prec {
     Graph *g;
     Value **cast_bf16, **cast_f32; /* by 2 value id + slot: the cast made, or NULL */
     int regather;                  /* zero = 3 or an fsdp axis: the backward's own casts */
-    uint8_t *chain;                /* by op id: an add of a gradient's accumulation */
+    uint8_t *f32;                  /* by op id: runs in f32 (a gradient's accumulating add,
+                                      the scalar arithmetic of the loss) */
     const Op *reader;              /* the op whose operands are being cast */
     int nv;                        /* values before the pass: casts are numbered above */
 } Prec;
@@ -69,11 +73,33 @@ static void mark_chain(Prec *p, Value *v)
     VEC_PUSH(p->g->arena, todo, v);
     while (todo.len) {
         Op *d = todo.data[--todo.len]->def;
-        if (!d || d->kind != OP_ADD || d->phase != PH_BWD || p->chain[d->id])
+        if (!d || d->kind != OP_ADD || d->phase != PH_BWD || p->f32[d->id])
             continue;
-        p->chain[d->id] = 1;
+        p->f32[d->id] = 1;
         VEC_PUSH(p->g->arena, todo, d->args[0]);
         VEC_PUSH(p->g->arena, todo, d->args[1]);
+    }
+}
+
+/* The forward ops that combine the loss from scalar terms: all their operands
+ * and results are scalars. Rounding them to bf16 would round the f32
+ * cross-entropy term by 2^-9 of the whole loss; in f32 they cost nothing. */
+static void mark_loss(Prec *p, Value *loss)
+{
+    VEC(Value *) todo = {0};
+    VEC_PUSH(p->g->arena, todo, loss);
+    while (todo.len) {
+        Op *d = todo.data[--todo.len]->def;
+        if (!d || d->phase != PH_FWD || p->f32[d->id] || !d->nargs)
+            continue;
+        int scalar = d->nres == 1 && d->res[0]->rank == 0;
+        for (int i = 0; i < d->nargs; i++)
+            scalar &= d->args[i]->rank == 0;
+        if (!scalar)
+            continue;
+        p->f32[d->id] = 1;
+        for (int i = 0; i < d->nargs; i++)
+            VEC_PUSH(p->g->arena, todo, d->args[i]);
     }
 }
 
@@ -81,7 +107,7 @@ static Mode mode_of(const Prec *p, const Op *op)
 {
     if (op->phase != PH_FWD && op->phase != PH_BWD)
         return MODE_KEEP;
-    if (p->chain[op->id])
+    if (p->f32[op->id])
         return MODE_F32;
     Mode m = MODE_KEEP;
     for (int i = 0; i < op->nargs; i++)
@@ -120,6 +146,20 @@ static void retype(Prec *p, Op *op)
     }
 }
 
+/* A loss that op made bf16 (a reduction of bf16 values) gets an f32 cast right
+ * after it, and the name: the plan's loss is an f32 scalar. */
+static void widen_loss(Prec *p, Op *op)
+{
+    Value *loss = p->g->outputs.data[0];
+    if (loss->def != op || loss->dtype != DT_BF16)
+        return;
+    p->reader = op;
+    Value *wide = cast_to(p, loss, DT_F32);
+    wide->name = loss->name;
+    loss->name = NULL;
+    p->g->outputs.data[0] = wide;
+}
+
 /* Already applied: some parameter is read through a bf16 cast. */
 static int applied(const Graph *g)
 {
@@ -142,7 +182,7 @@ int pass_precision(Ctx *c, Graph *g)
     int n = g->ops.len, nv = g->values.len;
     Prec p = {.g = g,
               .nv = nv,
-              .chain = arena_alloc(g->arena, (size_t)n + 1),
+              .f32 = arena_alloc(g->arena, (size_t)n + 1),
               .cast_bf16 = arena_alloc(g->arena, sizeof(Value *) * (size_t)(2 * nv + 2)),
               .cast_f32 = arena_alloc(g->arena, sizeof(Value *) * (size_t)(2 * nv + 2))};
     memset(p.cast_bf16, 0, sizeof(Value *) * (size_t)(2 * nv + 2));
@@ -150,15 +190,17 @@ int pass_precision(Ctx *c, Graph *g)
     p.regather = tc.zero >= 3;
     for (int i = 0; i < g->mesh.naxes; i++)
         p.regather |= g->mesh.axes[i].role == ROLE_FSDP && g->mesh.axes[i].size > 1;
-    memset(p.chain, 0, (size_t)n + 1);
+    memset(p.f32, 0, (size_t)n + 1);
     for (int i = 1; i < g->outputs.len; i++)
         mark_chain(&p, g->outputs.data[i]);
+    mark_loss(&p, g->outputs.data[0]);
     Op **old = arena_alloc(g->arena, sizeof(Op *) * (size_t)(n + 1));
     memcpy(old, g->ops.data, sizeof(Op *) * (size_t)n);
     g->ops.len = 0; /* casts are appended before their reader, then the reader */
     for (int i = 0; i < n; i++) {
         retype(&p, old[i]);
         VEC_PUSH(g->arena, g->ops, old[i]);
+        widen_loss(&p, old[i]);
     }
     for (int i = 1; i < g->outputs.len; i++) { /* gradients into the optimizer: f32 */
         Value *v = g->outputs.data[i];
