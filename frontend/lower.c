@@ -49,7 +49,8 @@ typedef struct Lower {
     Scope *scope;
     int64_t unrolled;   /* repeat bodies lowered so far, nested ones included */
     const char *prefix; /* parameter name prefix, "" or "h.3." */
-    int layer;
+    int layer;          /* of the ops being lowered: -1 outside repeats, or LAYER_NEXT */
+    int next_layer;     /* the number the next layer takes: layers go in program order */
     int depth;        /* block call depth */
     int too_big;
     Loc model_loc;
@@ -57,6 +58,19 @@ typedef struct Lower {
     VEC(const char *) param_names; /* every parameter's full name */
     VEC(Loc) param_locs;
 } Lower;
+
+/* A region of a repeat copy (the copy's start, or its rest after a nested
+ * repeat) is a new layer, numbered when it makes its first op: layers are in
+ * program order (the pipeline cuts them in that order), and a region with no
+ * op (an outer copy that only holds the inner repeat) takes no number. */
+enum { LAYER_NEXT = -2 };
+
+static int op_layer(Lower *L)
+{
+    if (L->layer == LAYER_NEXT)
+        L->layer = L->next_layer++;
+    return L->layer;
+}
 
 static const Val ERRV = {V_ERR, 0, 0, NULL, NULL, NULL, 0};
 
@@ -158,7 +172,7 @@ static Value *emit(Lower *L, OpKind kind, Value **args, int n, Attr **attrs, int
         return NULL;
     }
     Op *op = ir_op_new(L->g, kind, args, n, loc);
-    op->layer = L->layer;
+    op->layer = op_layer(L);
     for (int i = 0; i < nattrs; i++)
         ir_op_set_attr(L->g, op, attrs[i]);
     DType dt;
@@ -180,7 +194,7 @@ static Value *emit_constant(Lower *L, double x, DType dt, Loc loc)
     if (L->g->ops.len >= MAX_OPS)
         return emit(L, OP_CONSTANT, NULL, 0, NULL, 0, loc);
     Op *op = ir_op_new(L->g, OP_CONSTANT, NULL, 0, loc);
-    op->layer = L->layer;
+    op->layer = op_layer(L);
     ir_op_set_attr(L->g, op, a);
     return ir_op_result(L->g, op, dt, 0, NULL);
 }
@@ -828,7 +842,7 @@ static void lower_input(Lower *L, Stmt *s)
     Val v = ERRV;
     if (lower_type(L, s->type, s->name, &dt, &rank, shape, &sh) == 0) {
         Op *op = ir_op_new(L->g, OP_INPUT, NULL, 0, s->loc);
-        op->layer = L->layer;
+        op->layer = op_layer(L);
         Value *t = ir_op_result(L->g, op, dt, rank, shape);
         t->name = s->name;
         t->shard = sh;
@@ -907,7 +921,7 @@ static void lower_param(Lower *L, Stmt *s)
                 ir_dtype_name(dt));
         } else {
             Op *op = ir_op_new(L->g, OP_PARAM, NULL, 0, s->loc);
-            op->layer = L->layer;
+            op->layer = L->layer; /* for now: param_layers settles it */
             ir_op_set_attr(L->g, op, init);
             Value *t = ir_op_result(L->g, op, dt, rank, shape);
             t->name = full;
@@ -1011,12 +1025,12 @@ static void lower_repeat(Lower *L, Stmt *s)
         }
         L->scope = scope_new(L, saved, 0);
         L->prefix = arena_printf(L->c->arena, "%s%s.%lld.", saved_prefix, name, (long long)i);
-        L->layer = (int)(saved_layer >= 0 ? saved_layer * n + i : i); /* nested: flattened */
+        L->layer = LAYER_NEXT;
         lower_items(L, s, 0);
     }
     L->scope = saved;
     L->prefix = saved_prefix;
-    L->layer = saved_layer;
+    L->layer = saved_layer == -1 ? -1 : LAYER_NEXT; /* an outer copy goes on in a new layer */
 }
 
 /* A fresh parameter prefix for one call of a block: NAME. then NAME_1. ... */
@@ -1426,6 +1440,28 @@ static Stmt *lower_headers(Lower *L)
     return model;
 }
 
+/* A parameter declared in a repeat belongs to the layer of its first reader
+ * in a layer, which need not be the region it is declared in (declared before
+ * a nested repeat, read after it): the pipeline keeps a parameter, its
+ * update and its first reader on one stage. One that no layer reads keeps
+ * the layer of its region, or none. */
+static void param_layers(Graph *g)
+{
+    char *done = arena_alloc(g->arena, (size_t)g->ops.len + 1);
+    memset(done, 0, (size_t)g->ops.len + 1);
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *op = g->ops.data[i];
+        for (int a = 0; op->layer >= 0 && op->kind != OP_PARAM && a < op->nargs; a++) {
+            Op *d = op->args[a]->def;
+            if (d && d->kind == OP_PARAM && d->layer != -1 && !done[d->id])
+                d->layer = op->layer, done[d->id] = 1;
+        }
+    }
+    for (int i = 0; i < g->ops.len; i++)
+        if (g->ops.data[i]->layer == LAYER_NEXT)
+            g->ops.data[i]->layer = -1;
+}
+
 static void find_outputs(Lower *L)
 {
     if (L->g->outputs.len)
@@ -1452,6 +1488,7 @@ Graph *fe_lower(Ctx *c, Ast *ast)
     lower_headers(&L);
     L.scope = scope_new(&L, L.root, 1);
     lower_items(&L, &(Stmt){.body.data = ast->items.data, .body.len = ast->items.len}, 1);
+    param_layers(L.g);
     if (!L.too_big)
         find_outputs(&L);
     return c->diag.nerrors == errors ? L.g : NULL;
