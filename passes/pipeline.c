@@ -3,7 +3,8 @@
  * stage_starts; writes every op's stage. Key idea: the units of work are the
  * layers of the repeat blocks, with the ops before the first layer (the
  * embedding) as one more unit in front and the ops after the last (the output
- * layer and the loss) one more at the end; each unit costs the FLOPs of its
+ * layer and the loss) one more at the end (an op between two layers joins the
+ * one before); each unit costs the FLOPs of its
  * forward ops (2mnk per matmul, 4 B S^2 H Dh per attention, one per element
  * for the rest). Contiguous units go to stages so that the costliest stage is
  * as cheap as possible (an exact search), unless stage_starts pins the first
@@ -38,11 +39,39 @@ static int is_source(const Op *op)
 
 static int is_fwd(const Op *op) { return op->phase == PH_FWD && !is_source(op); }
 
+/* By op id: the layer of the last forward op in a layer before it, of its
+ * microbatch, when one comes after it too (an op between two repeats); else -1. */
+static int *between_layers(PL *l)
+{
+    Graph *g = l->g;
+    int n = g->ops.len, *at = arena_alloc(g->arena, sizeof(int) * (size_t)(n + 1));
+    int *cur = arena_alloc(g->arena, sizeof(int) * (size_t)(l->m + 1));
+    for (int j = 0; j <= l->m; j++)
+        cur[j] = -1;
+    for (int i = 0; i < n; i++) { /* forwards: the last layer so far */
+        const Op *op = g->ops.data[i];
+        int mb = op->mb >= 0 && op->mb < l->m ? op->mb : l->m;
+        if (is_fwd(op) && op->layer >= 0)
+            cur[mb] = op->layer;
+        at[i] = cur[mb];
+    }
+    for (int j = 0; j <= l->m; j++)
+        cur[j] = 0;
+    for (int i = n - 1; i >= 0; i--) { /* backwards: is a layer still to come? */
+        const Op *op = g->ops.data[i];
+        int mb = op->mb >= 0 && op->mb < l->m ? op->mb : l->m;
+        if (!cur[mb])
+            at[i] = -1;
+        cur[mb] |= is_fwd(op) && op->layer >= 0;
+    }
+    return at;
+}
+
 /* Every forward op's unit: 1 + its layer inside a layer; before the layers of
- * its microbatch 0 (the embedding), after them the last unit (the output layer
- * and the loss); an op shared by the microbatches (reading only parameters),
- * or reading only the inputs (a microbatch's rows of the targets), goes with
- * its first reader. */
+ * its microbatch 0 (the embedding), between two layers the earlier one's, after
+ * them the last unit (the output layer and the loss); an op shared by the
+ * microbatches (reading only parameters), or reading only the inputs (a
+ * microbatch's rows of the targets), goes with its first reader. */
 static void forward_units(PL *l)
 {
     Graph *g = l->g;
@@ -70,6 +99,7 @@ static void forward_units(PL *l)
             first[mb] = i;
     }
     l->nunits = l->nlayers + 2;
+    int *between = between_layers(l);
     for (int i = n - 1; i >= 0; i--) {
         const Op *op = g->ops.data[i];
         if (!is_fwd(op))
@@ -78,7 +108,7 @@ static void forward_units(PL *l)
         if (op->layer >= 0)
             u = 1 + op->layer;
         else if (op->mb >= 0 && op->mb < l->m && !(op->nres && data[op->res[0]->id]))
-            u = i < first[op->mb] ? 0 : l->nunits - 1;
+            u = i < first[op->mb] ? 0 : between[i] >= 0 ? 1 + between[i] : l->nunits - 1;
         else
             u = op->nres && reader[op->res[0]->id] >= 0 ? reader[op->res[0]->id] : l->nunits - 1;
         l->unit[i] = u;
