@@ -358,7 +358,9 @@ static int64_t eval_at(const Kernel *k, int n, int64_t x0, int64_t x1, int *ok);
 /* A pointwise kernel, 4 | extent, whose stores are to the item's own f32
  * element and whose loads are of the item's own f32 element or of one
  * element for all items (a hyperparameter), with no load of a slot after a
- * store to it. */
+ * store to it. The index of the latter must agree over a thread's 4 items,
+ * not just 2: rope's pair load (2p for items 2p and 2p+1) passed on 2, and
+ * its 4 lanes of sinf, cosf and powf spilled registers. */
 static int vec4_ok(const Kernel *k)
 {
     if (k->pattern != KP_POINTWISE || k->levels || k->extent % 4)
@@ -379,7 +381,9 @@ static int vec4_ok(const Kernel *k)
             const KNode *n = &k->nodes.data[t->a];
             if (n->kind != KN_LOAD)
                 continue;
-            int ok = 1, same = eval_at(k, n->b, 0, 0, &ok) == eval_at(k, n->b, 1, 0, &ok);
+            int ok = 1, same = 1;
+            for (int lane = 1; lane < 4; lane++)
+                same &= eval_at(k, n->b, lane, 0, &ok) == eval_at(k, n->b, 0, 0, &ok);
             if (stored_[n->a] || !(is_item(k, n->b) ? k->arg_dtype[n->a] == DT_F32 : ok && same))
                 return 0;
         }
