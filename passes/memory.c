@@ -297,13 +297,14 @@ static int counted(const Model *m, int t, int pc)
 
 /* The pieces' own moments: held-in bytes at the start, births added, deaths
  * removed after their position. A later run of a piece makes its gradient
- * parts as the first run makes the accumulators; they are added into the sums
- * at the piece's end (the adds are shared ops, ordered after the piece's own),
- * where for each add the new sum is alive beside the old one and the parts:
- * the later run's moment is the first's, or its end plus the largest part. */
+ * parts where the first run makes the accumulators, and adds each into its
+ * sum as it goes (passes/autodiff.c), so the sums, not the parts, are held:
+ * the later run's moment is the first's without the accumulators born so
+ * far, plus the largest part and its new sum, alive beside the old sum for
+ * the add. */
 static void sweep(Model *m, const Events *e)
 {
-    Bytes now, step, parts;
+    Bytes now, step, parts, gone;
     double part = 0;
     for (int i = 0, pc = -1; i < m->sp.n; i++) {
         int cur = m->sp.piece[i];
@@ -313,6 +314,7 @@ static void sweep(Model *m, const Events *e)
         if (cur != pc) {
             memcpy(now, cur == m->sp.npieces ? pf->acc_end : pf->held_in, sizeof(Bytes));
             memset(step, 0, sizeof(Bytes)), memset(parts, 0, sizeof(Bytes)), pc = cur, part = 0;
+            memset(gone, 0, sizeof(Bytes));
         }
         for (int t = e->born[i]; t >= 0; t = e->next_born[t]) {
             double b = aligned(m->p->tensors[t].bytes);
@@ -326,19 +328,25 @@ static void sweep(Model *m, const Events *e)
         }
         if (total(now) > total(pf->first))
             memcpy(pf->first, now, sizeof(Bytes)), pf->at_first = i;
-        /* the last run makes the step's values from the sums, its parts added in already
-         * (with one microbatch the parts are the sums) */
-        double k = m->mbs > 1 && total(step) > 0 ? -1 : 0;
-        if (total(now) + total(step) + k * total(parts) > total(pf->last))
+        /* the last run adds its parts as a later run does, and makes the step's values
+         * from the sums, which are freed as they are read (with one microbatch the
+         * parts are the sums) */
+        double k = m->mbs > 1 ? -1 : 0, extra = m->mbs > 1 ? 2 * part : 0;
+        if (total(now) + total(step) + k * total(parts) + extra - total(gone) > total(pf->last))
             memcpy(pf->last, now, sizeof(Bytes)), add(pf->last, step, 1), add(pf->last, parts, k),
-                pf->at_last = i;
-        if (i + 1 == m->sp.n || m->sp.piece[i + 1] != cur) { /* the piece's end */
-            memcpy(pf->later, pf->first, sizeof(Bytes)), pf->at_later = pf->at_first;
-            if (total(now) + part > total(pf->first))
-                memcpy(pf->later, now, sizeof(Bytes)), pf->later[MC_GRADS] += part, pf->at_later = i;
-        }
+                add(pf->last, gone, -1), pf->last[MC_GRADS] += extra, pf->at_last = i;
+        /* a later run adds each part into its sum as it is made: the parts are not held
+         * (the sums are, from the first run), but the largest one and its new sum are
+         * alive beside the old sum for a moment */
+        if (total(now) - total(parts) + 2 * part > total(pf->later))
+            memcpy(pf->later, now, sizeof(Bytes)), add(pf->later, parts, -1),
+                pf->later[MC_GRADS] += 2 * part, pf->at_later = i;
         for (int t = e->dies[i]; t >= 0; t = e->next_dies[t])
-            if (step_value(m, t) && m->birth[t] == cur)
+            if (cur < m->sp.npieces && m->death[t] == cur &&
+                ((m->mbs > 1 && accumulator(m, t)) || m->birth[t] < 0))
+                /* the last run reads a sum, or a prologue's weight cast, for the last time */
+                gone[m->cat[t]] += aligned(m->p->tensors[t].bytes);
+            else if (step_value(m, t) && m->birth[t] == cur)
                 step[m->cat[t]] -= aligned(m->p->tensors[t].bytes);
             else if ((counted(m, t, cur) && (!accumulator(m, t) || m->mbs == 1)) || /* a sum lives on */
                 (cur == m->sp.npieces && m->birth[t] < cur && (accumulator(m, t) || step_value(m, t))))
