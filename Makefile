@@ -184,4 +184,8 @@ bench-mesh:
 bench-cost:
 	@bash bench/cost_cpu.sh
 
-.PHONY: bench bench-mesh bench-cost
+# tcc against PyTorch on this CPU, the same model and shapes (bench/README.md).
+bench-peer:
+	@bash bench/peer.sh
+
+.PHONY: bench bench-mesh bench-cost bench-peer
