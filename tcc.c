@@ -5,6 +5,7 @@
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
+#include "runtime/cpu.h"
 #include "runtime/runtime.h"
 
 #include <cjson/cJSON.h>
@@ -27,6 +28,7 @@ typedef struct Options {
     const char *dump_after; /* a pass name, "all" or NULL */
     const char *stop_after; /* a pass name or NULL */
     int print_commands;
+    int portable; /* --portable: the executable runs on any x86-64 (no -march=native) */
     int zero;               /* --zero=N, -1 when absent */
     int sequence_parallel;  /* --sequence-parallel */
     const char *roles[8];   /* --role AXIS=ROLE */
@@ -114,6 +116,8 @@ static void usage(FILE *f)
             "  -o FILE               write the output to FILE; without --emit, build an\n"
             "                        executable that trains the model (NAME --help)\n"
             "  --print-commands      show the commands that build the executable\n"
+            "  --portable            build the executable for any CPU of its kind, not\n"
+            "                        for this one (-march=native is the default)\n"
             "  -v                    report each pass, its time and the op count\n"
             "  --help                show this help\n"
             "  --version             show the version\n"
@@ -212,7 +216,7 @@ static int calibrate_args(const Ctx *c, const Options *o)
     int other = o->input || o->from_ir || o->emit || o->gpu || o->cluster || o->verify ||
                 o->dump_after || o->stop_after || o->zero >= 0 || o->sequence_parallel ||
                 o->nroles || o->schedule || o->nsets || o->device_memory > 0 ||
-                o->print_commands || c->mesh_spec || c->defines.len;
+                o->print_commands || o->portable || c->mesh_spec || c->defines.len;
     if (other)
         return fail("%s", "--calibrate-cpu measures this machine and writes its CPU file: it "
                           "takes no input and no option but -o FILE");
@@ -269,18 +273,6 @@ static int measures_cpu(const Options *o)
     int cost = o->emit && (!strcmp(o->emit, "cost") || !strcmp(o->emit, "trace"));
     unsigned all = (1u << CPU_NKEYS) - 1;
     return o->calibrate_cpu || (cost && !o->has_cluster && (o->cpu.given & all) != all);
-}
-
-/* The measurement runs OpenMP as the trainers do, with passive waiting
- * (runtime/train.c): the OpenMP runtime reads the policy when it starts, so
- * tcc starts itself again once with OMP_WAIT_POLICY=passive, unless the user
- * chose a policy. */
-static void passive_openmp(char **argv)
-{
-    if (getenv("OMP_WAIT_POLICY") || setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
-        return;
-    execv("/proc/self/exe", argv);
-    /* exec failed: measure with the policy the OpenMP runtime already has */
 }
 
 /* The cost model's device: the cluster's GPUs, else this machine's CPU shared
@@ -375,6 +367,8 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
             exit(0);
         } else if (!strcmp(a, "--print-commands")) {
             o->print_commands = 1;
+        } else if (!strcmp(a, "--portable")) {
+            o->portable = 1;
         } else if (!strcmp(a, "--calibrate-cpu")) {
             o->calibrate_cpu = 1;
         } else if (!strcmp(a, "-v")) {
@@ -475,6 +469,9 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
         return fail("%s", "--verify compiles the TDL input twice (mesh and one device): give a TDL file");
     if (o->emit && !strcmp(o->emit, "plan") && !o->out)
         return fail("%s", "--emit=plan needs -o DIR");
+    if (o->portable && (o->emit || o->verify || o->dump_after || o->stop_after || !o->out))
+        return fail("%s", "--portable is how an executable is built (-o NAME, no --emit): a plan's "
+                          "kernels are compiled where it runs, for that CPU");
     if (resolve_cluster(c, o) != 0)
         return -1;
     return check_plan_options(c, o);
@@ -750,7 +747,7 @@ static int write_plan(Ctx *c, const Options *o, const Graph *g)
                 "codegen", now_ms() - t0, plan.nkernels, plan.ninstrs,
                 (double)plan.slab_bytes / 1048576.0);
     if (!o->emit)
-        return cg_write_program(c, &plan, o->out, o->print_commands);
+        return cg_write_program(c, &plan, o->out, o->print_commands, o->portable);
     if (!strcmp(o->emit, "memory") || !strcmp(o->emit, "memory-plan")) /* the plan as it is */
         return print_plan_memory(c, o, &plan, local);
     if (!strcmp(o->emit, "c"))
@@ -1812,7 +1809,7 @@ int main(int argc, char **argv)
     o.zero = -1;
     int ok = parse_args(c, &o, argc, argv) == 0;
     if (ok && measures_cpu(&o))
-        passive_openmp(argv);
+        rt_cpu_quiet_threads(argv); /* measure as the trainers run */
     int rc = ok && (o.calibrate_cpu ? calibrate_cpu(c, &o) : run(c, &o)) == 0 ? 0 : 1;
     if (c->diag.nerrors)
         fprintf(stderr, "%d error%s generated.\n", c->diag.nerrors, c->diag.nerrors > 1 ? "s" : "");

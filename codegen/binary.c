@@ -91,7 +91,7 @@ static const char *quoted(Arena *a, const char *s)
     return q;
 }
 
-int cg_write_program(Ctx *c, Plan *p, const char *out, int print_commands)
+int cg_write_program(Ctx *c, Plan *p, const char *out, int print_commands, int portable)
 {
     char err[512], dir[] = "/tmp/tcc-build-XXXXXX";
     char *json = plan_to_json(p, err, sizeof err);
@@ -113,9 +113,11 @@ int cg_write_program(Ctx *c, Plan *p, const char *out, int print_commands)
     }
     const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
     char *cmd = arena_printf(c->arena,
-                             "%s -O2 -fopenmp -o %s %s %s/libtccrt.a -lopenblas -lcjson -ldl -lm "
+                             "%s -O3%s -fno-math-errno -ffp-contract=off -fopenmp -o %s %s "
+                             "%s/libtccrt.a -lopenblas -lcjson -ldl -lm "
                              TCC_MPI_LIBS " -pthread " TCC_CUDA_LIBS,
-                             cc, quoted(c->arena, out), quoted(c->arena, src), libdir());
+                             cc, portable ? "" : " -march=native", quoted(c->arena, out),
+                             quoted(c->arena, src), libdir());
     if (print_commands)
         fprintf(stderr, "%s\n", cmd);
     int status = system(cmd);

@@ -77,6 +77,8 @@ typedef struct Kernel {
     VEC(KNode) nodes;
     VEC(KStmt) body;
     int levels;       /* 1 when the kernel has inner loops (row pattern), else 0 */
+    int npre;         /* body[0, npre): nodes the same for every item and loop iteration
+                         (cg_simplify): a rendering may run them once, before the loops */
     KAttention attn;  /* KP_ATTENTION*: args q, k, v, o | q, k, v, dout, dq, dk, dv */
 } Kernel;
 
@@ -103,8 +105,10 @@ int cg_build_plan(Ctx *c, const Graph *g, int flags, Plan *out);
 
 /* An executable at path out that trains with plan p: its kernels, the plan and
  * the runtime's training loop, built by the system compiler (the command is
- * printed to stderr when print_commands). 0, or -1 after reporting. */
-int cg_write_program(Ctx *c, Plan *p, const char *out, int print_commands);
+ * printed to stderr when print_commands) with the kernels' flags of
+ * runtime/cpu.c: for the building host's CPU (-march=native) unless portable.
+ * 0, or -1 after reporting. */
+int cg_write_program(Ctx *c, Plan *p, const char *out, int print_commands, int portable);
 
 /* cg_build_plan, and the plan's kernels in the Kernel IR, in the order of
  * out->kernels (*kernels: an arena array of out->nkernels). */
@@ -114,6 +118,11 @@ int cg_build_plan_ir(Ctx *c, const Graph *g, int flags, Plan *out, Kernel ***ker
  * tensors' `value` fields index local->values. */
 int cg_build_plan_local(Ctx *c, const Graph *global, int flags, Plan *out, Kernel ***kernels,
                         const Graph **local);
+
+/* Simplify a built kernel in place (simplify.c): constant folding, common
+ * subexpressions, and the loop-invariant nodes hoisted into body[0, npre).
+ * No result changes by a bit. */
+void cg_simplify(Kernel *k);
 
 /* C source of one kernel: void NAME(char *const *args). Every source needs
  * cg_c_prelude() once before its kernels (includes, the bf16 conversions). */

@@ -165,11 +165,14 @@ static void stmt(Out *o, int s, int *depth, int *level)
 
 static void loop_kernel(Out *o)
 {
+    int depth = 1, level = 0;
+    for (int s = 0; s < o->k->npre; s++) /* the same for every item: once a call */
+        stmt(o, s, &depth, &level);
     fprintf(o->f, "#pragma omp parallel for schedule(static) if (INT64_C(%lld) > 4096)\n",
             (long long)o->k->extent * (o->k->levels ? 64 : 1));
     fprintf(o->f, "    for (int64_t i0 = 0; i0 < INT64_C(%lld); i0++) {\n", (long long)o->k->extent);
-    int depth = 2, level = 0;
-    for (int s = 0; s < o->k->body.len; s++)
+    depth = 2;
+    for (int s = o->k->npre; s < o->k->body.len; s++)
         stmt(o, s, &depth, &level);
     fputs("    }\n", o->f);
 }
@@ -366,7 +369,8 @@ static void stmt_work(const Kernel *k, const KStmt *t, double times, PlanWork *w
 }
 
 /* A loop kernel: each statement runs the parallel loop's extent times the
- * extents of the inner loops around it; a loop that reduces is a chain. */
+ * extents of the inner loops around it (the hoisted ones once); a loop that
+ * reduces is a chain. */
 static PlanWork loop_work(const Kernel *k)
 {
     PlanWork w = {0, 0, 0, 0, 0, k->extent * (k->levels ? 64 : 1) <= 4096};
@@ -384,7 +388,7 @@ static PlanWork loop_work(const Kernel *k)
         } else if (t->kind == KS_END) {
             depth--;
         } else {
-            stmt_work(k, t, times[depth], &w);
+            stmt_work(k, t, s < k->npre ? 1 : times[depth], &w);
         }
     }
     return w;

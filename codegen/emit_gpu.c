@@ -40,6 +40,7 @@ typedef struct G {
     int cols;    /* column mapping: 32 items a block, 8 threads an item */
     char *toplv; /* by statement: a loop at the top of the body (strided over the block) */
     char *used;  /* by node: something stored or reduced depends on it */
+    char *pre;   /* by node: made in the prologue (Kernel.npre), one for every lane */
     int i0_used; /* a node reads the parallel index */
 } G;
 
@@ -89,7 +90,7 @@ static void literal(G *g, double x)
 
 static void tmp(G *g, int node)
 {
-    if (g->lane >= 0)
+    if (g->lane >= 0 && !g->pre[node])
         fprintf(g->f, "t%d_%d", node, g->lane);
     else
         fprintf(g->f, "t%d", node);
@@ -593,8 +594,10 @@ static void vec4_kernel(G *g)
         if (written[s])
             fprintf(f, "    float4 w%d;\n", s);
     }
+    for (int s = 0; s < k->npre; s++) /* the same for every lane: once */
+        node(g, k->body.data[s].a, 1, 0);
     for (g->lane = 0; g->lane < 4; g->lane++)
-        for (int s = 0; s < k->body.len; s++) {
+        for (int s = k->npre; s < k->body.len; s++) {
             const KStmt *t = &k->body.data[s];
             if (t->kind == KS_NODE) {
                 node(g, t->a, 1, 1);
@@ -836,9 +839,12 @@ char *cg_emit_gpu(Arena *a, const Kernel *k, CgLang lang)
             return NULL;
     char *buf = NULL;
     size_t len = 0;
-    G g = {open_memstream(&buf, &len), k, lang, k->ftype != DT_F64, -1, 0, 0, NULL, NULL, 0};
-    if (!g.f)
+    G g = {.f = open_memstream(&buf, &len), .k = k, .lang = lang, .f32 = k->ftype != DT_F64,
+           .lane = -1, .pre = calloc((size_t)k->nodes.len + 1, 1)};
+    if (!g.f || !g.pre)
         BUG("open_memstream failed");
+    for (int s = 0; s < k->npre; s++)
+        g.pre[k->body.data[s].a] = 1;
     Mapping m = mapping(k);
     CgLaunch l = cg_gpu_launch(k);
     mark_used(&g, m == M_VEC4);
@@ -857,6 +863,7 @@ char *cg_emit_gpu(Arena *a, const Kernel *k, CgLang lang)
     fputs("}\n\n", g.f);
     fclose(g.f);
     free(g.used);
+    free(g.pre);
     char *s = arena_strdup(a, buf);
     free(buf);
     return s;

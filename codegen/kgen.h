@@ -18,6 +18,7 @@ typedef struct Gen {
     char *fused;    /* by Value.id: computed inside its only user's kernel, no memory */
     char *dead;     /* by op index: no result is read, nothing to run */
     char *bias_add; /* by op index: an add of a bias that its matmul's GEMM does (epilogue) */
+    char *tgemm;    /* by op index: a transpose of a product that its matmul's GEMM writes */
     uint64_t slab;
     uint64_t *stage_slab; /* by pipeline stage: its slab (plan_memory) */
     const Op *op;   /* the op being lowered: phase, layer, name */

@@ -131,6 +131,7 @@ static int same_kernel(Gen *gen, Kernel *k, const char **src, uint64_t *h)
 void kb_finish(Gen *gen, Kernel *k)
 {
     k->name = arena_printf(gen->a, "k%d_%s", gen->kernels.len, ir_ops[gen->op->kind].name);
+    cg_simplify(k);
     const char *src;
     uint64_t h;
     int index = same_kernel(gen, k, &src, &h);
@@ -279,7 +280,8 @@ static void set_limits(Gen *gen)
 /* Fusion: an elementwise result with one use, by an elementwise op of the same
  * shape (or a scalar constant), is computed inside that op's kernel. */
 static int gemm_folds(const Op *op);
-static const Value *transposed_from(const Value *v);
+static const Value *gemm_source(const Value *v, int *flips);
+static const Value *transposed_gemm(const Op *t, const int *uses);
 
 /* The matmul result m of add(m, b) or add(b, m) that the GEMM can finish with
  * its bias epilogue: m read by the add only, b a vector along m's last dim,
@@ -307,11 +309,16 @@ static void find_bias_adds(Gen *gen, const int *uses)
 {
     const Graph *g = gen->g;
     gen->bias_add = arena_alloc(gen->a, (size_t)g->ops.len + 1);
+    gen->tgemm = arena_alloc(gen->a, (size_t)g->ops.len + 1);
     for (int i = 0; i < g->ops.len; i++) {
         const Value *b, *m = bias_matmul(g->ops.data[i], uses, &b);
+        gen->tgemm[i] = 0;
         if (m) {
             gen->bias_add[i] = 1;
             gen->fused[m->id] = 1; /* no memory of its own: the GEMM writes the sum */
+        } else if ((m = transposed_gemm(g->ops.data[i], uses))) {
+            gen->tgemm[i] = 1;
+            gen->fused[m->id] = 1; /* likewise: the GEMM writes the transpose */
         }
     }
 }
@@ -344,9 +351,9 @@ static void find_fusions(Gen *gen, int flags)
     int *recomputed = arena_alloc(gen->a, sizeof(int) * (size_t)(g->values.len + 1));
     for (int i = 0; i < g->ops.len; i++) {
         const Op *op = g->ops.data[i];
-        int folds = op->kind == OP_MATMUL ? gemm_folds(op) : 0;
+        int folds = op->kind == OP_MATMUL ? gemm_folds(op) : 0, flips;
         for (int j = 0; j < op->nargs; j++) {
-            const Value *v = folds & (1 << j) ? transposed_from(op->args[j]) : op->args[j];
+            const Value *v = folds & (1 << j) ? gemm_source(op->args[j], &flips) : op->args[j];
             uses[v->id]++;
             recomputed[v->id] += op->phase == PH_RECOMPUTE;
             user[v->id] = op;
@@ -359,7 +366,8 @@ static void find_fusions(Gen *gen, int flags)
     int *leaves = arena_alloc(gen->a, sizeof(int) * (size_t)(g->values.len + 1));
     for (int i = 0; i < g->ops.len; i++) {
         const Op *op = g->ops.data[i];
-        if (!cg_fusable(op) || op->nres != 1 || uses[op->res[0]->id] != 1 || gen->bias_add[op->id])
+        if (!cg_fusable(op) || op->nres != 1 || uses[op->res[0]->id] != 1 || gen->bias_add[op->id] ||
+            gen->tgemm[op->id])
             continue;
         int n = 0; /* the loads it brings along: a bound keeps kernels small */
         for (int j = 0; j < op->nargs; j++)
@@ -442,24 +450,55 @@ static const Value *transposed_from(const Value *v)
     return t->args[0];
 }
 
-/* Which operands of a matmul read a transpose's input through a GEMM flag:
- * bit 0 for a, bit 1 for b. A shared [K,N] matrix folds its batch into rows,
- * so a is folded only when it is a plain matrix there. */
+/* What a GEMM operand v reads: through the transposes of its last two dims
+ * (the backward's transpose of the forward's transpose of a weight reads the
+ * weight itself), the first value that is not one; *flips counts them, and
+ * an odd count is read with the GEMM's transpose flag. */
+static const Value *gemm_source(const Value *v, int *flips)
+{
+    const Value *u;
+    *flips = 0;
+    while ((u = transposed_from(v)))
+        v = u, ++*flips;
+    return v;
+}
+
+/* Which operands of a matmul read through transposes (gemm_source): bit 0 for
+ * a, bit 1 for b. A shared [K,N] matrix folds its batch into rows, so a read
+ * with the flag is folded only when it is a plain matrix there. */
 static int gemm_folds(const Op *op)
 {
     const Value *a = op->args[0], *b = op->args[1];
-    int fa = transposed_from(a) && (b->rank > 2 || a->rank == 2);
-    return fa | (transposed_from(b) ? 2 : 0);
+    int fa, fb;
+    gemm_source(a, &fa), gemm_source(b, &fb);
+    return (fa && (fa % 2 == 0 || b->rank > 2 || a->rank == 2)) | (fb ? 2 : 0);
 }
 
-/* The GEMM of matmul op into the tensor of c, plus bias (a vector) when not NULL. */
-static void gemm_into(Gen *gen, const Op *op, const Value *c, const Value *bias)
+/* The matmul result m that transpose t (of a matrix) takes, when its GEMM can
+ * write m's transpose instead, (A B)^T = B^T A^T: m read by t only, a plain
+ * product of two matrices, on t's stage and in its piece. NULL otherwise. */
+static const Value *transposed_gemm(const Op *t, const int *uses)
+{
+    if (t->kind != OP_TRANSPOSE || t->res[0]->rank != 2 || !transposed_from(t->res[0]))
+        return NULL;
+    const Value *m = t->args[0];
+    const Op *mm = m->def;
+    if (!mm || mm->kind != OP_MATMUL || uses[m->id] != 1 || mm->stage != t->stage ||
+        mm->tick != t->tick || m->rank != 2 || mm->args[0]->rank != 2 || mm->args[1]->rank != 2 ||
+        m->dtype != t->res[0]->dtype)
+        return NULL;
+    return m;
+}
+
+/* The GEMM of matmul op into the tensor of c, plus bias (a vector) when not
+ * NULL; with swap, the transpose of the product, B^T A^T, into c. */
+static void gemm_into(Gen *gen, const Op *op, const Value *c, const Value *bias, int swap)
 {
     const Value *a = op->args[0], *b = op->args[1];
-    int folds = gemm_folds(op);
-    const Value *ta = folds & 1 ? transposed_from(a) : a, *tb = folds & 2 ? transposed_from(b) : b;
+    int folds = gemm_folds(op), fa = 0, fb = 0;
+    const Value *ta = folds & 1 ? gemm_source(a, &fa) : a, *tb = folds & 2 ? gemm_source(b, &fb) : b;
     PlanGemm g = {.a = gen_tensor(gen, ta), .b = gen_tensor(gen, tb), .c = gen_tensor(gen, c),
-                  .alpha = 1, .beta = 0, .batch = 1, .trans_a = folds & 1, .trans_b = folds >> 1,
+                  .alpha = 1, .beta = 0, .batch = 1, .trans_a = fa & 1, .trans_b = fb & 1,
                   .epilogue = bias ? PE_BIAS : PE_NONE, .bias = bias ? gen_tensor(gen, bias) : 0};
     int64_t K = a->shape[a->rank - 1], N = b->shape[b->rank - 1];
     g.k = K;
@@ -479,12 +518,19 @@ static void gemm_into(Gen *gen, const Op *op, const Value *c, const Value *bias)
         g.stride_c = g.m * N;
     }
     g.lda = g.trans_a ? g.m : K;
+    if (swap) { /* plain matrices (transposed_gemm): C^T [N,M] = B^T [N,K] A^T [K,M] */
+        g = (PlanGemm){.a = g.b, .b = g.a, .c = g.c, .alpha = 1, .beta = 0, .batch = 1,
+                       .trans_a = (fb + 1) & 1, .trans_b = (fa + 1) & 1, .m = N, .n = g.m, .k = K};
+        g.lda = g.trans_a ? g.m : K; /* the row length of what is stored */
+        g.ldb = g.trans_b ? K : g.n;
+        g.ldc = g.n;
+    }
     PlanInstr in = {.kind = PI_GEMM, .gemm = g, .phase = op->phase, .layer = op->layer};
     VEC_PUSH(gen->a, gen->instrs, in);
     gen->flops += 2.0 * (double)g.m * (double)g.n * (double)g.k * (double)g.batch;
 }
 
-static void gemm(Gen *gen, const Op *op) { gemm_into(gen, op, op->res[0], NULL); }
+static void gemm(Gen *gen, const Op *op) { gemm_into(gen, op, op->res[0], NULL, 0); }
 
 static void copy(Gen *gen, const Op *op)
 {
@@ -546,11 +592,17 @@ static int lower_op(Gen *gen, const Op *op)
         collective(gen, op);
         return 0;
     case OP_MATMUL: gemm(gen, op); return 0;
+    case OP_TRANSPOSE:
+        if (gen->tgemm && gen->tgemm[op->id]) { /* its matmul's GEMM, operands swapped */
+            gemm_into(gen, op->args[0]->def, op->res[0], NULL, 1);
+            return 0;
+        }
+        return cg_op_kernels(gen, op);
     case OP_UPDATE: copy(gen, op); return 0;
     case OP_ADD:
         if (gen->bias_add && gen->bias_add[op->id]) {
             const Value *bias, *m = bias_matmul(op, NULL, &bias);
-            gemm_into(gen, m->def, op->res[0], bias);
+            gemm_into(gen, m->def, op->res[0], bias, 0);
             return 0;
         }
         /* fall through */

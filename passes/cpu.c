@@ -193,9 +193,9 @@ static double fork_s(const CostDevice *d)
 }
 
 /* sgemm (dgemm at half the rate) on the device's threads; around it the
- * wrapper's loops on one thread, an element at a time (runtime/cpu.c): a bf16
- * GEMM widens A and B to f32 first and rounds a bf16 C back, and the bias
- * epilogue adds to every element of C. */
+ * wrapper's loops (runtime/cpu.c): a bf16 GEMM widens A and B to f32 first
+ * and rounds a bf16 C back, on the device's threads once they pass 65,536
+ * elements, and the bias epilogue adds to every element of C on one. */
 static double gemm_s(const Plan *p, const CostDevice *d, const PlanInstr *in)
 {
     const CpuSpec *s = d->host;
@@ -203,13 +203,15 @@ static double gemm_s(const Plan *p, const CostDevice *d, const PlanInstr *in)
     PlanDType t = p->tensors[g->a].dtype;
     double rate = s->v[CPU_GEMM1] * 1e9 * (t == PD_F64 ? 0.5 : 1);
     double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch;
-    double c = (double)g->m * (double)g->n * (double)g->batch, loops = 0;
-    if (t == PD_BF16 || t == PD_F16)
-        loops = (double)(p->tensors[g->a].bytes + p->tensors[g->b].bytes) / 2 +
-                (p->tensors[g->c].dtype == PD_F32 ? 0 : c);
-    if (g->epilogue == PE_BIAS)
-        loops += c;
-    return flops / rate / speed(d, 1) + loops * s->v[CPU_CONVERT] * 1e-9 / d->share + fork_s(d);
+    double c = (double)g->m * (double)g->n * (double)g->batch, wide = 0, ns = s->v[CPU_CONVERT] * 1e-9;
+    if (t == PD_BF16 || t == PD_F16) {
+        double a = (double)p->tensors[g->a].bytes / 2, b = (double)p->tensors[g->b].bytes / 2;
+        double r = p->tensors[g->c].dtype == PD_F32 ? 0 : c;
+        wide = (a + b + r) * ns;
+        wide = a > 65536 && b > 65536 && (r == 0 || r > 65536) ? wide / speed(d, 1) : wide / d->share;
+    }
+    double bias = g->epilogue == PE_BIAS ? c * ns / d->share : 0;
+    return flops / rate / speed(d, 1) + wide + bias + fork_s(d);
 }
 
 double cost_cpu_compute_time(const Plan *p, const CostDevice *d, const PlanInstr *in)

@@ -1,7 +1,9 @@
 /* cpu.c: the CPU device: the slab, the plan's kernels compiled to a shared
  * object, and GEMMs through BLAS (OpenBLAS).
- * Reads: a checked Plan, $CC, $TCC_CACHE, $HOME, /proc/self/pagemap. Writes:
- * CACHE/k-PLANHASH-SRCHASH.{c,so} (the kernels' source and shared object); the
+ * Reads: a checked Plan, $CC, $TCC_CACHE, $HOME, /proc/self/pagemap,
+ * /proc/cpuinfo. Writes: CACHE/k-PLANHASH-SRCHASH.{c,so} (the kernels' source
+ * and shared object, built for this host's CPU: SRCHASH covers the source, the
+ * compiler's flags and the CPU's model name); the
  * slab, anonymous memory that the kernel zero-fills page by page on first touch.
  * Key idea: the kernels are compiled once per content and reused. Each build
  * happens in a private temporary folder and is renamed into place, so runs
@@ -132,10 +134,18 @@ static void first_error(const char *log, char *out, size_t size)
     fclose(f);
 }
 
-/* argv of: $CC -O2 -std=c99 -fopenmp -fPIC -shared -o SO SRC -lm. words holds $CC's copy. */
+/* The kernels' flags: vectorized for this host's CPU (-march=native, -O3),
+ * math without errno (so sqrtf vectorizes), and no contraction of a * b + c
+ * into an fma, so that every rounding is the one the C source spells: the
+ * same bits as the float64-checked kernels and as codegen/binary.c's build. */
+static const char *const cc_flags[] = {"-O3", "-march=native", "-fno-math-errno",
+                                       "-ffp-contract=off", "-std=c99", "-fopenmp",
+                                       "-fPIC", "-shared", "-o"};
+
+/* argv of: $CC FLAGS SO SRC -lm. words holds $CC's copy. */
 static int cc_argv(char *words, char **argv, const char *so, const char *src)
 {
-    static const char *const flags[] = {"-O2", "-std=c99", "-fopenmp", "-fPIC", "-shared", "-o"};
+    const char *const *flags = cc_flags;
     int argc = 0;
     char *save = NULL;
     for (char *w = strtok_r(words, " \t", &save); w && argc < MAX_CC_WORDS;
@@ -143,7 +153,7 @@ static int cc_argv(char *words, char **argv, const char *so, const char *src)
         argv[argc++] = w;
     if (!argc)
         argv[argc++] = "cc";
-    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+    for (size_t i = 0; i < sizeof cc_flags / sizeof cc_flags[0]; i++)
         argv[argc++] = (char *)flags[i];
     argv[argc++] = (char *)so;
     argv[argc++] = (char *)src;
@@ -155,7 +165,7 @@ static int cc_argv(char *words, char **argv, const char *so, const char *src)
 /* Run the compiler with its output into log; 0 when it exits with 0. */
 static int run_cc(const char *so, const char *src, const char *log, char *err, size_t n)
 {
-    char words[1024], *argv[MAX_CC_WORDS + 12], msg[400];
+    char words[1024], *argv[MAX_CC_WORDS + 16], msg[400];
     const char *cc = getenv("CC");
     posix_spawn_file_actions_t fa;
     pid_t pid;
@@ -222,6 +232,25 @@ static int load_symbols(CpuDevice *d, const Plan *p, char *err, size_t n)
     return 0;
 }
 
+/* What else decides the object: the flags, and the CPU it was built for
+ * (-march=native; a cache shared by unlike hosts keeps one each). */
+static uint64_t build_id(void)
+{
+    char line[512], model[512] = "";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            memcpy(model, line, sizeof model);
+            break;
+        }
+    if (f)
+        fclose(f);
+    uint64_t h = fnv1a(model);
+    for (size_t i = 0; i < sizeof cc_flags / sizeof cc_flags[0]; i++)
+        h = h * 31 + fnv1a(cc_flags[i]);
+    return h;
+}
+
 /* dlopen the cached object, building it first when it is absent or broken. */
 static int load_kernels(CpuDevice *d, const Plan *p, const char *cache_dir, char *err, size_t n)
 {
@@ -229,7 +258,7 @@ static int load_kernels(CpuDevice *d, const Plan *p, const char *cache_dir, char
     if (rt_cache_dir(cache_dir, dir, sizeof dir, err, n))
         return -1;
     plan_hash(p, hash);
-    snprintf(stem, sizeof stem, "k-%s-%016" PRIx64, hash, fnv1a(p->kernel_source));
+    snprintf(stem, sizeof stem, "k-%s-%016" PRIx64, hash, fnv1a(p->kernel_source) ^ build_id());
     if (fmt_path(d->so_path, sizeof d->so_path, "%s/%s.so", dir, stem))
         return plan_errorf(err, n, "cache %s: path too long", dir);
     for (int attempt = 0; attempt < 2 && !d->so; attempt++) {
@@ -357,6 +386,27 @@ int rt_cpu_open_linked(CpuDevice *d, const Plan *p, const RtKernelFn *linked,
     return 0;
 }
 
+/* ---- threads ---- */
+
+/* The OpenMP runtime reads its wait policy when it starts, before main, and
+ * OpenBLAS its threads' timeout: to keep the idle threads of each from
+ * spinning against the other's on the same cores (measured: bench/README.md),
+ * the program starts itself again once with OMP_WAIT_POLICY=passive and
+ * OPENBLAS_THREAD_TIMEOUT=4 (OpenBLAS's shortest: its workers sleep right
+ * after a GEMM), each unless the user set it. */
+void rt_cpu_quiet_threads(char **argv)
+{
+    int again = 0;
+    if (!getenv("OMP_WAIT_POLICY") && setenv("OMP_WAIT_POLICY", "passive", 1) == 0)
+        again = 1;
+    if (!getenv("OPENBLAS_THREAD_TIMEOUT") && setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1) == 0)
+        again = 1;
+    if (!again)
+        return;
+    execv("/proc/self/exe", argv);
+    /* exec failed: go on with the settings the runtimes already have */
+}
+
 /* ---- GEMM ---- */
 
 static void bias_add(const PlanTensor *tb, const char *bias, float *c, int64_t m, int64_t nc,
@@ -368,12 +418,30 @@ static void bias_add(const PlanTensor *tb, const char *bias, float *c, int64_t m
                                                    : ((const float *)bias)[j];
 }
 
+/* The wrapper's loops: on every thread (as the kernels) once they are long
+ * enough, a plain loop each that the compiler vectorizes. */
+#define WIDE_PAR 65536
+
 static float *widen(const PlanTensor *t, const char *src, float *dst)
 {
-    size_t n = t->bytes / 2;
-    for (size_t i = 0; i < n; i++)
-        dst[i] = rt_bf16_to_f32(((const uint16_t *)src)[i]);
+    const uint16_t *h = (const uint16_t *)src;
+    int64_t n = (int64_t)(t->bytes / 2);
+#pragma omp parallel for schedule(static) if (n > WIDE_PAR)
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = rt_bf16_to_f32(h[i]);
     return dst;
+}
+
+/* C (bf16) = round(c + beta C) over an m x n block at c16, row stride ldc. */
+static void round_out(uint16_t *c16, const float *c, int64_t m, int64_t nc, int64_t ldc, float beta)
+{
+#pragma omp parallel for schedule(static) if (m * nc > WIDE_PAR)
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t j = 0; j < nc; j++) {
+            int64_t at = r * ldc + j;
+            float prev = beta != 0 ? beta * rt_bf16_to_f32(c16[at]) : 0.0f;
+            c16[at] = rt_f32_to_bf16(c[at] + prev);
+        }
 }
 
 /* bf16 A and B: widened to f32, one sgemm per batch into f32 (C itself when C
@@ -408,12 +476,8 @@ static int gemm_bf16(CpuDevice *d, const Plan *p, const PlanGemm *g, char *err, 
         if (g->epilogue == PE_BIAS)
             bias_add(&p->tensors[g->bias], d->slab + p->tensors[g->bias].offset, ci, g->m, g->n,
                      g->ldc);
-        for (int64_t r = 0; r < g->m && nc; r++)
-            for (int64_t j = 0; j < g->n; j++) {
-                int64_t at = i * g->stride_c + r * g->ldc + j;
-                float prev = g->beta != 0 ? (float)g->beta * rt_bf16_to_f32(c16[at]) : 0.0f;
-                c16[at] = rt_f32_to_bf16(c[at] + prev);
-            }
+        if (nc)
+            round_out(c16 + i * g->stride_c, ci, g->m, g->n, g->ldc, (float)g->beta);
     }
     return 0;
 }

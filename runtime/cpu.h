@@ -29,6 +29,12 @@ typedef struct CpuDevice {
  * of p, which has passed plan_check. 0, or -1 with a message; d is then empty. */
 int rt_cpu_open(CpuDevice *d, const Plan *p, const char *cache_dir, char *err, size_t n);
 
+/* Called first in main: starts the program again, once, with the idle
+ * threads of OpenMP and OpenBLAS set to sleep instead of spinning
+ * (OMP_WAIT_POLICY=passive, OPENBLAS_THREAD_TIMEOUT=4), each unless the user
+ * set it; both are read when those runtimes start, before main. */
+void rt_cpu_quiet_threads(char **argv);
+
 /* The same with kernels already linked into the program (fns by kernel
  * index, the plan's order), or compiled from the plan when linked is NULL. */
 int rt_cpu_open_linked(CpuDevice *d, const Plan *p, const RtKernelFn *linked,

@@ -60,19 +60,6 @@ static float float_of(uint32_t u)
     return x;
 }
 
-uint16_t rt_f32_to_bf16(float x)
-{
-    uint32_t u = bits_of(x);
-    if ((u & 0x7fffffff) > 0x7f800000)
-        return (uint16_t)((u >> 16) | 0x40); /* NaN stays a (quiet) NaN */
-    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-
-float rt_bf16_to_f32(uint16_t h)
-{
-    return float_of((uint32_t)h << 16);
-}
-
 uint16_t rt_f32_to_f16(float x)
 {
     uint32_t u = bits_of(x), sign = (u >> 16) & 0x8000, a = u & 0x7fffffff;

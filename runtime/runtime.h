@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "plan.h"
 
@@ -188,9 +189,23 @@ void *rt_tensor_data(Runtime *rt, int tensor);
 int rt_find_tensor(const Plan *p, const char *name);
 
 /* bf16 and f16 from f32 by round-to-nearest-even (NaN stays NaN, overflow
- * gives infinity), and back (exact). */
-uint16_t rt_f32_to_bf16(float x);
-float rt_bf16_to_f32(uint16_t h);
+ * gives infinity), and back (exact). The bf16 ones are inline: the GEMM
+ * wrapper's loops run them on every element of its operands. */
+static inline uint16_t rt_f32_to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffff) > 0x7f800000)
+        return (uint16_t)((u >> 16) | 0x40); /* NaN stays a (quiet) NaN */
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+static inline float rt_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
 uint16_t rt_f32_to_f16(float x);
 float rt_f16_to_f32(uint16_t h);
 

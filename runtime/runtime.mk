@@ -82,3 +82,8 @@ $(B)/comm/mpi_check: tests/comm/mpi_check.c $(RT_SAN_LIB) $(RT_HDRS)
 	@mkdir -p $(dir $@) && rm -f $@
 	$(CC) $(CFLAGS) $(SANFLAGS) $(BASEFLAGS) $(MPI_CFLAGS) -o $@ $< $(RT_SAN_LIB) $(RT_LIBS)
 $(B)/unit/test_comm: | $(B)/comm/mpi_check
+
+# The library's loops run in every training step: optimized whatever CFLAGS says
+# (the sanitized copy keeps CFLAGS), and the GEMM wrapper's loops on OpenMP's threads.
+$(RT_OBJS): CFLAGS += -O2
+$(B)/obj/runtime/cpu.o $(B)/san/runtime/cpu.o: BASEFLAGS += -fopenmp

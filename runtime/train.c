@@ -621,18 +621,6 @@ static int run_alone(Job *J)
     return rc ? 1 : 0;
 }
 
-/* The OpenMP runtime reads its wait policy when it starts, before main: to
- * keep its idle threads from spinning against OpenBLAS's on the same cores
- * (measured: bench/README.md), the program starts itself again once with
- * OMP_WAIT_POLICY=passive, unless the user chose a policy. */
-static void passive_openmp(char **argv)
-{
-    if (getenv("OMP_WAIT_POLICY") || setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
-        return;
-    execv("/proc/self/exe", argv);
-    /* exec failed: go on with the policy the OpenMP runtime already has */
-}
-
 /* The plan has kernels but no CUDA rendering of them. */
 static int no_gpu_kernels(const Plan *p)
 {
@@ -714,7 +702,7 @@ static int run_job(Job *J, int mpi, RtWorld *w, int bad, const char *msg, const 
 int rt_train_main(int argc, char **argv, const char *plan_json, size_t len, RtKernel const *kernels)
 {
     char msg[512] = "", err[512];
-    passive_openmp(argv);
+    rt_cpu_quiet_threads(argv);
     Job J = {.prog = argc > 0 ? argv[0] : "train", .kernels = kernels};
     int bad = parse_args(&J.o, argc, argv, msg, sizeof msg);
     int launched = rt_mpi_launched();

@@ -111,7 +111,7 @@ static int settle(MComm *m, int wait, char *err, size_t n)
 static int m_send(RtComm *c, const void *buf, size_t bytes, int peer, int tag, char *err, size_t n)
 {
     MComm *m = (MComm *)c;
-    int count;
+    int count = 0;
     if (count_of(c, "send", bytes, &count, err, n) || settle(m, 0, err, n))
         return -1;
     if (m->npending == m->cap) {
@@ -141,7 +141,7 @@ static int m_send(RtComm *c, const void *buf, size_t bytes, int peer, int tag, c
 static int m_recv(RtComm *c, void *buf, size_t bytes, int peer, int tag, char *err, size_t n)
 {
     MComm *m = (MComm *)c;
-    int count, got;
+    int count = 0, got;
     MPI_Status st;
     if (count_of(c, "recv", bytes, &count, err, n) || settle(m, 0, err, n))
         return -1;
@@ -163,7 +163,7 @@ static int m_all_reduce(RtComm *c, void *buf, size_t count, PlanDType dt, int ma
     MComm *m = (MComm *)c;
     size_t es = plan_dtype_size(dt), size = (size_t)c->size;
     size_t per = (count + size - 1) / size, padded = per * size;
-    int iper;
+    int iper = 0;
     if (count == 0)
         return 0;
     if (count_of(c, max ? "all_reduce_max" : "all_reduce", per, &iper, err, n))
@@ -188,7 +188,7 @@ static int m_all_gather(RtComm *c, const void *in, void *out, size_t pre, size_t
 {
     MComm *m = (MComm *)c;
     size_t row = chunk * post * elem, block = pre * row, size = (size_t)c->size;
-    int count;
+    int count = 0;
     if (block == 0)
         return 0;
     if (count_of(c, "all_gather", block, &count, err, n))
@@ -213,7 +213,7 @@ static int m_reduce_scatter(RtComm *c, const void *in, void *out, size_t pre, si
 {
     MComm *m = (MComm *)c;
     size_t es = plan_dtype_size(dt), row = chunk * post * es, size = (size_t)c->size;
-    int count;
+    int count = 0;
     if (pre * row == 0)
         return 0;
     if (count_of(c, "reduce_scatter", pre * chunk * post, &count, err, n))
@@ -236,7 +236,7 @@ static int m_reduce_scatter(RtComm *c, const void *in, void *out, size_t pre, si
 static int m_all_to_all(RtComm *c, const void *in, void *out, size_t block_bytes, char *err,
                         size_t n)
 {
-    int count;
+    int count = 0;
     if (block_bytes == 0)
         return 0;
     if (count_of(c, "all_to_all", block_bytes, &count, err, n))
@@ -248,7 +248,7 @@ static int m_all_to_all(RtComm *c, const void *in, void *out, size_t block_bytes
 
 static int m_broadcast(RtComm *c, void *buf, size_t bytes, int root, char *err, size_t n)
 {
-    int count;
+    int count = 0;
     if (bytes == 0)
         return 0;
     if (count_of(c, "broadcast", bytes, &count, err, n))
