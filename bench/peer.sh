@@ -19,9 +19,15 @@ OUT=build/bench/peer
 CC=${CC:-cc}
 mkdir -p "$OUT"
 
-if ! python3 -c "import torch" 2>/dev/null; then
-    echo "peer: installing python3-torch (Debian) for this benchmark"
-    apt-get update -qq && apt-get install -y -qq python3-torch >/dev/null
+# Debian's package goes with Debian's python (/usr/bin/python3), which may
+# not be the python3 on PATH.
+PY=${PYTHON:-python3}
+if ! "$PY" -c "import torch" 2>/dev/null; then
+    PY=/usr/bin/python3
+    if ! "$PY" -c "import torch" 2>/dev/null; then
+        echo "peer: installing python3-torch (Debian) for this benchmark"
+        apt-get update -qq && apt-get install -y -qq python3-torch >/dev/null
+    fi
 fi
 make -s tcc
 "$CC" -O3 -march=native -fopenmp -o "$OUT/stream" bench/stream.c
@@ -31,17 +37,19 @@ make -s tcc
 export GOMP_SPINCOUNT=0
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
 "$OUT/sgemm_peak" 1024 2 2 | head -1
-python3 -c "import torch; print('torch', torch.__version__, 'threads', torch.get_num_threads())"
+echo "torch $("$PY" -c "import torch; print(torch.__version__)") at $PY"
+
 
 # name L D H S B V (steps: the tiny shape runs more of them)
 SHAPES=("gpt2-124m 12 768 12 64 4 50304 $STEPS"
         "gpt2-L4-D256 4 256 4 256 8 50304 $STEPS"
         "gpt-tiny 4 128 4 64 16 256 $((STEPS * 4))")
 
+ratio() { python3 -c "import sys; print(float(sys.argv[1]) / float(sys.argv[2]))" "$1" "$2"; }
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 # a tcc run's step times (ms), then a PyTorch run's, without the first step
 tcc_steps() { "$1" --steps "$2" | awk '/^step / {for (i = 1; i < NF; i++) if ($(i + 1) == "ms") print $i}' | tail -n +2; }
-torch_steps() { python3 bench/peer_gpt.py "$@" | awk '/^step / {print $4}' | tail -n +2; }
+torch_steps() { "$PY" bench/peer_gpt.py "$@" | awk '/^step / {print $4}' | tail -n +2; }
 
 printf '\n%-14s %5s %10s %10s %7s\n' shape round "tcc ms" "torch ms" ratio
 summary=()
@@ -54,10 +62,10 @@ for shape in "${SHAPES[@]}"; do
         t=$(tcc_steps "$OUT/$name" "$steps" | median)
         p=$(torch_steps "$L" "$D" "$H" "$S" "$B" "$V" "$steps" | median)
         t_all+=("$t") p_all+=("$p")
-        printf '%-14s %5d %10.1f %10.1f %7.2f\n' "$name" "$r" "$t" "$p" "$(echo "$t / $p" | bc -l)"
+        printf '%-14s %5d %10.1f %10.1f %7.2f\n' "$name" "$r" "$t" "$p" "$(python3 -c "print($t / $p)")"
     done
     t=$(printf '%s\n' "${t_all[@]}" | median) p=$(printf '%s\n' "${p_all[@]}" | median)
-    summary+=("$(printf '%-14s median %10.1f %10.1f %7.2f' "$name" "$t" "$p" "$(echo "$t / $p" | bc -l)")")
+    summary+=("$(printf '%-14s median %10.1f %10.1f %7.2f' "$name" "$t" "$p" "$(ratio "$t" "$p")")")
 done
 printf '%s\n' "${summary[@]}"
 
@@ -72,6 +80,7 @@ ms=$(awk '/trained/ {for (i = 1; i < NF; i++) if ($(i + 1) ~ /^ms\/step/) print 
 python3 bench/kprof.py "$OUT/gpt2-124m" "$OUT/kprof.txt" 3 "$ms" 12 > "$OUT/kprof.table"
 adamw=$(awk '$1 == "adamw" {print $2; exit}' "$OUT/kprof.table")
 bw=$(awk '{print $3}' "$OUT/stream.txt")
-echo "adamw: $params parameters, $adamw ms a step: $(echo "28 * $params / ($adamw / 1000) / 1e9" | bc -l | cut -c1-5) GB/s," \
-     "$(echo "100 * 28 * $params / ($adamw / 1000) / 1e9 / $bw" | bc -l | cut -c1-4)% of the triad's $bw GB/s"
+python3 -c "import sys; n, ms, bw = map(float, sys.argv[1:]); g = 28 * n / (ms / 1e3) / 1e9
+print('adamw: %d parameters, %.1f ms a step: %.1f GB/s, %.0f%% of the triad\'s %.1f GB/s' % (n, ms, g, 100 * g / bw, bw))" \
+    "$params" "$adamw" "$bw"
 echo "the 124M profile: $OUT/kprof.table"

@@ -10,7 +10,8 @@ token embedding), the same initialization scales, AdamW with the sample's
 hyperparameters (lr 6e-4, betas (0.9, 0.95), weight decay 0.1 on every
 parameter, as tcc's adamw does) and gradient clipping at 1.0, in f32 on one
 fixed batch of random tokens. The optimizer is foreach AdamW (fused where the
-installed PyTorch has it for the CPU), attention is
+installed PyTorch has it for the CPU), on every core (torch.set_num_threads:
+OMP_NUM_THREADS, else the core count), attention is
 scaled_dot_product_attention where the version has it, and with PyTorch 2
 and TCC_PEER_COMPILE=1 the model is compiled with torch.compile. Prints one
 line per step, `step K ms T`, and a last line `torch VERSION threads N`."""
@@ -73,6 +74,8 @@ def main(argv):
     if len(argv) != 8:
         sys.exit(__doc__)
     layers, d, h, s, b, v, steps = (int(a) for a in argv[1:])
+    # every core, as tcc's programs run: Debian's build starts with one OpenMP thread here
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
     torch.manual_seed(1337)
     model = GPT(layers, d, h, s, v)
     kw = {"lr": 6e-4, "betas": (0.9, 0.95), "weight_decay": 0.1}

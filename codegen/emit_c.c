@@ -72,11 +72,13 @@ static void expr(Out *o, const KNode *n)
         return;
     case KN_POW: fprintf(f, "pow%s(t%d, t%d)", o->f32 ? "f" : "", n->a, n->b); return;
     case KN_NEG: fprintf(f, "-t%d", n->a); return;
-    case KN_EXP: call1(o, "exp", n->a); return;
+    case KN_EXP: /* f32: the prelude's, which vectorizes; f64 (the checks): the C library's */
+        o->f32 ? fprintf(f, "tcc_expf(t%d)", n->a) : call1(o, "exp", n->a);
+        return;
     case KN_LOG: call1(o, "log", n->a); return;
     case KN_SQRT: call1(o, "sqrt", n->a); return;
     case KN_RSQRT: fprintf(f, "1 / sqrt%s(t%d)", o->f32 ? "f" : "", n->a); return;
-    case KN_TANH: call1(o, "tanh", n->a); return;
+    case KN_TANH: o->f32 ? fprintf(f, "tcc_tanhf(t%d)", n->a) : call1(o, "tanh", n->a); return;
     case KN_COS: call1(o, "cos", n->a); return;
     case KN_SIN: call1(o, "sin", n->a); return;
     case KN_ABS: call1(o, "fabs", n->a); return;
@@ -163,13 +165,39 @@ static void stmt(Out *o, int s, int *depth, int *level)
     UNREACHABLE();
 }
 
+/* Items that are independent: a kernel without inner loops whose every
+ * stored slot is stored, and loaded if at all, at the item's own index only,
+ * so no item reads what another writes. Its loop may run as vectors (the
+ * compiler cannot see it: OpenMP's outlined loop loses `restrict`); each
+ * item's arithmetic is unchanged, so are its bits. */
+static int independent_items(const Kernel *k)
+{
+    if (k->levels)
+        return 0;
+    char stored[64] = {0};
+    const KNode *nd = k->nodes.data;
+    for (int s = 0; s < k->body.len; s++) {
+        const KStmt *t = &k->body.data[s];
+        if (t->kind == KS_STORE || t->kind == KS_STORE_ADD) {
+            if (nd[t->b].kind != KN_IDX || nd[t->b].a != 0)
+                return 0;
+            stored[t->a] = 1;
+        }
+    }
+    for (int i = 0; i < k->nodes.len; i++)
+        if (nd[i].kind == KN_LOAD && stored[nd[i].a] &&
+            (nd[nd[i].b].kind != KN_IDX || nd[nd[i].b].a != 0))
+            return 0;
+    return 1;
+}
+
 static void loop_kernel(Out *o)
 {
     int depth = 1, level = 0;
     for (int s = 0; s < o->k->npre; s++) /* the same for every item: once a call */
         stmt(o, s, &depth, &level);
-    fprintf(o->f, "#pragma omp parallel for schedule(static) if (INT64_C(%lld) > 4096)\n",
-            (long long)o->k->extent * (o->k->levels ? 64 : 1));
+    fprintf(o->f, "#pragma omp parallel for%s schedule(static) if (INT64_C(%lld) > 4096)\n",
+            independent_items(o->k) ? " simd" : "", (long long)o->k->extent * (o->k->levels ? 64 : 1));
     fprintf(o->f, "    for (int64_t i0 = 0; i0 < INT64_C(%lld); i0++) {\n", (long long)o->k->extent);
     depth = 2;
     for (int s = o->k->npre; s < o->k->body.len; s++)
@@ -347,11 +375,21 @@ static int libm_call(const KNode *n)
            ((n->kind == KN_MAX || n->kind == KN_MIN) && n->type == KT_FLOAT);
 }
 
+/* The operations of the prelude's f32 exp and tanh (plan.c), counted as
+ * they are written: the polynomial, the reduction, the selects, the bits. */
+#define EXPF_OPS 37
+#define TANHF_OPS (EXPF_OPS + 23)
+
 /* One statement run `times` times into w. */
 static void stmt_work(const Kernel *k, const KStmt *t, double times, PlanWork *w)
 {
     const KNode *n = t->kind == KS_NODE ? &k->nodes.data[t->a] : NULL;
-    if (t->kind == KS_STORE || t->kind == KS_STORE_ADD)
+    int f32 = k->ftype == DT_F32;
+    if (n && f32 && n->kind == KN_EXP)
+        w->ops += times * EXPF_OPS;
+    else if (n && f32 && n->kind == KN_TANH)
+        w->ops += times * TANHF_OPS, w->divs += times;
+    else if (t->kind == KS_STORE || t->kind == KS_STORE_ADD)
         w->ops += times * (t->kind == KS_STORE ? 1 : 2);
     else if (t->kind == KS_REDUCE && t->c != KR_SUM) /* fmax or fmin */
         w->calls += times;

@@ -981,7 +981,40 @@ static const char *prelude =
     "static inline uint16_t tcc_f2bf(float x)\n{\n"
     "    uint32_t u;\n    memcpy(&u, &x, 4);\n"
     "    if ((u & 0x7fffffffu) > 0x7f800000u)\n        return (uint16_t)((u >> 16) | 0x40);\n"
-    "    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);\n}\n\n";
+    "    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);\n}\n\n"
+    /* f32 exp and tanh of the C rendering: plain arithmetic and selects, the
+     * same code in a vector loop and a scalar one, so a loop the compiler
+     * vectorizes gives the bits its scalar form gives (a call of the C
+     * library's expf stops a loop from being vectorized). */
+    "/* exp(x) = 2^n exp(r), x = n ln2 + r, |r| <= ln2 / 2 (n rounded to nearest\n"
+    " * by adding and taking away 1.5 2^23; ln2 in two parts); exp(r) by a degree\n"
+    " * 5 polynomial (Cephes' expf, about 1 ulp); 2^n as two powers of two whose\n"
+    " * exponent bits are set directly, so that results from the subnormals to\n"
+    " * infinity are rounded once; NaN stays NaN */\n"
+    "static inline float tcc_expf(float x)\n{\n"
+    "    float c = x < -104.0f ? -104.0f : x > 89.0f ? 89.0f : x;\n"
+    "    c = c == c ? c : 0.0f;\n"
+    "    const float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;\n"
+    "    const float r = (c - n * 0.693359375f) - n * -2.12194440e-4f;\n"
+    "    float p = 1.9875691500e-4f;\n"
+    "    p = p * r + 1.3981999507e-3f;\n    p = p * r + 8.3334519073e-3f;\n"
+    "    p = p * r + 4.1665795894e-2f;\n    p = p * r + 1.6666665459e-1f;\n"
+    "    p = p * r + 5.0000001201e-1f;\n"
+    "    const float y = p * (r * r) + r + 1.0f;\n"
+    "    const int32_t k = (int32_t)n, k1 = k / 2, k2 = k - k1;\n"
+    "    const uint32_t b1 = (uint32_t)(k1 + 127) << 23, b2 = (uint32_t)(k2 + 127) << 23;\n"
+    "    float s1, s2;\n    memcpy(&s1, &b1, 4);\n    memcpy(&s2, &b2, 4);\n"
+    "    return x == x ? y * s1 * s2 : x;\n}\n"
+    "/* tanh: below 0.625 in magnitude x + x^3 P(x^2) (Cephes' tanhf), else\n"
+    " * 1 - 2 / (exp(2 |x|) + 1) with x's sign; within 2 ulp */\n"
+    "static inline float tcc_tanhf(float x)\n{\n"
+    "    const float a = x < 0.0f ? -x : x, z = x * x;\n"
+    "    float p = -5.70498872745e-3f;\n"
+    "    p = p * z + 2.06390887954e-2f;\n    p = p * z - 5.37397155531e-2f;\n"
+    "    p = p * z + 1.33314422036e-1f;\n    p = p * z - 3.33332819422e-1f;\n"
+    "    const float small = x == 0.0f ? x : p * z * x + x; /* -0 stays -0 */\n"
+    "    const float big = 1.0f - 2.0f / (tcc_expf(a + a) + 1.0f);\n"
+    "    return a < 0.625f ? small : x < 0.0f ? -big : big;\n}\n\n";
 
 const char *cg_c_prelude(void) { return prelude; }
 
