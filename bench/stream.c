@@ -1,7 +1,7 @@
 /* stream.c: the machine's memory bandwidth as a kernel of tcc's sees it: a
  * triad a[i] = b[i] + s c[i] over f32 arrays far larger than the caches, as
  * one OpenMP parallel loop on every thread (the generated kernels' form);
- * 12 bytes an element. Prints the best of 5 trials in GB/s.
+ * 12 bytes an element. Prints the best of 10 trials in GB/s.
  *   cc -O3 -march=native -fopenmp -o stream bench/stream.c
  *   ./stream [MiB per array, default 256] */
 #include <omp.h>
@@ -28,7 +28,7 @@ int main(int argc, char **argv)
     for (int64_t i = 0; i < n; i++)
         a[i] = 0, b[i] = (float)i, c[i] = 1.0f; /* pages placed by the threads that use them */
     double best = 0;
-    for (int t = 0; t < 5; t++) {
+    for (int t = 0; t < 10; t++) {
         double t0 = now_s();
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; i++)

@@ -411,7 +411,7 @@ static void stmt_work(const Kernel *k, const KStmt *t, double times, PlanWork *w
  * reduces is a chain. */
 static PlanWork loop_work(const Kernel *k)
 {
-    PlanWork w = {0, 0, 0, 0, 0, k->extent * (k->levels ? 64 : 1) <= 4096};
+    PlanWork w = {.serial = k->extent * (k->levels ? 64 : 1) <= 4096};
     double times[16] = {(double)k->extent};
     int depth = 0;
     for (int s = 0; s < k->body.len; s++) {
@@ -429,6 +429,8 @@ static PlanWork loop_work(const Kernel *k)
             stmt_work(k, t, s < k->npre ? 1 : times[depth], &w);
         }
     }
+    if (independent_items(k) && w.calls == 0 && w.tanh == 0) /* a vector loop (no library call) */
+        w.vops = w.ops + 4 * w.divs, w.ops = w.divs = 0;
     return w;
 }
 
@@ -447,9 +449,9 @@ static PlanWork attention_work(const Kernel *k)
     double pairs = rows * (a->causal ? (double)(a->seq + 1) / 2 : (double)a->seq);
     if (k->pattern == KP_ATTENTION)
         return (PlanWork){2 * dh * pairs + 4 * dh * rows, dh * pairs, dh * rows, 2 * pairs + rows,
-                        0, 0};
+                          0, 0, 0};
     return (PlanWork){21 * dh * pairs + 6 * dh * rows, 2 * dh * pairs, dh * rows, 4 * pairs + rows,
-                    0, 0};
+                      0, 0, 0};
 }
 
 PlanWork cg_c_work(const Kernel *k)

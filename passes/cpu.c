@@ -33,6 +33,7 @@ static const struct {
     [CPU_SPEEDUP] = {"parallel_speedup", "GEMMs and parallel kernels on every core against one"},
     [CPU_FORK] = {"fork_us", "a parallel region (OpenMP threads woken and joined)"},
     [CPU_MEMORY] = {"memory_gib", "physical memory"},
+    [CPU_VOP] = {"vop_ns", "an operation of a kernel whose loop runs as vectors, one thread"},
 };
 
 const char *pass_cpu_key(CpuKey k)
@@ -74,7 +75,7 @@ static const char *cpu_line(Arena *a, char *line, CpuSpec *out)
         return NULL;
     }
     return "unknown key (what, cores, gemm1_gflops, convert_ns, op_ns, chain_ns, div_ns, call_ns, "
-           "tanh_ns, stream_gbs, parallel_speedup, fork_us, memory_gib)";
+           "tanh_ns, stream_gbs, parallel_speedup, fork_us, memory_gib, vop_ns)";
 }
 
 /* The line's first setting is gpu = NAME: NAME's first character, else NULL. */
@@ -175,7 +176,8 @@ static double speed(const CostDevice *d, int parallel)
 /* Seconds of a kernel's scalar work on one thread. */
 static double work_s(const CpuSpec *s, const PlanWork *k)
 {
-    return (k->ops * s->v[CPU_OP] + k->chain * s->v[CPU_CHAIN] + k->divs * s->v[CPU_DIV] +
+    return (k->ops * s->v[CPU_OP] + k->vops * s->v[CPU_VOP] + k->chain * s->v[CPU_CHAIN] +
+            k->divs * s->v[CPU_DIV] +
             k->calls * s->v[CPU_CALL] + k->tanh * s->v[CPU_TANH]) *
            1e-9;
 }

@@ -122,7 +122,7 @@ int pass_cluster_read(Arena *a, const char *path, ClusterSpec *out, char *err, s
  * runtime: rt_cpu_measure) or read from a file that --calibrate-cpu wrote. */
 typedef enum {
     CPU_CORES, CPU_GEMM1, CPU_CONVERT, CPU_OP, CPU_CHAIN, CPU_DIV, CPU_CALL, CPU_TANH,
-    CPU_STREAM, CPU_SPEEDUP, CPU_FORK, CPU_MEMORY, CPU_NKEYS
+    CPU_STREAM, CPU_SPEEDUP, CPU_FORK, CPU_MEMORY, CPU_VOP, CPU_NKEYS
 } CpuKey;
 typedef struct CpuSpec {
     double v[CPU_NKEYS]; /* by CpuKey, in the file's units (docs/cost.md) */

@@ -55,6 +55,14 @@ static const char source[] =
     "    for (int64_t i1 = 0; i1 < INT64_C(1048576); i1++) { const float t1 = a0[i1]; acc += t1; "
     "}\n"
     "    a2[0] = acc + a1[0];\n}\n"
+    /* a loop of independent items, as codegen writes one (parallel for simd, on one
+     * thread here): 7 operations an item (2 loads, 4 arithmetic, 1 store), as vectors;
+     * 2^14 items (192 KiB, in cache: the memory is priced apart) 64 times */
+    "void cal_vops(char *const *args)\n"
+    "{\n    ARGS\n    for (int r = 0; r < 64; r++) {\n#pragma omp simd\n"
+    "    for (int64_t i0 = 0; i0 < INT64_C(16384); i0++) {\n"
+    "        const float t1 = a0[i0]; const float t2 = a1[i0 + r]; const float t3 = t1 * t2;\n"
+    "        const float t4 = t3 + t1; const float t5 = t4 * t4; a2[i0] = t5 - t2;\n    }\n    }\n}\n"
     /* a sum of two arrays: 4 operations and 12 bytes an item, bound by the memory */
     "void cal_stream(char *const *args)\n"
     "{\n    ARGS\n    for (int64_t i0 = 0; i0 < INT64_C(1048576); i0++) {\n"
@@ -94,11 +102,12 @@ enum {
     K_OPS_PAR,
     K_TANH_PAR,
     K_FLUSH,
+    K_VOPS,
     K_COUNT
 };
 static const char *const names[K_COUNT] = {"cal_ops",      "cal_chain", "cal_stream", "cal_div",
                                            "cal_exp",      "cal_tanh",  "cal_fork",   "cal_ops_par",
-                                           "cal_tanh_par", "cal_flush"};
+                                           "cal_tanh_par", "cal_flush", "cal_vops"};
 
 /* The calibration's device: the kernels, the slab's arrays, a GEMM's operands. */
 typedef struct Bench {
@@ -183,7 +192,7 @@ static double sgemm_s(Bench *b, int m, int nn, int k)
 }
 
 /* The measurements on one thread: the kernels first, in their order, then the others. */
-enum { M_OPS, M_CHAIN, M_STREAM, M_DIV, M_EXP, M_TANH, M_GEMM1, M_CONVERT, M_COUNT };
+enum { M_OPS, M_CHAIN, M_STREAM, M_DIV, M_EXP, M_TANH, M_GEMM1, M_CONVERT, M_VOPS, M_COUNT };
 
 /* Seconds of the bf16 GEMM wrapper's loops (runtime/cpu.c, compiled as it
  * is): ITEMS elements widened to f32, then rounded back; in the flush's array,
@@ -226,7 +235,7 @@ static double run_one(Bench *b, int m)
     if (m == M_CONVERT)
         return convert_s(b);
     double t0 = now_s();
-    b->d.fns[m](b->args);
+    b->d.fns[m == M_VOPS ? K_VOPS : m](b->args);
     return now_s() - t0;
 }
 
@@ -288,6 +297,7 @@ static void figures(RtCpuSpeed *s, const double *t)
 {
     double items = ITEMS;
     s->op_ns = t[M_OPS] / items / 8 * 1e9;
+    s->vop_ns = t[M_VOPS] / items / 7 * 1e9;
     s->chain_ns = fmax(t[M_CHAIN] / items * 1e9 - s->op_ns, 0.01);
     s->stream_gbs = 12.0 * items / t[M_STREAM] / 1e9;
     s->div_ns = fmax((t[M_DIV] / CALL_ITEMS * 1e9 - 5 * s->op_ns) / 2, 0.01);

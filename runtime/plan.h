@@ -115,6 +115,7 @@ typedef struct PlanGemm {
 typedef struct PlanWork {
     double ops, chain, divs, calls, tanh;
     int serial;
+    double vops; /* operations of a loop that runs as vectors (its divisions: 4 each) */
 } PlanWork;
 
 typedef struct PlanInstr {

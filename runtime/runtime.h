@@ -117,6 +117,7 @@ typedef struct RtCpuSpeed {
     double gemm1_gflops; /* sgemm 512^3 on one thread */
     double convert_ns;   /* a bf16 element widened to f32, or rounded back, by the GEMM wrapper */
     double op_ns;        /* a kernel's operation (load, store, arithmetic), one thread */
+    double vop_ns;       /* one of a kernel whose loop runs as vectors (parallel for simd) */
     double chain_ns;     /* a step of a running sum, beyond its operation */
     double div_ns;       /* a float division or square root */
     double call_ns;      /* a call of expf (of the math library: logf, powf, fmaxf alike) */

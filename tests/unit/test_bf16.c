@@ -16,6 +16,7 @@
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "runtime/runtime.h"
+#include "tests/support/cload.h"
 #include "tests/support/tmpdir.h"
 
 #define N 4096
@@ -45,19 +46,7 @@ static void setup(void)
     cr_assert_not_null(g);
     cr_assert_eq(cg_build_plan(c, g, 0, &plan), 0);
     cr_assert_gt(plan.nkernels, 0);
-    char path[128], so_path[128], cmd[512];
-    snprintf(path, sizeof path, "%s/k.c", dir);
-    snprintf(so_path, sizeof so_path, "%s/k.so", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(plan.kernel_source, f);
-    fputs(wrappers, f);
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "cc -std=c99 -O2 -fopenmp -Wall -Werror -fPIC -shared -o %s %s -lm",
-             so_path, path);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-    so = dlopen(so_path, RTLD_NOW);
-    cr_assert_not_null(so, "%s", dlerror());
+    so = cload(dir, plan.kernel_source, wrappers, "-std=c99 -O2 -fopenmp -Wall -Werror");
 }
 
 static void teardown(void)

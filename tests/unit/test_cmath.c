@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "codegen/codegen.h"
+#include "tests/support/cload.h"
 #include "tests/support/tmpdir.h"
 
 typedef float (*Fn)(float);
@@ -37,21 +38,8 @@ static const char *wrappers =
 static void setup(void)
 {
     tmpdir_make(dir, "cmath");
-    char path[128], so_path[128], cmd[512];
-    snprintf(path, sizeof path, "%s/k.c", dir);
-    snprintf(so_path, sizeof so_path, "%s/k.so", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(cg_c_prelude(), f);
-    fputs(wrappers, f);
-    fclose(f);
-    snprintf(cmd, sizeof cmd,
-             "cc -O3 -march=native -fno-math-errno -ffp-contract=off -std=c99 -Wall -Werror "
-             "-fPIC -shared -o %s %s -lm",
-             so_path, path);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-    so = dlopen(so_path, RTLD_NOW);
-    cr_assert_not_null(so, "%s", dlerror());
+    so = cload(dir, cg_c_prelude(), wrappers,
+               "-O3 -march=native -fno-math-errno -ffp-contract=off -std=c99 -Wall -Werror");
 }
 
 static void teardown(void)

@@ -188,7 +188,8 @@ static CpuSpec cpu_spec(void)
     double v[CPU_NKEYS] = {[CPU_CORES] = 2,    [CPU_GEMM1] = 100,  [CPU_CONVERT] = 1.5,
                            [CPU_OP] = 0.25,    [CPU_CHAIN] = 1,    [CPU_DIV] = 2,
                            [CPU_CALL] = 4,     [CPU_TANH] = 16,    [CPU_STREAM] = 10,
-                           [CPU_SPEEDUP] = 1.5, [CPU_FORK] = 8,    [CPU_MEMORY] = 16};
+                           [CPU_SPEEDUP] = 1.5, [CPU_FORK] = 8,    [CPU_MEMORY] = 16,
+                           [CPU_VOP] = 0.05};
     memcpy(s.v, v, sizeof v);
     return s;
 }
