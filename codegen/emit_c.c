@@ -196,8 +196,10 @@ static void loop_kernel(Out *o)
     int depth = 1, level = 0;
     for (int s = 0; s < o->k->npre; s++) /* the same for every item: once a call */
         stmt(o, s, &depth, &level);
-    fprintf(o->f, "#pragma omp parallel for%s schedule(static) if (INT64_C(%lld) > 4096)\n",
-            independent_items(o->k) ? " simd" : "", (long long)o->k->extent * (o->k->levels ? 64 : 1));
+    /* if (parallel: ...): a bare if would turn the simd off too on a small kernel */
+    fprintf(o->f, "#pragma omp parallel for%s schedule(static) if (%sINT64_C(%lld) > 4096)\n",
+            independent_items(o->k) ? " simd" : "", independent_items(o->k) ? "parallel: " : "",
+            (long long)o->k->extent * (o->k->levels ? 64 : 1));
     fprintf(o->f, "    for (int64_t i0 = 0; i0 < INT64_C(%lld); i0++) {\n", (long long)o->k->extent);
     depth = 2;
     for (int s = o->k->npre; s < o->k->body.len; s++)
@@ -412,7 +414,7 @@ static void stmt_work(const Kernel *k, const KStmt *t, double times, PlanWork *w
 static PlanWork loop_work(const Kernel *k)
 {
     PlanWork w = {.serial = k->extent * (k->levels ? 64 : 1) <= 4096};
-    double times[16] = {(double)k->extent};
+    double times[16] = {(double)k->extent}, loop_calls = 0;
     int depth = 0;
     for (int s = 0; s < k->body.len; s++) {
         const KStmt *t = &k->body.data[s];
@@ -426,10 +428,13 @@ static PlanWork loop_work(const Kernel *k)
         } else if (t->kind == KS_END) {
             depth--;
         } else {
+            double c = w.calls + w.tanh;
             stmt_work(k, t, s < k->npre ? 1 : times[depth], &w);
+            loop_calls += s < k->npre ? 0 : w.calls + w.tanh - c;
         }
     }
-    if (independent_items(k) && w.calls == 0 && w.tanh == 0) /* a vector loop (no library call) */
+    /* a vector loop: no library call in it (the prologue's, once a call, do not count) */
+    if (independent_items(k) && loop_calls == 0)
         w.vops = w.ops + 4 * w.divs, w.ops = w.divs = 0;
     return w;
 }

@@ -17,6 +17,7 @@
 #include "codegen.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The operand fields of node n that are nodes: a mask of a (1), b (2), c (4). */
@@ -32,11 +33,21 @@ static int operands(const KNode *n)
     }
 }
 
+/* A literal as an f32 kernel's C has it: its rendering (the shortest decimal
+ * of the double, with an f) read as a float, which a halfway double's plain
+ * conversion may round the other way. */
+static float f32_literal(double x)
+{
+    char buf[48];
+    fmt_double(buf, sizeof buf, x);
+    return strtof(buf, NULL);
+}
+
 /* The folded value of float node n on literals x, y, in the kernel's type. */
 static int fold_float(const Kernel *k, const KNode *n, double x, double y, double *out)
 {
     if (k->ftype == DT_F32) {
-        float a = (float)x, b = (float)y, r;
+        float a = f32_literal(x), b = f32_literal(y), r;
         switch (n->kind) {
         case KN_ADD: r = a + b; break;
         case KN_SUB: r = a - b; break;

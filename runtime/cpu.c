@@ -233,19 +233,21 @@ static int load_symbols(CpuDevice *d, const Plan *p, char *err, size_t n)
 }
 
 /* What else decides the object: the flags, and the CPU it was built for
- * (-march=native; a cache shared by unlike hosts keeps one each). */
+ * (-march=native): the model name and the feature flags (x86's "flags", ARM's
+ * "Features" and "CPU part"), so that a cache shared by unlike hosts, or by
+ * virtual machines of one model with features masked, keeps one each. */
 static uint64_t build_id(void)
 {
-    char line[512], model[512] = "";
+    char line[4096];
+    uint64_t h = 0;
+    int seen = 0; /* the first processor's lines: its name and its features */
     FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "model name", 10)) {
-            memcpy(model, line, sizeof model);
-            break;
-        }
+    while (f && fgets(line, sizeof line, f) && seen < 2)
+        if (!strncmp(line, "model name", 10) || !strncmp(line, "flags", 5) ||
+            !strncmp(line, "Features", 8) || !strncmp(line, "CPU part", 8))
+            h = h * 31 + fnv1a(line), seen += strncmp(line, "model name", 10) != 0;
     if (f)
         fclose(f);
-    uint64_t h = fnv1a(model);
     for (size_t i = 0; i < sizeof cc_flags / sizeof cc_flags[0]; i++)
         h = h * 31 + fnv1a(cc_flags[i]);
     return h;

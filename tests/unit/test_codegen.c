@@ -341,3 +341,26 @@ Test(codegen, cpu_work_of_a_kernel_counts_its_rendering)
     cr_assert_eq(att->divs, 4 * 2 * 2 * 64, "a row of the head divided by its sum");
     ctx_free(c);
 }
+
+/* AdamW's loop runs as vectors (its items are independent, no library call in
+ * the loop): its work is vector operations, and the two powf of its bias
+ * corrections, hoisted, are two calls a call of the kernel, not two an
+ * element. */
+Test(codegen, adamw_is_priced_as_a_vector_loop_with_its_powf_once)
+{
+    const char *src = "input x : f32[64, 128]\n"
+                      "param w : f32[64, 128] = normal(1)\n"
+                      "loss = sum(sum(x * w))\n"
+                      "train { optimizer = adamw(lr = 1e-3) }\n";
+    Ctx *c = ctx_new(stderr);
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    cr_assert_not_null(g);
+    cr_assert_eq(pass_autodiff(c, g), 0);
+    cr_assert_eq(pass_optimizer(c, g), 0);
+    Plan plan;
+    cr_assert_eq(cg_build_plan(c, g, 0, &plan), 0);
+    const PlanWork *w = kernel_named(&plan, "adamw");
+    cr_assert_eq(w->calls, 2, "the two powf, once: %g", w->calls);
+    cr_assert(w->ops == 0 && w->divs == 0 && w->vops > 64 * 128, "a vector loop: %g", w->vops);
+    ctx_free(c);
+}
