@@ -193,12 +193,12 @@ static int independent_items(const Kernel *k)
 
 static void loop_kernel(Out *o)
 {
-    int depth = 1, level = 0;
+    int depth = 1, level = 0, simd = independent_items(o->k);
     for (int s = 0; s < o->k->npre; s++) /* the same for every item: once a call */
         stmt(o, s, &depth, &level);
     /* if (parallel: ...): a bare if would turn the simd off too on a small kernel */
     fprintf(o->f, "#pragma omp parallel for%s schedule(static) if (%sINT64_C(%lld) > 4096)\n",
-            independent_items(o->k) ? " simd" : "", independent_items(o->k) ? "parallel: " : "",
+            simd ? " simd" : "", simd ? "parallel: " : "",
             (long long)o->k->extent * (o->k->levels ? 64 : 1));
     fprintf(o->f, "    for (int64_t i0 = 0; i0 < INT64_C(%lld); i0++) {\n", (long long)o->k->extent);
     depth = 2;

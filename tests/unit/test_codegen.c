@@ -311,6 +311,18 @@ static const PlanWork *kernel_named(const Plan *p, const char *op)
     return NULL;
 }
 
+/* The plan of src in c (its step with gradients and updates when train). */
+static void plan_of(Ctx *c, const char *src, int train, Plan *plan)
+{
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    cr_assert_not_null(g);
+    if (train) {
+        cr_assert_eq(pass_autodiff(c, g), 0);
+        cr_assert_eq(pass_optimizer(c, g), 0);
+    }
+    cr_assert_eq(cg_build_plan(c, g, 0, plan), 0);
+}
+
 Test(codegen, cpu_work_of_a_kernel_counts_its_rendering)
 {
     const char *src = "input x : f32[64, 128]\n"
@@ -319,10 +331,8 @@ Test(codegen, cpu_work_of_a_kernel_counts_its_rendering)
                       "a = sum(sum(gelu(x))) + sum(sum(exp(y)))\n"
                       "loss = a + sum(sum(sum(attention(q, q, q, heads = 2, causal))))\n";
     Ctx *c = ctx_new(stderr);
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
-    cr_assert_not_null(g);
     Plan plan;
-    cr_assert_eq(cg_build_plan(c, g, 0, &plan), 0);
+    plan_of(c, src, 0, &plan);
     const PlanWork *gelu = kernel_named(&plan, "gelu"), *exp = kernel_named(&plan, "_exp");
     /* f32: the prelude's tanh and exp, arithmetic (60 and 37 operations); gelu's items
      * are independent and call no library: a vector loop, its division 4 operations */
@@ -353,12 +363,8 @@ Test(codegen, adamw_is_priced_as_a_vector_loop_with_its_powf_once)
                       "loss = sum(sum(x * w))\n"
                       "train { optimizer = adamw(lr = 1e-3) }\n";
     Ctx *c = ctx_new(stderr);
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
-    cr_assert_not_null(g);
-    cr_assert_eq(pass_autodiff(c, g), 0);
-    cr_assert_eq(pass_optimizer(c, g), 0);
     Plan plan;
-    cr_assert_eq(cg_build_plan(c, g, 0, &plan), 0);
+    plan_of(c, src, 1, &plan);
     const PlanWork *w = kernel_named(&plan, "adamw");
     cr_assert_eq(w->calls, 2, "the two powf, once: %g", w->calls);
     cr_assert(w->ops == 0 && w->divs == 0 && w->vops > 64 * 128, "a vector loop: %g", w->vops);
