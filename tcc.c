@@ -35,6 +35,7 @@ typedef struct Options {
     int nroles;
     const char *schedule;   /* --schedule=NAME: the train setting schedule */
     int verify;             /* --verify[=STEPS]: steps to compare, 0 when absent */
+    int verify_native;      /* --verify=native[,STEPS]: the model's own precision, not f64 */
     double verify_tol;      /* --verify-tol=X, 0: by dtype */
     const char *gpu;        /* --gpu NAME: a row of passes/devices.c, or "cpu" */
     double device_memory;   /* --device-memory SIZE in bytes, 0 when absent */
@@ -75,9 +76,13 @@ static void usage(FILE *f)
             "  --sequence-parallel   split norms and elementwise ops on the sequence over\n"
             "                        the tensor axis (train setting sequence_parallel)\n"
             "  --role AXIS=ROLE      give a mesh axis another role (data, fsdp, tensor, ...)\n"
-            "  --verify[=N]          run N steps (3) on the mesh (threads) and on one device,\n"
-            "                        print per parameter the largest relative difference,\n"
-            "                        fail above --verify-tol (1e-9 for f64, 1e-3 for f32)\n"
+            "  --verify[=N]          the contract: the model in float64 (precision = f64)\n"
+            "                        on the mesh (threads) and on one device, N steps (3):\n"
+            "                        each step's loss, step 1's gradients (to the scale of\n"
+            "                        the whole gradient), then parameters and optimizer\n"
+            "                        state; fail above --verify-tol (1e-9)\n"
+            "  --verify=native[,N]   the same in the model's own precision (tolerance by\n"
+            "                        dtype: 1e-4 for f32, 5e-2 for bf16)\n"
             "  --emit=ir             print the final graph IR (to -o FILE or stdout)\n"
             "  --emit=plan -o DIR    write the plan of one training step to DIR/plan.json\n"
             "  --emit=c              print the C source of the plan's kernels\n"
@@ -383,9 +388,17 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
         } else if (!strcmp(a, "--verify")) {
             o->verify = 3;
         } else if (!strncmp(a, "--verify=", 9)) {
-            o->verify = atoi(a + 9);
-            if (o->verify < 1 || o->verify > 1000)
-                return fail("--verify=%s: expected a step count in [1, 1000]", a + 9);
+            const char *n = a + 9;
+            if (!strncmp(n, "native", 6) && (!n[6] || n[6] == ',')) {
+                o->verify_native = 1;
+                n = n[6] ? n + 7 : "3";
+            }
+            char *end;
+            long k = strtol(n, &end, 10);
+            if (end == n || *end || k < 1 || k > 1000)
+                return fail("--verify=%s: expected a step count in [1, 1000], 'native' or "
+                            "'native,N'", a + 9);
+            o->verify = (int)k;
         } else if ((v = opt_value(argc, argv, &i, "--verify-tol"))) {
             o->verify_tol = strtod(v, NULL);
             if (!(o->verify_tol > 0))
@@ -642,10 +655,14 @@ static int apply_set(Graph *g, const char *text)
 
 static int apply_settings(Ctx *c, const Options *o, Graph *g)
 {
-    (void)c;
     for (int i = 0; i < o->nsets; i++)
         if (apply_set(g, o->sets[i]) != 0)
             return -1;
+    if (o->verify) { /* both of --verify's plans: gradients kept, float64 unless native */
+        c->keep_grads = 1;
+        if (!o->verify_native)
+            set_train(g, ir_attr_str(g->arena, intern(g->strings, "precision"), "f64"));
+    }
     if (o->zero >= 0)
         set_train(g, ir_attr_int(g->arena, intern(g->strings, "zero"), o->zero));
     if (o->sequence_parallel)
@@ -794,6 +811,104 @@ static int run_passes(Ctx *c, const Options *o, Graph *g)
     return 0;
 }
 
+/* After a failed --verify: both plans again with every value kept (own
+ * memory, nothing fused), step 1 of each, and the first value in the
+ * one-device program's order that differs beyond tol at its own scale. A
+ * value whose scale is under 1e-6 of the step's largest is judged at that
+ * floor: the rounding noise of a true zero (a key bias's gradient) is no
+ * divergence. Values the mesh holds as partial sums are skipped (their
+ * blocks are not the whole value); the value their reduction makes is not. */
+static void first_divergence(Ctx *c, Graph *g, Graph *g1, double tol)
+{
+    Plan mesh, one;
+    char err[512];
+    printf("looking for the first value of step 1 that differs (every value kept)\n");
+    if (cg_build_plan(c, g, CG_KEEP_VALUES, &mesh) != 0 ||
+        cg_build_plan(c, g1, CG_KEEP_VALUES, &one) != 0)
+        return;
+    double *diff = arena_alloc(c->arena, sizeof(double) * (size_t)(one.ntensors + 1));
+    double *scale = arena_alloc(c->arena, sizeof(double) * (size_t)(one.ntensors + 1));
+    int *t_of = arena_alloc(c->arena, sizeof(int) * (size_t)(g1->values.len + 1));
+    if (rt_verify_values(&mesh, &one, 1, NULL, diff, scale, err, sizeof err) != 0) {
+        fprintf(stderr, "tcc: error: --verify: %s\n", err);
+        return;
+    }
+    /* with data parallelism a microbatch holds other rows on the mesh (its
+     * block of each device's rows) than on one device: only their sums compare */
+    TrainConfig tc;
+    int data = 1, per_mb;
+    if (pass_train_config(c, g1, &tc))
+        return;
+    for (int a = 0; a < g->mesh.naxes; a++)
+        if (g->mesh.axes[a].role == ROLE_DATA || g->mesh.axes[a].role == ROLE_FSDP)
+            data *= g->mesh.axes[a].size;
+    per_mb = data == 1 || tc.microbatches == 1;
+    if (!per_mb)
+        printf("(%d microbatches over %d data-parallel devices: the values of one "
+               "microbatch hold other rows on the mesh, so only what sums them is compared; "
+               "--set microbatches=1 compares every value)\n",
+               (int)tc.microbatches, data);
+    double top = 0;
+    for (int i = 0; i < g1->values.len; i++)
+        t_of[i] = -1;
+    for (int t = one.ntensors - 1; t >= 0; t--) {
+        int v = one.tensors[t].value;
+        if (v >= 0 && v < g1->values.len)
+            t_of[v] = t;
+        top = diff[t] >= 0 && scale[t] > top ? scale[t] : top;
+    }
+    for (int i = 0; i < g1->ops.len; i++) {
+        const Op *op = g1->ops.data[i];
+        for (int r = 0; r < op->nres; r++) {
+            const Value *v1 = op->res[r];
+            int t = t_of[v1->id];
+            /* parameters and state hold their updated values by now (the
+             * comparison above judged them) */
+            if (t < 0 || diff[t] < 0 || v1->id >= g->values.len ||
+                one.tensors[t].role == PT_PARAM || one.tensors[t].role == PT_STATE ||
+                (!per_mb && op->mb >= 0))
+                continue;
+            const Value *vm = g->values.data[v1->id];
+            if (vm->shard.partial || vm->rank != v1->rank ||
+                (vm->name != v1->name && (!vm->name || !v1->name || strcmp(vm->name, v1->name))))
+                continue;
+            double rel = diff[t] / fmax(scale[t], 1e-6 * top);
+            if (!(rel > tol))
+                continue;
+            const Op *def = vm->def;
+            Loc loc = def->loc.line > 0 ? def->loc : vm->loc;
+            int coll = def->kind >= OP_ALL_REDUCE && def->kind <= OP_SHARD_SLICE;
+            printf("first diverging value of step 1 (in the one-device program's order):\n  ");
+            ir_print_op(stdout, g, def);
+            if (loc.line > 0)
+                printf("  at %s:%d:%d\n", loc.file ? loc.file : "?", loc.line, loc.col);
+            printf("  sharding on the mesh: ");
+            ir_print_value_type(stdout, g, vm);
+            printf(" (%s%s%s)\n", ir_why_name(vm->shard.why.kind),
+                   vm->shard.why.detail ? ": " : "",
+                   vm->shard.why.detail ? vm->shard.why.detail : "");
+            if (coll)
+                printf("  made by: %s, a collective of the partition pass\n", ir_ops[def->kind].name);
+            else
+                printf("  made by: %s, partitioned on the mesh by its sharding rule\n",
+                       ir_ops[def->kind].name);
+            for (int a = 0; a < def->nargs; a++) { /* the collectives that fed it */
+                const Op *in = def->args[a]->def;
+                if (in && in->kind >= OP_ALL_REDUCE && in->kind <= OP_SHARD_SLICE) {
+                    printf("  operand %d made by the partition pass (%s):\n    ", a,
+                           def->args[a]->shard.why.detail ? def->args[a]->shard.why.detail
+                                                          : ir_ops[in->kind].name);
+                    ir_print_op(stdout, g, in);
+                }
+            }
+            printf("  difference: max |mesh - one| %.3g, %.3g of its scale %.3g (tolerance %.3g)\n",
+                   diff[t], rel, scale[t], tol);
+            return;
+        }
+    }
+    printf("every value of step 1 agrees within the tolerance: the steps after diverge\n");
+}
+
 /* --verify: the plan for the mesh against the same model compiled for one
  * device (every mesh axis of size 1), run side by side on random inputs. */
 static int verify_mesh(Ctx *c, Options *o, Graph *g)
@@ -811,14 +926,22 @@ static int verify_mesh(Ctx *c, Options *o, Graph *g)
     if (!g1 || apply_settings(c, o, g1) != 0 || verify(c, &quiet, g1, "lower") != 0 ||
         run_passes(c, &quiet, g1) != 0 || cg_build_plan(c, g1, 0, &one) != 0)
         return -1;
+    TrainConfig tc;
+    if (pass_train_config(c, g1, &tc))
+        return -1;
     int f64 = one.loss >= 0 && one.tensors[one.loss].dtype == PD_F64;
-    double tol = o->verify_tol > 0 ? o->verify_tol : f64 ? 1e-9 : 1e-3;
+    int bf16 = !strcmp(tc.precision, "bf16");
+    double tol = o->verify_tol > 0 ? o->verify_tol : f64 ? 1e-9 : bf16 ? 5e-2 : 1e-4;
     char err[512];
-    printf("verify: %s on %lld devices against one device, %d steps\n", g->name,
-           (long long)plan_mesh_size(&mesh), o->verify);
+    printf("verify: %s on %lld devices against one device, %d step%s, %s\n", g->name,
+           (long long)plan_mesh_size(&mesh), o->verify, o->verify > 1 ? "s" : "",
+           o->verify_native ? (bf16 ? "in the model's precision (bf16)" : "in the model's precision")
+                            : "in float64 (precision = f64)");
     int rc = rt_verify(&mesh, &one, o->verify, 1, tol, NULL, stdout, err, sizeof err);
     if (rc < 0)
         fprintf(stderr, "tcc: error: --verify: %s\n", err);
+    if (rc > 0)
+        first_divergence(c, g, g1, tol);
     return rc ? -1 : 0;
 }
 

@@ -117,6 +117,9 @@ typedef struct Ctx {
     int one_microbatch;
     /* the planner's profile: every repeat lowers at most this many iterations (0: all) */
     int repeat_limit;
+    /* --verify: the optimizer also keeps each parameter's gradient, before
+     * clipping, as the state "NAME:grad" (passes/optimizer.c) */
+    int keep_grads;
 } Ctx;
 
 /* A fresh context writing diagnostics to `out`; ctx_free releases everything. */

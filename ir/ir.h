@@ -248,6 +248,8 @@ int ir_train_config(const Graph *g, TrainConfig *tc, char *err, size_t n);
 void ir_print(FILE *out, const Graph *g);
 char *ir_print_string(Arena *a, const Graph *g); /* the same text in the arena */
 void ir_print_value_type(FILE *out, const Graph *g, const Value *v); /* f32[8@dp,16] partial(tp) */
+/* One op's line as ir_print writes it (the same %N numbering). */
+void ir_print_op(FILE *out, const Graph *g, const Op *op);
 /* Parse the printed form; errors go to c->diag with locations in `name`.
  * NULL after errors. The result's strings are interned in c->strings. */
 Graph *ir_parse(Ctx *c, const char *name, const char *text, size_t len);

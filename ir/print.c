@@ -373,6 +373,14 @@ void ir_print(FILE *out, const Graph *g)
     num_free(&n);
 }
 
+void ir_print_op(FILE *out, const Graph *g, const Op *op)
+{
+    Numbering n;
+    num_init(&n, g);
+    print_op(out, g, &n, op);
+    num_free(&n);
+}
+
 char *ir_print_string(Arena *a, const Graph *g)
 {
     char *buf = NULL;

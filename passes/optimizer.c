@@ -5,7 +5,9 @@
  * AdamW update per parameter, whose new values are stored back with 'update'.
  * Optimizer moments are 'state' values, ordinary tensors that later passes can
  * shard like parameters. The outputs become loss, learning rate, gradient norm.
- * Weight decay skips rank-1 parameters (norm gains and biases). */
+ * Weight decay skips rank-1 parameters (norm gains and biases). For --verify
+ * (Ctx.keep_grads) each gradient, before clipping, is also stored into a
+ * state "NAME:grad", so that the contract check can compare gradients. */
 #include "passes.h"
 
 #include <string.h>
@@ -176,6 +178,15 @@ int pass_optimizer(Ctx *c, Graph *g)
     Value *lr = learning_rate(&o, sdt);
     Value *step = lr->def->args[0];
     Value *norm = global_norm(&o, grads, params.len, sdt);
+    for (int i = 0; c->keep_grads && i < params.len; i++) {
+        o.at = params.data[i]->def;
+        Value *gv = grads[i];
+        const char *name = params.data[i]->name ? params.data[i]->name : "param";
+        update(&o, source(&o, OP_STATE, gv->dtype, gv->rank, gv->shape,
+                          arena_printf(g->arena, "%s:grad", name)),
+               gv);
+    }
+    o.at = NULL;
     if (o.tc.grad_clip > 0) {
         Attr *mx = ir_attr_float(g->arena, "max_norm", o.tc.grad_clip);
         Value *scale = emit(&o, OP_CLIP_SCALE, &norm, 1, &mx, 1);

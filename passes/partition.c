@@ -14,6 +14,7 @@
 #include "shard.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct Memo {
@@ -32,7 +33,18 @@ typedef struct PP {
     VEC(Op *) ops;   /* the new op order */
     VEC(Memo) memo;
     VEC(Stats) stats;
+    int nreduce;     /* all-reduces emitted so far (the test hook of emit_step) */
 } PP;
+
+/* A test's hook (tests/lit/shard/verify-diverge.test): the environment
+ * variable TCC_TEST_BREAK=all_reduce:N makes the Nth all-reduce this pass
+ * emits reduce over no axis, so that the plan is wrong on purpose and
+ * --verify has a divergence to find. */
+static int broken_reduce(PP *p)
+{
+    const char *e = getenv("TCC_TEST_BREAK");
+    return e && !strncmp(e, "all_reduce:", 11) && atoi(e + 11) == ++p->nreduce;
+}
 
 static Attr *axes_attr(PP *p, const int8_t *axes, int n)
 {
@@ -49,7 +61,8 @@ static Value *emit_step(PP *p, Value *x, const ReStep *st, const Op *site, const
     Op *op = ir_op_new(g, st->kind, &x, 1, site->loc);
     g->ops.len--; /* ordered by p->ops */
     ir_op_place_like(op, site);
-    ir_op_set_attr(g, op, axes_attr(p, st->axes, st->naxes));
+    int naxes = st->kind == OP_ALL_REDUCE && broken_reduce(p) ? 0 : st->naxes;
+    ir_op_set_attr(g, op, axes_attr(p, st->axes, naxes));
     if (st->kind != OP_ALL_REDUCE)
         ir_op_set_attr(g, op, ir_attr_int(g->arena, "dim", st->dim));
     if (st->kind == OP_ALL_TO_ALL)

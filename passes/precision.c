@@ -1,4 +1,5 @@
-/* precision.c: bf16 mixed precision (train setting precision = bf16).
+/* precision.c: bf16 mixed precision (train setting precision = bf16), and
+ * precision = f64 (every float in float64: promote_f64).
  * Reads the forward and backward graph that autodiff left (outputs: loss, one
  * gradient per parameter); writes it with bf16 activations. Parameters stay
  * f32 (the master weights): every fwd/bwd op that reads one reads its bf16
@@ -172,11 +173,37 @@ static int applied(const Graph *g)
     return 0;
 }
 
+/* precision = f64: every float value in float64, and every cast to a float
+ * dtype a cast to f64 (an identity). --verify compiles both of its plans so:
+ * the mesh and one device then agree up to the order of their sums. */
+static void promote_f64(Graph *g)
+{
+    const char *f64 = intern(g->strings, ir_dtype_name(DT_F64));
+    for (int i = 0; i < g->values.len; i++)
+        if (ir_dtype_is_float(g->values.data[i]->dtype))
+            g->values.data[i]->dtype = DT_F64;
+    for (int i = 0; i < g->ops.len; i++) {
+        Op *op = g->ops.data[i];
+        for (int k = 0; op->kind == OP_CAST && k < op->nattrs; k++) {
+            Attr *a = op->attrs[k];
+            int dt = a->key && !strcmp(a->key, "dtype") && a->kind == ATTR_STR
+                         ? ir_dtype_lookup(a->s)
+                         : -1;
+            if (dt >= 0 && ir_dtype_is_float((DType)dt))
+                a->s = f64;
+        }
+    }
+}
+
 int pass_precision(Ctx *c, Graph *g)
 {
     TrainConfig tc;
     if (pass_train_config(c, g, &tc))
         return -1;
+    if (!strcmp(tc.precision, "f64")) {
+        promote_f64(g);
+        return 0;
+    }
     if (strcmp(tc.precision, "bf16") || applied(g))
         return 0;
     int n = g->ops.len, nv = g->values.len;

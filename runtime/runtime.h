@@ -87,6 +87,17 @@ int rt_verify(const Plan *mesh, const Plan *one, int steps, uint64_t seed, doubl
 int rt_verify_world(RtWorld *w, const Plan *mesh, const Plan *one, int steps, uint64_t seed,
                     double tol, const char *cache_dir, FILE *report, char *err, size_t n);
 
+/* Every value of step 1: plans `mesh` and `one` built with CG_KEEP_VALUES
+ * (each value its own memory, nothing fused) run one step from the same
+ * parameters and inputs as rt_verify; then for each tensor t of `one` whose
+ * IR value (PlanTensor.value) the mesh plan holds too, with the same global
+ * element count and dtype, diff[t] = max |mesh - one| and scale[t] = max |one|
+ * over the whole value (the mesh's blocks gathered); diff[t] = -1 for the
+ * others. A value held as partial sums on the mesh gathers wrong: the caller,
+ * which has the graph, skips those. 0, or -1 with a message. */
+int rt_verify_values(const Plan *mesh, const Plan *one, uint64_t seed, const char *cache_dir,
+                     double *diff, double *scale, char *err, size_t n);
+
 /* ---- memory (runtime/memory.c) ----
  * What a device really holds, for comparison with a memory model: the bytes
  * of its slab (its stage's) that lie in pages written so far, and the

@@ -1,11 +1,20 @@
 /* verify.c: the contract check: a plan on a mesh computes the same training
  * step as the plan on one device. Reads two plans of one model (one for the
- * mesh, one for a single device). Writes a report: per step the two losses,
+ * mesh, one for a single device), compiled with each parameter's gradient
+ * kept as the state "NAME:grad" (Ctx.keep_grads). Writes a report: per step
+ * the two losses; per parameter the largest difference of its step-1
+ * gradient, relative to the largest gradient element of the whole model;
  * then per parameter and optimizer state the largest difference after the
- * steps, relative to the largest magnitude of the one-device tensor. Key idea:
- * both runs draw the same parameters and the same inputs (each device takes
- * its block of the same global values), so any difference beyond rounding is
- * a bug of the sharding, the partitioning or the collectives. */
+ * steps, relative to the largest magnitude of the one-device tensor.
+ * Key idea: both runs draw the same parameters and the same inputs (each
+ * device takes its block of the same global values), so any difference
+ * beyond rounding is a bug of the sharding, the partitioning or the
+ * collectives. Gradients are compared before any update: AdamW divides by
+ * the gradient's own magnitude, so a parameter whose true gradient is zero
+ * (a key bias under softmax) takes lr-sized steps of rounding noise that
+ * differ between any two summation orders. Such a parameter (its gradient
+ * within the tolerance of zero, at the whole gradient's scale) and its
+ * optimizer state are reported but not compared after the update. */
 #include "runtime/comm/comm.h"
 #include "runtime/runtime.h"
 
@@ -23,25 +32,26 @@ typedef struct Run {
     uint64_t seed;
     const char *cache;
     double *loss;   /* by step */
-    char **global;  /* by tensor: the whole value after the steps (params, state) */
+    char **global;  /* by tensor: the whole value after the steps (params, state), or
+                       of a gradient ("NAME:grad") after step 1 */
     uint64_t *bytes; /* by tensor: its whole size */
 } Run;
 
 static int keep(const PlanTensor *t) { return t->role == PT_PARAM || t->role == PT_STATE; }
 
-/* The steps, then the whole params and state. Only the rank that stores keeps
- * them (every rank takes part in the gathers). */
-static int run_steps(Runtime *rt, Run *r, int store, char *err, size_t n)
+/* A kept gradient: the state "NAME:grad" (no TDL name holds a colon). */
+static int is_grad(const PlanTensor *t)
 {
-    for (int s = 1; s <= r->steps; s++) {
-        rt_random_inputs(rt, r->seed + (uint64_t)s);
-        if (rt_step(rt, s, err, n))
-            return -1;
-        if (store)
-            r->loss[s - 1] = rt_scalar(rt, r->p->loss);
-    }
+    size_t n = strlen(t->name);
+    return t->role == PT_STATE && n > 5 && !strcmp(t->name + n - 5, ":grad");
+}
+
+/* Tensors of kind grads (1) or of the rest (0) gathered whole into r; only
+ * the rank that stores keeps them (every rank takes part in the gathers). */
+static int gather(Runtime *rt, Run *r, int store, int grads, char *err, size_t n)
+{
     for (int t = 0; t < r->p->ntensors; t++) {
-        if (!keep(&r->p->tensors[t]))
+        if (!keep(&r->p->tensors[t]) || is_grad(&r->p->tensors[t]) != grads)
             continue;
         char *buf = store ? r->global[t] : malloc(r->bytes[t] + 1);
         int rc = buf ? rt_tensor_global(rt, t, buf, err, n) : plan_errorf(err, n, "out of memory");
@@ -51,6 +61,21 @@ static int run_steps(Runtime *rt, Run *r, int store, char *err, size_t n)
             return -1;
     }
     return 0;
+}
+
+/* The steps with the gradients of step 1, then the whole params and state. */
+static int run_steps(Runtime *rt, Run *r, int store, char *err, size_t n)
+{
+    for (int s = 1; s <= r->steps; s++) {
+        rt_random_inputs(rt, r->seed + (uint64_t)s);
+        if (rt_step(rt, s, err, n))
+            return -1;
+        if (store)
+            r->loss[s - 1] = rt_scalar(rt, r->p->loss);
+        if (s == 1 && gather(rt, r, store, 1, err, n))
+            return -1;
+    }
+    return gather(rt, r, store, 0, err, n);
 }
 
 /* One rank of the mesh run: rank 0 keeps the losses and whole tensors. */
@@ -114,24 +139,45 @@ static double value_at(const char *base, PlanDType dt, int64_t i)
     return dt == PD_F64 ? ((const double *)base)[i] : dt == PD_F32 ? ((const float *)base)[i] : 0;
 }
 
-/* max |a - b| / max |b| over the tensor (0 when b is all zero and a equals it). */
-static double rel_diff(const PlanTensor *t, const char *a, const char *b, int64_t count)
+/* max |a - b| and max |b| over the tensor; NaN in one and not the other: inf. */
+static void tensor_diff(const PlanTensor *t, const char *a, const char *b, int64_t count, double *dmax,
+                 double *bmax)
 {
-    double dmax = 0, bmax = 0;
+    *dmax = *bmax = 0;
     for (int64_t i = 0; i < count; i++) {
         double x = value_at(a, t->dtype, i), y = value_at(b, t->dtype, i);
-        dmax = fmax(dmax, fabs(x - y));
-        bmax = fmax(bmax, fabs(y));
-        if (isnan(x) != isnan(y))
-            return INFINITY;
+        *dmax = fmax(*dmax, fabs(x - y));
+        *bmax = fmax(*bmax, fabs(y));
+        if (isnan(x) != isnan(y)) {
+            *dmax = INFINITY;
+            return;
+        }
     }
-    return bmax > 0 ? dmax / bmax : dmax;
+}
+
+static int64_t count_of(const PlanTensor *t) { return (int64_t)(t->bytes / plan_dtype_size(t->dtype)); }
+
+/* The parameter a state belongs to ("w.m", "w:grad": "w"), in name[n]. */
+static void owner(const char *state, char *name, size_t n)
+{
+    snprintf(name, n, "%s", state);
+    char *cut = strrchr(name, ':');
+    if (!cut)
+        cut = strrchr(name, '.');
+    if (cut)
+        *cut = 0;
 }
 
 static int compare(const Run *mesh, const Run *one, double tol, FILE *report)
 {
     const Plan *p = one->p;
-    double worst = 0;
+    double worst = 0, scale = 0;
+    int *mt = calloc((size_t)p->ntensors + 1, sizeof *mt);
+    double *gd = calloc((size_t)p->ntensors + 1, sizeof *gd),
+           *gb = calloc((size_t)p->ntensors + 1, sizeof *gb);
+    int rc = 1;
+    if (!mt || !gd || !gb)
+        goto done;
     for (int s = 0; s < one->steps; s++) {
         double d = fabs(mesh->loss[s] - one->loss[s]) / fmax(fabs(one->loss[s]), 1e-300);
         worst = fmax(worst, d);
@@ -143,14 +189,62 @@ static int compare(const Run *mesh, const Run *one, double tol, FILE *report)
         const PlanTensor *pt = &p->tensors[t];
         if (!keep(pt))
             continue;
-        int mt = rt_find_tensor(mesh->p, pt->name);
-        if (mt < 0) {
+        if ((mt[t] = rt_find_tensor(mesh->p, pt->name)) < 0) {
             if (report)
                 fprintf(report, "%s: missing from the mesh plan\n", pt->name);
-            return 1;
+            goto done;
         }
-        double d = rel_diff(pt, mesh->global[mt], one->global[t],
-                            (int64_t)(pt->bytes / plan_dtype_size(pt->dtype)));
+        if (is_grad(pt)) {
+            tensor_diff(pt, mesh->global[mt[t]], one->global[t], count_of(pt), &gd[t], &gb[t]);
+            scale = fmax(scale, gb[t]);
+        }
+    }
+    /* step 1's gradients, each to the scale of the whole gradient */
+    for (int t = 0; t < p->ntensors; t++) {
+        const PlanTensor *pt = &p->tensors[t];
+        if (!keep(pt) || !is_grad(pt))
+            continue;
+        double d = scale > 0 ? gd[t] / scale : gd[t];
+        worst = fmax(worst, d);
+        if (report)
+            fprintf(report, "grad   %-32s max relative difference %.3g (step 1)%s\n", pt->name, d,
+                    gb[t] <= tol * scale ? ", zero within the tolerance" : "");
+    }
+    /* after the steps: every parameter and state, but of a parameter whose
+     * gradient is zero within the tolerance. In low precision (a plan with
+     * kept gradients whose loss is not f64) they are printed, not judged:
+     * AdamW turns the rounding differences of any near-zero gradient element
+     * into lr-sized steps, so the gradients above are the contract there. */
+    int ngrads = 0;
+    for (int t = 0; t < p->ntensors; t++)
+        ngrads += keep(&p->tensors[t]) && is_grad(&p->tensors[t]);
+    int judge = !ngrads || (p->loss >= 0 && p->tensors[p->loss].dtype == PD_F64);
+    for (int t = 0; t < p->ntensors; t++) {
+        const PlanTensor *pt = &p->tensors[t];
+        if (!keep(pt) || is_grad(pt))
+            continue;
+        char name[512], gname[520];
+        owner(pt->name, name, sizeof name);
+        snprintf(gname, sizeof gname, "%s:grad", pt->role == PT_PARAM ? pt->name : name);
+        int g = rt_find_tensor(p, gname);
+        double d, b;
+        tensor_diff(pt, mesh->global[mt[t]], one->global[t], count_of(pt), &d, &b);
+        d = b > 0 ? d / b : d;
+        if (!judge) {
+            if (report)
+                fprintf(report, "%-6s %-32s max relative difference %.3g (not judged in this "
+                                "precision)\n",
+                        pt->role == PT_PARAM ? "param" : "state", pt->name, d);
+            continue;
+        }
+        if (g >= 0 && gb[g] <= tol * scale) {
+            if (report)
+                fprintf(report, "%-6s %-32s max relative difference %.3g, not compared: its "
+                                "gradient is zero within the tolerance (rounding noise that "
+                                "the optimizer scales up)\n",
+                        pt->role == PT_PARAM ? "param" : "state", pt->name, d);
+            continue;
+        }
         worst = fmax(worst, d);
         if (report)
             fprintf(report, "%-6s %-32s max relative difference %.3g\n",
@@ -159,7 +253,12 @@ static int compare(const Run *mesh, const Run *one, double tol, FILE *report)
     if (report)
         fprintf(report, "%s: worst relative difference %.3g, tolerance %.3g\n",
                 worst <= tol ? "verified" : "FAILED", worst, tol);
-    return !(worst <= tol);
+    rc = !(worst <= tol);
+done:
+    free(mt);
+    free(gd);
+    free(gb);
+    return rc;
 }
 
 /* The reference run on one device, then the mesh run on w's ranks (threads
@@ -214,4 +313,106 @@ int rt_verify_world(RtWorld *w, const Plan *mesh, const Plan *one, int steps, ui
                     double tol, const char *cache_dir, FILE *report, char *err, size_t n)
 {
     return verify(w, mesh, one, steps, seed, tol, cache_dir, report, err, n);
+}
+
+/* ---- every value of step 1 (rt_verify_values) ---- */
+
+typedef struct Values {
+    const Plan *mesh, *one;
+    uint64_t seed;
+    const char *cache;
+    int *pair;   /* by tensor of one: the mesh plan's tensor of the same value, or -1 */
+    char **whole; /* by tensor of one: the mesh's whole value after step 1 */
+} Values;
+
+static int64_t global_count(const Plan *p, const PlanTensor *t)
+{
+    int64_t c = 1;
+    for (int d = 0; d < t->rank; d++) {
+        int64_t f = 1;
+        for (int j = 0; j < t->nsplit[d]; j++)
+            f *= p->axes[t->split[d][j]].size;
+        c *= t->shape[d] * f;
+    }
+    return c;
+}
+
+static int values_rank(RtWorld *w, void *arg, char *err, size_t n)
+{
+    Values *v = arg;
+    int per = omp_get_num_procs() / rt_world_size(w);
+    omp_set_num_threads(per > 1 ? per : 1);
+    Runtime *rt = rt_open(v->mesh, v->cache, err, n);
+    if (!rt)
+        return -1;
+    int rc = rt_attach(rt, w, err, n), store = rt_world_rank(w) == 0;
+    if (!rc) {
+        rt_init_params(rt, v->seed);
+        rt_random_inputs(rt, v->seed + 1);
+        rc = rt_step(rt, 1, err, n);
+    }
+    for (int t = 0; !rc && t < v->one->ntensors; t++) { /* every rank gathers, rank 0 keeps */
+        if (v->pair[t] < 0)
+            continue;
+        uint64_t bytes = v->one->tensors[t].bytes;
+        char *buf = store ? v->whole[t] : malloc(bytes + 1);
+        rc = buf ? rt_tensor_global(rt, v->pair[t], buf, err, n) : plan_errorf(err, n, "out of memory");
+        if (!store)
+            free(buf);
+    }
+    rt_close(rt);
+    return rc;
+}
+
+int rt_verify_values(const Plan *mesh, const Plan *one, uint64_t seed, const char *cache_dir,
+                     double *diff, double *scale, char *err, size_t n)
+{
+    Values v = {mesh, one, seed, cache_dir, NULL, NULL};
+    int rc = -1, nt = one->ntensors;
+    v.pair = calloc((size_t)nt + 1, sizeof *v.pair);
+    v.whole = calloc((size_t)nt + 1, sizeof *v.whole);
+    if (!v.pair || !v.whole) {
+        plan_errorf(err, n, "out of memory");
+        goto done;
+    }
+    for (int t = 0; t < nt; t++) {
+        const PlanTensor *a = &one->tensors[t];
+        diff[t] = scale[t] = -1;
+        v.pair[t] = -1;
+        for (int m = 0; a->value >= 0 && m < mesh->ntensors && v.pair[t] < 0; m++) {
+            const PlanTensor *b = &mesh->tensors[m];
+            if (b->value == a->value && b->dtype == a->dtype &&
+                global_count(mesh, b) * (int64_t)plan_dtype_size(b->dtype) == (int64_t)a->bytes)
+                v.pair[t] = m;
+        }
+        if (v.pair[t] >= 0 && !(v.whole[t] = calloc(1, a->bytes + 1))) {
+            plan_errorf(err, n, "out of memory");
+            goto done;
+        }
+    }
+    int procs = omp_get_max_threads();
+    openblas_set_num_threads(1);
+    rc = rt_run_threads((int)plan_mesh_size(mesh), values_rank, &v, err, n);
+    openblas_set_num_threads(procs);
+    if (rc)
+        goto done;
+    Runtime *rt = rt_open(one, cache_dir, err, n);
+    if (!rt) {
+        rc = -1;
+        goto done;
+    }
+    rt_init_params(rt, seed);
+    rt_random_inputs(rt, seed + 1);
+    rc = rt_step(rt, 1, err, n);
+    for (int t = 0; !rc && t < nt; t++)
+        if (v.pair[t] >= 0)
+            tensor_diff(&one->tensors[t], v.whole[t], rt_tensor_data(rt, t), count_of(&one->tensors[t]),
+                 &diff[t], &scale[t]);
+    rt_close(rt);
+done:
+    for (int t = 0; v.whole && t < nt; t++)
+        free(v.whole[t]);
+    free(v.whole);
+    free(v.pair);
+    return rc;
 }
