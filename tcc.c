@@ -19,6 +19,7 @@
 
 #define MAX_SETS 40 /* --set settings; the planner adds up to PLAN_SETS of its own */
 #define PLAN_SETS 8
+#define MAX_WHY 8 /* --why NAME options */
 
 typedef struct Options {
     const char *input;
@@ -49,6 +50,8 @@ typedef struct Options {
     int has_cluster;
     CpuSpec cpu;            /* this machine: a CPU file's keys (--cluster FILE), the rest measured */
     int calibrate_cpu;      /* --calibrate-cpu */
+    const char *why[MAX_WHY]; /* --why NAME: the values whose sharding to explain */
+    int nwhy;
 } Options;
 
 /* The pipeline: lowering and the verifier first, then the graph passes. */
@@ -115,6 +118,12 @@ static void usage(FILE *f)
             "  --calibrate-cpu       measure this machine's CPU for the cost model and write it\n"
             "                        as a CPU file (-o FILE, else stdout) for --cluster FILE\n"
             "  --set KEY=VALUE       a train setting (recompute=full, microbatches=16, zero=1, ...)\n"
+            "  --why NAME            why a value or parameter is sharded as it is: each split\n"
+            "                        followed back through the ops (file:line:col) to its\n"
+            "                        annotation or default, the ways its op weighed with their\n"
+            "                        costs, the collectives it causes with bytes (needs --mesh;\n"
+            "                        NAME as in the TDL or the IR, layers.0.wq or wq, or %%N of\n"
+            "                        --dump-after=shard; may be given up to 8 times)\n"
             "  --dump-after=PASS     print the IR after PASS ('all': after every pass)\n"
             "  --stop-after=PASS     run the pipeline up to PASS only (e.g. lower: the forward IR)\n"
             "  --from-ir FILE.tir    start from a printed IR instead of TDL\n"
@@ -220,8 +229,8 @@ static int calibrate_args(const Ctx *c, const Options *o)
 {
     int other = o->input || o->from_ir || o->emit || o->gpu || o->cluster || o->verify ||
                 o->dump_after || o->stop_after || o->zero >= 0 || o->sequence_parallel ||
-                o->nroles || o->schedule || o->nsets || o->device_memory > 0 ||
-                o->print_commands || o->portable || c->mesh_spec || c->defines.len;
+                o->nroles || o->schedule || o->nsets || o->device_memory > 0 || o->print_commands ||
+                o->portable || c->mesh_spec || c->defines.len || o->nwhy;
     if (other)
         return fail("%s", "--calibrate-cpu measures this machine and writes its CPU file: it "
                           "takes no input and no option but -o FILE");
@@ -361,6 +370,33 @@ static int check_plan_options(Ctx *c, const Options *o)
     return 0;
 }
 
+/* --why prints the reasons behind the shardings of the mesh given, after
+ * the partition pass: options that make something else, stop before it or
+ * choose the mesh are refused. */
+static int check_why_options(const Options *o)
+{
+    if (!o->nwhy)
+        return 0;
+    if (o->emit)
+        return fail("--why prints the reasons behind a sharding, not an output: drop --emit=%s",
+                    o->emit);
+    if (o->out)
+        return fail("--why prints to standard output and builds nothing: drop -o %s", o->out);
+    if (o->verify)
+        return fail("%s", "--why and --verify compile differently: run them one at a time");
+    if (o->stop_after)
+        return fail("--why needs the shard and partition passes: drop --stop-after=%s",
+                    o->stop_after);
+    if (o->plan_auto)
+        return fail("%s", "--why explains the mesh you give with --mesh: drop --plan=auto");
+    if (o->gpu || o->cluster || o->device_memory > 0)
+        return fail("%s", "--gpu, --cluster and --device-memory do not change a sharding: drop "
+                          "them with --why");
+    if (o->print_commands)
+        return fail("%s", "--print-commands shows how an executable is built: --why builds none");
+    return 0;
+}
+
 static int parse_args(Ctx *c, Options *o, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -445,6 +481,12 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
                 return fail("--emit=%s: expected ir, plan, c, cuda, memory, memory-plan, cost, "
                             "schedule or trace", v);
             o->emit = v;
+        } else if ((v = opt_value(argc, argv, &i, "--why"))) {
+            if (o->nwhy >= MAX_WHY)
+                return fail("at most %s --why options", "8");
+            if (!*v)
+                return fail("%s", "--why needs the name of a value or parameter");
+            o->why[o->nwhy++] = v;
         } else if ((v = opt_value(argc, argv, &i, "--dump-after"))) {
             o->dump_after = v;
         } else if ((v = opt_value(argc, argv, &i, "--stop-after"))) {
@@ -486,7 +528,7 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
     if (o->portable && (o->emit || o->verify || o->dump_after || o->stop_after || !o->out))
         return fail("%s", "--portable is how an executable is built (-o NAME, no --emit): a plan's "
                           "kernels are compiled where it runs, for that CPU");
-    if (resolve_cluster(c, o) != 0)
+    if (resolve_cluster(c, o) != 0 || check_why_options(o) != 0)
         return -1;
     return check_plan_options(c, o);
 }
@@ -793,8 +835,18 @@ static int write_plan(Ctx *c, const Options *o, const Graph *g)
     return 0;
 }
 
-/* The graph passes in order, each verified, up to and including --stop-after. */
-static int run_passes(Ctx *c, const Options *o, Graph *g)
+/* --why: each name's chain, right after the shard pass (every name tried). */
+static int trace_why(Ctx *c, const Options *o, Graph *g, WhyChain **why)
+{
+    int bad = 0;
+    for (int i = 0; i < o->nwhy; i++)
+        bad |= !(why[i] = pass_why_trace(c, g, o->why[i]));
+    return bad ? -1 : 0;
+}
+
+/* The graph passes in order, each verified, up to and including --stop-after;
+ * with why, the --why chains after the shard pass. */
+static int run_passes(Ctx *c, const Options *o, Graph *g, WhyChain **why)
 {
     int stop = o->stop_after && (!strcmp(o->stop_after, "lower") ||
                                  !strcmp(o->stop_after, "parse-ir") ||
@@ -805,6 +857,8 @@ static int run_passes(Ctx *c, const Options *o, Graph *g)
             return -1;
         after(c, o, g, p->name, t0);
         if (verify(c, o, g, p->name) != 0)
+            return -1;
+        if (why && !strcmp(p->name, "shard") && trace_why(c, o, g, why) != 0)
             return -1;
         stop = o->stop_after && !strcmp(o->stop_after, p->name);
     }
@@ -924,7 +978,7 @@ static int verify_mesh(Ctx *c, Options *o, Graph *g)
     quiet.dump_after = quiet.stop_after = NULL;
     Graph *g1 = load(c, &quiet);
     if (!g1 || apply_settings(c, o, g1) != 0 || verify(c, &quiet, g1, "lower") != 0 ||
-        run_passes(c, &quiet, g1) != 0 || cg_build_plan(c, g1, 0, &one) != 0)
+        run_passes(c, &quiet, g1, NULL) != 0 || cg_build_plan(c, g1, 0, &one) != 0)
         return -1;
     TrainConfig tc;
     if (pass_train_config(c, g1, &tc))
@@ -1031,7 +1085,7 @@ static int compile_one(Ctx *c, const Options *o, const Probe *pr, OneStep *one)
     Kernel **kernels;
     one->g = load(c, &q);
     int rc = !one->g || apply_settings(c, &q, one->g) || verify(c, &q, one->g, "lower") ||
-                     run_passes(c, &q, one->g) ||
+                     run_passes(c, &q, one->g, NULL) ||
                      cg_build_plan_local(c, one->g, 0, &one->plan, &kernels, &one->local)
                  ? -1
                  : 0;
@@ -1891,6 +1945,27 @@ static int plan_auto(Ctx *c, Options *o)
 
 static double plan_ms(void) { return now_ms(); }
 
+/* --why needs a mesh that splits something, and a graph not yet partitioned. */
+static int why_graph(const Ctx *c, const Options *o, const Graph *g)
+{
+    int split = 0;
+    for (int ax = 0; ax < g->mesh.naxes; ax++)
+        split |= g->mesh.axes[ax].size > 1 && g->mesh.axes[ax].role != ROLE_PIPELINE;
+    if (!split && !c->mesh_spec && !o->from_ir)
+        return fail("%s", "--why explains how values are split over the mesh: give its sizes "
+                          "with --mesh (e.g. --mesh 2x2); without it every axis has size 1");
+    if (!split)
+        return fail("--why: on the mesh %s no value is split (every axis but the pipeline's has "
+                    "size 1): give larger sizes",
+                    c->mesh_spec ? c->mesh_spec : "of the IR file");
+    for (int i = 0; i < g->ops.len; i++)
+        if (g->ops.data[i]->kind >= OP_ALL_REDUCE && g->ops.data[i]->kind <= OP_SHARD_SLICE)
+            return fail("--why %s: the IR is partitioned already; give one dumped before the "
+                        "partition pass (--dump-after=shard)",
+                        o->why[0]);
+    return 0;
+}
+
 static int run(Ctx *c, Options *o)
 {
     const char *names[2] = {o->dump_after, o->stop_after};
@@ -1917,8 +1992,18 @@ static int run(Ctx *c, Options *o)
     if (o->emit && !strcmp(o->emit, "cost"))
         return o->from_ir ? fail("%s", "--emit=cost compiles the TDL input: give a TDL file")
                           : emit_cost(c, o);
-    if (run_passes(c, o, g) != 0)
+    WhyChain *why[MAX_WHY];
+    if (o->nwhy && why_graph(c, o, g) != 0)
         return -1;
+    if (run_passes(c, o, g, o->nwhy ? why : NULL) != 0)
+        return -1;
+    for (int i = 0; i < o->nwhy; i++) {
+        if (i)
+            putchar('\n');
+        pass_why_print(stdout, why[i]);
+    }
+    if (o->nwhy)
+        return fflush(stdout) == 0 ? 0 : -1;
     if (o->verify)
         return verify_mesh(c, o, g);
     if ((o->emit && strcmp(o->emit, "ir") != 0) || (!o->emit && o->out))

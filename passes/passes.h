@@ -67,6 +67,20 @@ int pass_shard(Ctx *c, Graph *g);
  * each device sends; outputs end replicated. Nothing to do on one device. */
 int pass_partition(Ctx *c, Graph *g);
 
+/* ---- why-chains (passes/why.c, docs/passes.md "Why-chains") ----
+ * The reasons behind one value's sharding, for --why NAME. */
+typedef struct WhyChain WhyChain;
+/* Right after the shard pass: the value `name` names in g (a value or
+ * parameter name, with or without its repeat index, or %N as
+ * --dump-after=shard numbers it; of several, the first forward one), each
+ * mesh axis of its sharding followed back to where it started, and the ways
+ * its op weighed. NULL after reporting that nothing has that name, with the
+ * names close to it. */
+WhyChain *pass_why_trace(Ctx *c, Graph *g, const char *name);
+/* After the partition pass over the same graph: the chain, then the
+ * collectives the value's op, its pin and its readers need, with bytes. */
+void pass_why_print(FILE *f, const WhyChain *w);
+
 /* ---- devices (passes/devices.c) ---- */
 /* An accelerator: its memory and its datasheet peaks. */
 typedef struct DeviceSpec {

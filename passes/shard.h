@@ -1,5 +1,5 @@
-/* shard.h: the sharding rules shared by the shard and partition passes
- * (internal to passes/). Each op kind is described by its loop factors: every
+/* shard.h: the sharding rules shared by the shard and partition passes and
+ * the why-chains (internal to passes/). Each op kind is described by its loop factors: every
  * dimension of an operand or result belongs to one factor (or none, when it is
  * broadcast or must stay whole). A strategy gives each factor an ordered list
  * of mesh axes; an operand or result dimension is split over the axes of its
@@ -40,6 +40,27 @@ typedef struct Strategy {
 /* The strategy for op from its operands' current shardings (g's mesh). Sources
  * and update are not handled here (shard_strategy BUGs on them). */
 void shard_strategy(const Graph *g, const Op *op, const ShardOpts *o, Strategy *st);
+
+/* Every way the rule weighed for op: the cheapest strategy for each distinct
+ * set of result shardings, cheapest first (ties as the search found them), so
+ * ways[0] is what shard_strategy picks. At most max; returns how many. */
+int shard_weigh(const Graph *g, const Op *op, const ShardOpts *o, Strategy *ways, int max);
+
+/* Where mesh axis ax of result r of op under st (a split or a partial sum)
+ * comes from: the operand that carries it on the same factor (as it is, or
+ * moved: resharded into it for the op), or a partial sum it hands on; NONE
+ * when no operand carries it: the op made it (a hint, a pin, a slice). */
+typedef enum { FROM_NONE, FROM_SPLIT, FROM_SUMMED, FROM_PARTIAL } FromKind;
+typedef struct AxisFrom {
+    FromKind how; /* SPLIT: a split dim; SUMMED: a dim the op sums over; PARTIAL: handed on */
+    int arg, dim; /* the operand and its dimension (-1 for PARTIAL) */
+    int moved;    /* 1: the operand did not carry it; the op resharded it to */
+} AxisFrom;
+void shard_axis_from(const Op *op, const Strategy *st, int r, int ax, AxisFrom *from);
+
+/* An annotated parameter (or a transpose or reshape of one): moving it
+ * costs 8 times its bytes in a strategy's price. */
+int shard_anchored(const Value *v);
 
 /* One step of a resharding: a collective (all_reduce, all_gather,
  * reduce_scatter, all_to_all) or a local shard_slice, over axes. */

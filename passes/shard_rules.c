@@ -4,7 +4,9 @@
  * idea: an op is a loop nest over factors (shard.h); a strategy assigns mesh
  * axes to factors, and among the assignments the operands propose (keep
  * operand 0 as it is, keep operand 1, ...), the one whose reshardings move the
- * fewest bytes wins. Partial sums flow through ops that are linear in them. */
+ * fewest bytes wins. Partial sums flow through ops that are linear in them.
+ * For --why, the same search can keep every way it weighed (shard_weigh) and
+ * say which operand gave a result each of its mesh axes (shard_axis_from). */
 #include "shard.h"
 
 #include <string.h>
@@ -365,6 +367,11 @@ typedef struct Search {
     int pick[SH_MAXF];
     Strategy best, second;
     int have_best, have_second, nargs;
+    /* shard_weigh: the cheapest strategy for each distinct set of result
+     * shardings, with the order each was found in (ties go to the first) */
+    Strategy *ways;
+    int *seq;
+    int nways, maxways, nseen;
 } Search;
 
 /* Every operand dim and result dim of factor fac divisible by n (and align). */
@@ -499,7 +506,7 @@ static uint32_t picked_axes(const Search *s)
  * one): its layout is the user's intent, and moving it is paid again for
  * every microbatch and in the backward, so it weighs more than moving an
  * activation (Megatron: weights stay, activations move). */
-static int anchored(const Value *v)
+int shard_anchored(const Value *v)
 {
     while (v->def && (v->def->kind == OP_TRANSPOSE || v->def->kind == OP_RESHAPE) &&
            v->shard.why.kind != WHY_ANNOTATION)
@@ -551,6 +558,24 @@ static double after_cost(const Mesh *m, const Value *r, const Sharding *out, con
     return shard_reshard_cost(m, r, &from, &want);
 }
 
+/* Keep st if it is the cheapest way yet to its result shardings. */
+static void record_way(Search *s, const Strategy *st)
+{
+    int seq = s->nseen++;
+    for (int i = 0; i < s->nways; i++) {
+        int same = 1;
+        for (int r = 0; r < nres_of(s->op) && same; r++)
+            same = shard_same(&s->ways[i].out[r], &st->out[r], s->op->res[r]->rank);
+        if (!same)
+            continue;
+        if (st->cost < s->ways[i].cost)
+            s->ways[i] = *st, s->seq[i] = seq;
+        return;
+    }
+    if (s->nways < s->maxways)
+        s->ways[s->nways] = *st, s->seq[s->nways++] = seq;
+}
+
 static void consider(Search *s, int keep, uint32_t kept)
 {
     Strategy st;
@@ -559,7 +584,7 @@ static void consider(Search *s, int keep, uint32_t kept)
     double cost = 0;
     for (int a = 0; a < s->nargs; a++) {
         double c = shard_reshard_cost(m, s->op->args[a], &s->op->args[a]->shard, &st.req[a]);
-        cost += anchored(s->op->args[a]) ? 8 * c : c;
+        cost += shard_anchored(s->op->args[a]) ? 8 * c : c;
     }
     for (int i = 0; i < nres_of(s->op); i++) { /* and the results, to their pins or wishes */
         const Value *r = s->op->res[i];
@@ -572,6 +597,8 @@ static void consider(Search *s, int keep, uint32_t kept)
     /* a tie goes to the strategy that leaves each device less to compute */
     cost += 1e-3 * shard_local_bytes(m, s->op->res[0], &st.out[0]);
     st.cost = cost;
+    if (s->ways)
+        record_way(s, &st);
     if (!s->have_best || cost < s->best.cost) {
         if (s->have_best)
             s->second = s->best, s->have_second = 1;
@@ -639,11 +666,15 @@ static void search(Search *s, int fac)
     }
 }
 
-void shard_strategy(const Graph *g, const Op *op, const ShardOpts *o, Strategy *st)
+static Search *run_search(const Graph *g, const Op *op, const ShardOpts *o, Strategy *ways, int max)
 {
     Search *s = arena_alloc(g->arena, sizeof *s); /* big; the arena frees it with the graph */
     memset(s, 0, sizeof *s);
     s->g = g, s->op = op, s->o = o;
+    if (ways) {
+        s->ways = ways, s->maxways = max;
+        s->seq = arena_alloc(g->arena, sizeof(int) * (size_t)(max + 1));
+    }
     s->nargs = op->nargs < SH_MAXARGS ? op->nargs : SH_MAXARGS;
     op_factors(op, &s->f);
     if (op->nargs > SH_MAXARGS) /* many-operand concat: everything whole */
@@ -657,10 +688,84 @@ void shard_strategy(const Graph *g, const Op *op, const ShardOpts *o, Strategy *
         for (int fac = 4; fac < s->f.nf; fac++)
             s->cand[fac][0] = s->cand[fac][s->ncand[fac] - 1], s->ncand[fac] = 1;
     search(s, 0);
+    return s;
+}
+
+void shard_strategy(const Graph *g, const Op *op, const ShardOpts *o, Strategy *st)
+{
+    Search *s = run_search(g, op, o, NULL, 0);
     *st = s->best;
     /* a choice worth a reason: the operands had to move, and another way existed */
     st->choice = s->have_second && s->best.comm >= 1;
     st->alt_comm = s->have_second ? s->second.comm : 0;
+}
+
+int shard_weigh(const Graph *g, const Op *op, const ShardOpts *o, Strategy *ways, int max)
+{
+    Search *s = run_search(g, op, o, ways, max);
+    for (int i = 1; i < s->nways; i++) /* by cost, then as found: shard_strategy's order */
+        for (int j = i; j > 0 && (ways[j].cost < ways[j - 1].cost ||
+                                  (ways[j].cost == ways[j - 1].cost && s->seq[j] < s->seq[j - 1]));
+             j--) {
+            Strategy t = ways[j];
+            int q = s->seq[j];
+            ways[j] = ways[j - 1], s->seq[j] = s->seq[j - 1];
+            ways[j - 1] = t, s->seq[j - 1] = q;
+        }
+    return s->nways;
+}
+
+static int has_axis(const Sharding *sh, int d, int ax)
+{
+    for (int i = 0; i < sh->naxes[d]; i++)
+        if (sh->axes[d][i] == ax)
+            return 1;
+    return 0;
+}
+
+/* The operand dim of factor fac that carries ax: first as the operands are,
+ * then as st needs them (moved into it). */
+static void factor_source(const Op *op, const Factors *f, const Strategy *st, int fac, int ax,
+                          AxisFrom *from)
+{
+    int n = op->nargs < SH_MAXARGS ? op->nargs : SH_MAXARGS;
+    for (int moved = 0; moved < 2; moved++)
+        for (int a = 0; a < n; a++)
+            for (int e = 0; e < op->args[a]->rank; e++)
+                if (f->in[a][e] == fac &&
+                    has_axis(moved ? &st->req[a] : &op->args[a]->shard, e, ax)) {
+                    from->arg = a, from->dim = e, from->moved = moved;
+                    return;
+                }
+    from->how = FROM_NONE;
+}
+
+void shard_axis_from(const Op *op, const Strategy *st, int r, int ax, AxisFrom *from)
+{
+    Factors f;
+    op_factors(op, &f);
+    *from = (AxisFrom){FROM_NONE, -1, -1, 0};
+    const Sharding *res = &st->out[r];
+    int n = op->nargs < SH_MAXARGS ? op->nargs : SH_MAXARGS, fac = -1;
+    for (int d = 0; d < op->res[r]->rank; d++)
+        if (has_axis(res, d, ax))
+            fac = f.out[r][d], from->how = FROM_SPLIT;
+    if (fac < 0 && (res->partial >> ax & 1)) {
+        for (int a = 0; a < n; a++)
+            if ((f.lin >> a & 1) && (st->req[a].partial >> ax & 1)) {
+                *from = (AxisFrom){FROM_PARTIAL, a, -1, 0};
+                return;
+            }
+        for (int a = 0; a < n && fac < 0; a++) /* the factor ax splits, absent from the result */
+            for (int e = 0; e < op->args[a]->rank && fac < 0; e++)
+                if (has_axis(&st->req[a], e, ax))
+                    fac = f.in[a][e], from->how = FROM_SUMMED;
+    }
+    if (fac < 0) {
+        from->how = FROM_NONE;
+        return;
+    }
+    factor_source(op, &f, st, fac, ax, from);
 }
 
 /* ---- reshardings ---- */
