@@ -1084,6 +1084,11 @@ static void fill_plan(Gen *gen, Plan *p)
     p->lr = output_tensor(gen, "lr", -1);
     p->grad_norm = output_tensor(gen, "grad_norm", -1);
     p->flops = gen->flops;
+    TrainConfig tc; /* the train block's steps and seed: the program's defaults */
+    char err[256];
+    p->steps = 0, p->seed = -1;
+    if (ir_train_config(gen->g, &tc, err, sizeof err) == 0)
+        p->steps = tc.steps, p->seed = tc.seed;
 }
 
 /* ---- the training run, whatever the mesh: what a checkpoint must match ---- */

@@ -159,7 +159,7 @@ int ir_train_set(TrainConfig *tc, const Attr *a, char *err, size_t n)
     if (!strcmp(k, "steps"))
         return get_int(a, k, 1, INT32_MAX, &tc->steps, err, n);
     if (!strcmp(k, "seed"))
-        return get_int(a, k, 0, INT64_MAX, &tc->seed, err, n);
+        return get_int(a, k, 0, ((int64_t)1 << 53) - 1, &tc->seed, err, n); /* exact in JSON */
     if (!strcmp(k, "recompute"))
         return get_choice(a, k, recomputes, &choice, err, n) ? -1 : (tc->recompute = recomputes[choice], 0);
     if (!strcmp(k, "precision"))
@@ -179,6 +179,7 @@ void ir_train_defaults(TrainConfig *tc)
     tc->eps = 1e-8;
     tc->lr_override = tc->wd_override = -1;
     tc->microbatches = tc->virtual_stages = 1;
+    tc->seed = -1; /* not set: the program's own default */
     tc->recompute = "none";
     tc->precision = "f32";
     tc->pipeline = "1f1b";

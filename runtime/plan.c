@@ -324,6 +324,8 @@ void plan_hash(const Plan *p, char out[17])
     fnv_i64(&f, p->lr);
     fnv_i64(&f, p->grad_norm);
     fnv_f64(&f, p->flops);
+    fnv_i64(&f, p->steps);
+    fnv_i64(&f, p->seed);
     snprintf(out, 17, "%016" PRIx64, f.h);
 }
 
@@ -1049,6 +1051,8 @@ static cJSON *wr_plan(Wr *w, const Plan *p)
     wr_int(w, root, "", "lr", p->lr);
     wr_int(w, root, "", "grad_norm", p->grad_norm);
     wr_num(w, root, "", "flops", p->flops);
+    wr_int(w, root, "", "steps", p->steps);
+    wr_int(w, root, "", "seed", p->seed);
     wr_str(w, root, "kernel_source", p->kernel_source);
     wr_str(w, root, "gpu_source", p->gpu_source ? p->gpu_source : "");
     return root;
@@ -1554,12 +1558,27 @@ static int rd_stage_slabs(const cJSON *root, Plan *p, char *err, size_t n)
     return 0;
 }
 
+/* steps and seed, the train block's: absent in plans written before them
+ * (then 0 and -1, not set). */
+static int rd_defaults(const cJSON *root, Plan *p, char *err, size_t n)
+{
+    p->steps = 0, p->seed = -1;
+    if (cJSON_GetObjectItemCaseSensitive(root, "steps") &&
+        rd_int(root, "", "steps", 0, INT32_MAX, &p->steps, err, n))
+        return -1;
+    if (cJSON_GetObjectItemCaseSensitive(root, "seed") &&
+        rd_int(root, "", "seed", -1, JSON_EXACT, &p->seed, err, n))
+        return -1;
+    return 0;
+}
+
 static int rd_plan(const cJSON *root, Plan *p, char *hash, char *err, size_t n)
 {
     static const char *const keys[] = {
         "format",     "version",          "hash",    "model",         "train_hash", "axes",
         "slab_bytes", "stage_slab_bytes", "tensors", "kernels",       "instrs",     "loss",
-        "lr",         "grad_norm",        "flops",   "kernel_source", "gpu_source", NULL};
+        "lr",         "grad_norm",        "flops",   "kernel_source", "gpu_source", "steps",
+        "seed",       NULL};
     int rc;
     if (rd_header(root, p, hash, err, n) || rd_keys(root, "", keys, err, n) ||
         rd_str(root, "", "model", &p->model, err, n) ||
@@ -1581,7 +1600,7 @@ static int rd_plan(const cJSON *root, Plan *p, char *hash, char *err, size_t n)
         return -1;
     if (rd_i32(root, "", "loss", &p->loss, err, n) || rd_i32(root, "", "lr", &p->lr, err, n) ||
         rd_i32(root, "", "grad_norm", &p->grad_norm, err, n) ||
-        rd_num(root, "", "flops", &p->flops, err, n) ||
+        rd_num(root, "", "flops", &p->flops, err, n) || rd_defaults(root, p, err, n) ||
         rd_str(root, "", "kernel_source", &p->kernel_source, err, n) ||
         rd_str(root, "", "gpu_source", &p->gpu_source, err, n))
         return -1;

@@ -172,6 +172,8 @@ typedef struct Plan {
                             ...), one pointer per tensor argument; "" when not rendered */
     int loss, lr, grad_norm; /* tensor indices of the step's outputs (-1: none) */
     double flops;        /* model FLOPs of one step (for GFLOP/s) */
+    int64_t steps, seed; /* the train block's steps and seed, the program's defaults (its
+                            --steps and --seed override them); 0 and -1 when not set */
     char hash[17];       /* 16 hex digits over everything above */
 } Plan;
 

@@ -25,8 +25,9 @@ static const char *USAGE =
     "usage: tccrun DIR [--steps N] [--seed S] [--print-every K] [--comm threads|mpi]\n"
     "              [--report-memory] [--help]\n"
     "       tccrun DIR --verify ONE [--steps N] [--seed S] [--tol X] [--comm threads|mpi]\n"
-    "Runs N training steps (default 10) of the plan DIR/plan.json on the CPU, with\n"
-    "parameters initialised from seed S (default 1) and one batch of random inputs\n"
+    "Runs N training steps (default: the train block's steps, else 10) of the plan\n"
+    "DIR/plan.json on the CPU, with parameters initialised from seed S (default:\n"
+    "the train block's seed, else 1) and one batch of random inputs\n"
     "drawn from S and reused every step. Prints a line every K steps (default 1);\n"
     "--report-memory then prints each rank's slab (bytes touched) and other buffers.\n"
     "A plan for a mesh runs its ranks as threads of this process (--comm threads, the\n"
@@ -42,7 +43,7 @@ typedef struct Options {
     int64_t steps, every;
     uint64_t seed;
     double tol;
-    int steps_given;
+    int steps_given, seed_given;
     int report_memory; /* --report-memory: each rank's memory after the steps */
 } Options;
 
@@ -100,6 +101,7 @@ static int parse_valued(Options *o, const char *a, const char *val, int *i)
         o->every = (int64_t)v;
     } else if (!strcmp(a, "--seed")) {
         rc = parse_count(a, val, 0, UINT64_MAX, &o->seed);
+        o->seed_given = 1;
     } else if (!strcmp(a, "--comm")) {
         if (!val || (strcmp(val, "threads") && strcmp(val, "mpi")))
             return bad_value(a, "'threads' or 'mpi'", val);
@@ -382,8 +384,13 @@ static int run_plans(const Options *o, RtWorld *w)
         plan_free(p), p = NULL;
     if (!p && lead)
         fprintf(stderr, "tccrun: %s\n", err);
+    Options with = *o; /* the train block's steps and seed, unless given here */
+    if (p && !o->one && !o->steps_given && p->steps > 0)
+        with.steps = p->steps;
+    if (p && !o->seed_given && p->seed >= 0)
+        with.seed = (uint64_t)p->seed;
     if (p)
-        rc = one ? verify(o, p, one, w) : run(o, p, w);
+        rc = one ? verify(&with, p, one, w) : run(&with, p, w);
     plan_free(one);
     plan_free(p);
     return rc;

@@ -29,6 +29,7 @@ typedef struct Options {
     uint64_t seed;
     double lr;
     int resume, exact, report_memory, help;
+    int steps_given, seed_given; /* --steps, --seed: else the train block's, else defaults */
 } Options;
 
 /* What every rank shares, read-only once the ranks run. */
@@ -67,9 +68,10 @@ static void usage(const char *prog, FILE *f)
             "usage: %s [options]\n"
             "  --data PATTERN      training token shards (llm.c format; a glob)\n"
             "  --val PATTERN       validation token shards\n"
-            "  --steps N           steps to train (default 100)\n"
+            "  --steps N           steps to train (default: the train block's steps, else 100)\n"
             "  --lr X              peak learning rate (default: the model's)\n"
-            "  --seed S            seed of the parameter init and of random data (default 1337)\n"
+            "  --seed S            seed of the parameter init and of random data (default:\n"
+            "                      the train block's seed, else 1337)\n"
             "  --ckpt DIR          write checkpoints to DIR\n"
             "  --ckpt-every N      a checkpoint every N steps (default: only at the end)\n"
             "  --resume            continue from the newest checkpoint in --ckpt DIR\n"
@@ -158,9 +160,10 @@ static int parse_one(Options *o, const char *a, const char *v, char *msg, size_t
         if (parse_int(a, v, k == 1 || k == 4 ? 0 : 1, &x, msg, n))
             return 1;
         if (k == 1)
-            o->seed = (uint64_t)x;
+            o->seed = (uint64_t)x, o->seed_given = 1;
         else
             *dst[k] = x;
+        o->steps_given |= k == 0;
     }
     return 0;
 }
@@ -687,6 +690,10 @@ static int run_job(Job *J, int mpi, RtWorld *w, int bad, const char *msg, const 
         return lead ? die(J->prog, "the embedded plan: %s", err) : 1;
     J->p = p;
     J->nranks = (int)plan_mesh_size(p);
+    if (!J->o.steps_given && p->steps > 0) /* the train block's steps and seed */
+        J->o.steps = p->steps;
+    if (!J->o.seed_given && p->seed >= 0)
+        J->o.seed = (uint64_t)p->seed;
     int rc;
     if (choose_device(J, mpi, err, sizeof err))
         rc = lead ? die(J->prog, "%s", err) : 1;
