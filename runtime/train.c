@@ -272,6 +272,12 @@ static int open_data(Loop *L)
         return 0;
     if (L->tokens < 0)
         return fail(L, "--data: the model has no token inputs (two i32 inputs [B, S])");
+    for (int i = 0; i < L->p->ntensors; i++) /* token files feed tokens and targets only */
+        if (L->p->tensors[i].role == PT_INPUT && i != L->tokens && i != L->targets)
+            return fail(L, "--data: the token files feed '%s' and '%s' only, and the model "
+                           "has the input '%s' besides (without --data every input is random)",
+                        L->p->tensors[L->tokens].name, L->p->tensors[L->targets].name,
+                        L->p->tensors[i].name);
     const PlanTensor *t = &L->p->tensors[L->tokens];
     rt_data_split(L->rt, t->name, &rank, &ranks);
     if (L->o->data &&
