@@ -407,6 +407,39 @@ static int sharded(const Graph *g)
     return 0;
 }
 
+/* sequence_parallel must split something: some activation [B, S, ...] with
+ * its sequence (dim 1) over the tensor axis; else it is refused, at the
+ * tensor axis's declaration, with the reason (nothing of rank 3, or an S
+ * that does not divide). */
+static int seq_split_something(SP *s)
+{
+    int ax = s->o.seq_axis;
+    const Value *big = NULL;
+    if (ax < 0)
+        return 0;
+    for (int i = 0; i < s->g->values.len; i++) {
+        const Value *v = s->g->values.data[i];
+        if (v->rank < 3 || !v->def || v->def->phase != PH_FWD)
+            continue;
+        for (int k = 0; k < v->shard.naxes[1]; k++)
+            if (v->shard.axes[1][k] == ax)
+                return 0;
+        big = big ? big : v;
+    }
+    const MeshAxis *m = &s->g->mesh.axes[ax];
+    if (big)
+        diag_error(&s->c->diag, m->loc,
+                   "sequence_parallel splits nothing: the sequence (dim 1, %lld) of the "
+                   "activations does not divide over tensor axis '%s' (%d)",
+                   (long long)big->shape[1], m->name, m->size);
+    else
+        diag_error(&s->c->diag, m->loc,
+                   "sequence_parallel splits nothing: the model has no activation of rank 3 "
+                   "or more ([B, S, ...]) whose sequence the tensor axis '%s' could split",
+                   m->name);
+    return -1;
+}
+
 int pass_shard(Ctx *c, Graph *g)
 {
     SP s = {c, g, {-1, NULL, 0, NULL}, 0, NULL, NULL, 0};
@@ -428,5 +461,5 @@ int pass_shard(Ctx *c, Graph *g)
     sweep(&s);
     for (int round = 0; round < 16 && hint(&s); round++) /* hints travel back a step a round */
         sweep(&s);
-    return 0;
+    return seq_split_something(&s);
 }
