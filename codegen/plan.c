@@ -1220,6 +1220,100 @@ static void own_temps(Gen *gen)
             gen->tensors.data[t].stage = seen[t];
 }
 
+/* A message between stages: from its sender to its receiver, and its place
+ * in the merged order (its send's). */
+typedef struct Msg {
+    int from, to, sent, k;
+} Msg;
+
+static int by_channel(const void *x, const void *y)
+{
+    const Msg *a = x, *b = y;
+    if (a->from != b->from || a->to != b->to)
+        return a->from != b->from ? a->from - b->from : a->to - b->to;
+    return (a->sent > b->sent) - (a->sent < b->sent);
+}
+
+/* Receive k goes before event before[k]. Each channel (an ordered pair of
+ * stages) must deliver its messages in the order they are sent: NCCL pairs a
+ * channel's k-th send with its k-th recv whatever the tags (runtime/match.c).
+ * A receive placed after one its sender sends later moves up to just before
+ * that one: it then waits no longer than that one would (its send comes
+ * first), so no new wait arises. */
+static void recvs_in_send_order(Gen *gen, const PlanInstr *recvs, const int *sent, int *before,
+                                int nr)
+{
+    Msg *m = arena_alloc(gen->a, sizeof(Msg) * (size_t)(nr + 1));
+    for (int k = 0; k < nr; k++)
+        m[k] = (Msg){recvs[k].coll.peer, recvs[k].stage, sent[k], k};
+    qsort(m, (size_t)nr, sizeof(Msg), by_channel);
+    for (int j = nr - 2; j >= 0; j--)
+        if (m[j].from == m[j + 1].from && m[j].to == m[j + 1].to &&
+            before[m[j + 1].k] < before[m[j].k])
+            before[m[j].k] = before[m[j + 1].k];
+}
+
+/* A receive's place: the event it precedes, then its send's place. */
+typedef struct RecvAt {
+    int before, sent, k;
+} RecvAt;
+
+static int by_place(const void *x, const void *y)
+{
+    const RecvAt *a = x, *b = y;
+    if (a->before != b->before)
+        return a->before - b->before;
+    return (a->sent > b->sent) - (a->sent < b->sent);
+}
+
+/* The program of every stage into gen->instrs: the sorted instructions ev,
+ * each receive before its event (several: in their sends' order), the sends
+ * after their makers. */
+static void merge_programs(Gen *gen, const Event *ev, int n, const PlanInstr *recvs, int *before,
+                           const Event *sends, const PlanInstr *send_in, int ns)
+{
+    int m = 0, *sent = arena_alloc(gen->a, sizeof(int) * (size_t)(ns + 1));
+    Event *all = arena_alloc(gen->a, sizeof(Event) * (size_t)(n + ns + 1));
+    memcpy(all, ev, sizeof(Event) * (size_t)n);
+    for (int k = 0; k < ns; k++) {
+        all[n + k] = sends[k];
+        all[n + k].sub = INT32_MAX - ns + k; /* after the maker, in order */
+        all[n + k].instr = -1 - k;
+    }
+    qsort(all, (size_t)(n + ns), sizeof(Event), by_event);
+    for (int e = 0; e < n + ns; e++)
+        if (all[e].instr < 0)
+            sent[-1 - all[e].instr] = e;
+    recvs_in_send_order(gen, recvs, sent, before, ns);
+    /* by instruction: its receives, as a list in place order */
+    RecvAt *place = arena_alloc(gen->a, sizeof(RecvAt) * (size_t)(ns + 1));
+    int *first = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1));
+    int *next = arena_alloc(gen->a, sizeof(int) * (size_t)(ns + 1));
+    for (int k = 0; k < ns; k++)
+        place[k] = (RecvAt){before[k], sent[k], k};
+    qsort(place, (size_t)ns, sizeof(RecvAt), by_place);
+    for (int i = 0; i < n; i++)
+        first[i] = -1;
+    for (int j = ns - 1; j >= 0; j--) {
+        int at = ev[place[j].before].instr;
+        next[place[j].k] = first[at];
+        first[at] = place[j].k;
+    }
+    PlanInstr *out = arena_alloc(gen->a, sizeof(PlanInstr) * (size_t)(n + 2 * ns + 1));
+    for (int e = 0; e < n + ns; e++) {
+        if (all[e].instr < 0) {
+            out[m++] = send_in[-1 - all[e].instr];
+            continue;
+        }
+        for (int k = first[all[e].instr]; k >= 0; k = next[k])
+            out[m++] = recvs[k];
+        out[m++] = gen->instrs.data[all[e].instr];
+    }
+    gen->instrs.len = 0;
+    for (int i = 0; i < m; i++)
+        VEC_PUSH(gen->a, gen->instrs, out[i]);
+}
+
 /* Each op's instructions go to its stage, in the order (tick, position) the
  * pipeline pass gave (passes/pipeline.c). A tensor computed on one stage and
  * read on another is sent once per step right after the op that computes it
@@ -1298,40 +1392,8 @@ static int stage_programs(Gen *gen)
                 *ts[k] = *c;
             }
         }
-        /* merge: the sorted instructions, each receive before its reader, the
-         * sends after their makers */
-        int ns = sends.len, total = n + recvs.len + ns, m = 0;
-        Event *all = arena_alloc(gen->a, sizeof(Event) * (size_t)(n + ns + 1));
-        memcpy(all, ev, sizeof(Event) * (size_t)n);
-        for (int k = 0; k < ns; k++) {
-            all[n + k] = sends.data[k];
-            all[n + k].sub = INT32_MAX - ns + k; /* after the maker, in order */
-            all[n + k].instr = -1 - k;
-        }
-        /* receives keep their place: before the event they were made for */
-        int *first_recv = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1));
-        int *next_recv = arena_alloc(gen->a, sizeof(int) * (size_t)(recvs.len + 1));
-        for (int i = 0; i < n; i++)
-            first_recv[i] = -1;
-        for (int k = recvs.len - 1; k >= 0; k--) {
-            int at = ev[recv_before.data[k]].instr;
-            next_recv[k] = first_recv[at];
-            first_recv[at] = k;
-        }
-        qsort(all, (size_t)(n + ns), sizeof(Event), by_event);
-        PlanInstr *out = arena_alloc(gen->a, sizeof(PlanInstr) * (size_t)(total + 1));
-        for (int e = 0; e < n + ns; e++) {
-            if (all[e].instr < 0) {
-                out[m++] = send_in.data[-1 - all[e].instr];
-                continue;
-            }
-            for (int k = first_recv[all[e].instr]; k >= 0; k = next_recv[k])
-                out[m++] = recvs.data[k];
-            out[m++] = gen->instrs.data[all[e].instr];
-        }
-        gen->instrs.len = 0;
-        for (int i = 0; i < m; i++)
-            VEC_PUSH(gen->a, gen->instrs, out[i]);
+        merge_programs(gen, ev, n, recvs.data, recv_before.data, sends.data, send_in.data,
+                       sends.len);
     }
     bucket_all(gen);
     if (stages > 1)
