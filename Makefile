@@ -45,7 +45,7 @@ GENFLAGS := -Wno-missing-prototypes -Wno-shadow -Wno-sign-compare
 # Compiler sources (everything but the driver main).
 # The compiler writes plans with the runtime's plan-format module (cJSON).
 LIB_SRCS := common/base.c $(sort $(wildcard ir/*.c frontend/*.c passes/*.c codegen/*.c)) \
-            runtime/plan.c
+            runtime/plan.c runtime/match.c
 LIB_LIBS := -lcjson -lm
 GEN_SRCS := $(B)/gen/parser.c $(B)/gen/lexer.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(B)/obj/%.o) $(GEN_SRCS:$(B)/gen/%.c=$(B)/obj/gen/%.o)

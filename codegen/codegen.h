@@ -110,6 +110,13 @@ int cg_build_plan(Ctx *c, const Graph *g, int flags, Plan *out);
  * 0, or -1 after reporting. */
 int cg_write_program(Ctx *c, Plan *p, const char *out, int print_commands, int portable);
 
+/* Whether the stages' programs of p, built from the per-device graph local,
+ * communicate as one (plan_check_comm: sends and recvs paired, collectives
+ * over stages matched, no deadlock). cg_build_plan runs it on every plan.
+ * 0, or -1 after reporting at the location of the op the first instruction
+ * named was lowered from. */
+int cg_check_comm(Ctx *c, const Graph *local, const Plan *p);
+
 /* cg_build_plan, and the plan's kernels in the Kernel IR, in the order of
  * out->kernels (*kernels: an arena array of out->nkernels). */
 int cg_build_plan_ir(Ctx *c, const Graph *g, int flags, Plan *out, Kernel ***kernels);

@@ -6,7 +6,9 @@
  * for updates; a reshape shares its operand's memory), and the C source of the
  * kernels. Key idea of the memory plan: a temporary lives from the first
  * instruction that touches it to the last; in instruction order, each one
- * takes the first free block that fits, and gives it back after its last use. */
+ * takes the first free block that fits, and gives it back after its last use.
+ * Every plan built here is proved to communicate as one before it is handed
+ * out (cg_check_comm: runtime/match.c), an error at the op's TDL line if not. */
 #include "kgen.h"
 
 #include <stdio.h>
@@ -1183,7 +1185,7 @@ static PlanInstr p2p(Gen *gen, PlanCollKind k, int tensor, int stage, int peer, 
                      const PlanInstr *like)
 {
     PlanInstr in = {.kind = PI_COLL, .nargs = 1, .phase = like->phase, .layer = like->layer,
-                    .stage = stage, .mb = like->mb, .tick = like->tick};
+                    .stage = stage, .mb = like->mb, .tick = like->tick, .op = like->op};
     in.args = arena_alloc(gen->a, sizeof(int));
     in.args[0] = tensor;
     in.coll.op = k;
@@ -1384,7 +1386,9 @@ static int stage_programs(Gen *gen)
                     VEC_PUSH(gen->a, recv_before, e);
                     const Op *mk = maker[t];
                     VEC_PUSH(gen->a, sends, ((Event){home[t], mk->tick, mk->id, INT32_MAX, -1}));
-                    VEC_PUSH(gen->a, send_in, p2p(gen, PC_SEND, t, home[t], s, tag, in));
+                    PlanInstr snd = p2p(gen, PC_SEND, t, home[t], s, tag, in);
+                    snd.op = mk->id + 1;
+                    VEC_PUSH(gen->a, send_in, snd);
                     tag = (tag + 1) % 32768;
                     in = &gen->instrs.data[ev[e].instr]; /* the vectors may have moved */
                     nts = touched(in, ts);
@@ -1399,6 +1403,26 @@ static int stage_programs(Gen *gen)
     if (stages > 1)
         own_temps(gen);
     return 0;
+}
+
+int cg_check_comm(Ctx *c, const Graph *local, const Plan *p)
+{
+    static const char *const phases[] = {"fwd", "bwd", "recompute", "opt"};
+    char err[1024];
+    int at;
+    if (plan_check_comm(p, &at, err, sizeof err) == 0)
+        return 0;
+    int k = at >= 0 ? p->instrs[at].op - 1 : -1;
+    const Op *op = k >= 0 && k < local->ops.len ? local->ops.data[k] : NULL;
+    diag_error(&c->diag, op ? op->loc : LOC_NONE, "the stages' programs do not match: %s", err);
+    if (!op || op->nres < 1)
+        return -1;
+    const Value *v = op->res[0];
+    const char *what = v->name ? arena_printf(c->arena, "'%s'", v->name)
+                               : arena_printf(c->arena, "value %%%d", v->id);
+    diag_note(&c->diag, op->loc, "instrs[%d] comes from the op '%s' of %s (layer %d, %s)", at,
+              ir_ops[op->kind].name, what, op->layer, phases[op->phase]);
+    return -1;
 }
 
 int cg_build_plan(Ctx *c, const Graph *global, int flags, Plan *out)
@@ -1437,7 +1461,7 @@ int cg_build_plan_local(Ctx *c, const Graph *global, int flags, Plan *out, Kerne
         }
         while (gen.owner.len < gen.instrs.len) {
             PlanInstr *in = &gen.instrs.data[gen.owner.len];
-            in->mb = g->ops.data[i]->mb, in->tick = g->ops.data[i]->tick;
+            in->mb = g->ops.data[i]->mb, in->tick = g->ops.data[i]->tick, in->op = i + 1;
             VEC_PUSH(c->arena, gen.owner, i);
         }
     }
@@ -1446,6 +1470,8 @@ int cg_build_plan_local(Ctx *c, const Graph *global, int flags, Plan *out, Kerne
     if (!(flags & CG_KEEP_VALUES))
         plan_memory(&gen);
     fill_plan(&gen, out);
+    if (cg_check_comm(c, g, out) != 0)
+        return -1;
     train_hash(&gen, out);
     *kernels = gen.kernels.data;
     return 0;

@@ -819,7 +819,7 @@ int plan_check(const Plan *p, char *err, size_t n)
     if (check_output(p, "loss", p->loss, err, n) || check_output(p, "lr", p->lr, err, n) ||
         check_output(p, "grad_norm", p->grad_norm, err, n))
         return -1;
-    return 0;
+    return plan_check_comm(p, NULL, err, n);
 }
 
 /* ---- plan_write ---- */

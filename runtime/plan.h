@@ -135,6 +135,9 @@ typedef struct PlanInstr {
     int mb, tick;
     double flops;
     PlanWork work;
+    int op; /* compile time only: 1 + the index in the per-device graph's ops of the op it
+               was lowered from (a send: the op that computed its tensor; a recv: its first
+               reader); 0: none, and after loading. For messages */
 } PlanInstr;
 
 typedef struct PlanKernel {
@@ -212,9 +215,22 @@ uint64_t plan_scratch_bytes(const Plan *p, int cuda);
 void plan_hash(const Plan *p, char out[17]);
 
 /* Check the meaning of a plan in memory: every rule plan_load applies once the
- * JSON is read (ranges, sizes, offsets in the slab, instruction operands), but
- * not the hash. 0, or -1 with a message in err that names the field. */
+ * JSON is read (ranges, sizes, offsets in the slab, instruction operands, and
+ * last plan_check_comm), but not the hash. 0, or -1 with a message in err that
+ * names the field. */
 int plan_check(const Plan *p, char *err, size_t errlen);
+
+/* Whether the stages' programs communicate as one (runtime/match.c): on each
+ * channel (an ordered pair of stages) the k-th send and the k-th recv agree in
+ * tag, bytes and dtype; the member stages of a group that spans stages issue
+ * the same collectives in the same order (kind, dims, sizes, dtype); and no
+ * device can wait forever (sends buffered, recvs and collectives blocking),
+ * in the step and in the forward-only run. Each stage's program is walked
+ * once, whatever the number of devices. 0, or -1 with a one-line message that
+ * names the instruction, its stage and ranks, and the difference or the cycle
+ * of waits; *at (when at is not NULL) the instruction named first, else -1.
+ * p must pass plan_check's other rules. */
+int plan_check_comm(const Plan *p, int *at, char *err, size_t errlen);
 
 /* Write p as JSON to path (atomically: a temporary file renamed into place),
  * with p's hash recomputed. 0, or -1 with a message in err. */

@@ -71,8 +71,8 @@ clean-runtime:
 
 .PHONY: clean-runtime
 
-# test_runtime also runs ./tccrun.
-$(B)/unit/test_runtime: | tccrun
+# test_runtime and test_match also run ./tccrun.
+$(B)/unit/test_runtime $(B)/unit/test_match: | tccrun
 # tests/lit/tools/tccdata.test runs ./tccdata: built with the unit tests, it is there for lit.
 $(B)/unit/test_data: | tccdata
 

@@ -7,8 +7,8 @@
  * stage's tensors (rt_tensor_data is NULL for the others), the loss (held by
  * stage 1) reaches every rank after rt_step and rt_forward, rt_tensor_global
  * takes a tensor's value from the devices of its stage, a plan with stages
- * does not run without a mesh, a recv of the wrong size fails with the comm
- * layer's message, and on a pp x dp mesh the run matches the one-device plan
+ * does not run without a mesh, a recv of the wrong size is refused before
+ * any rank runs, and on a pp x dp mesh the run matches the one-device plan
  * of the same model (rt_verify). Bounds: f64 throughout; one device and the
  * mesh differ only in the order of a 4-term sum (a few ulps), tol 1e-12. */
 #define _XOPEN_SOURCE 700 /* nftw */
@@ -276,19 +276,25 @@ static int run_rank(RtWorld *w, void *arg, char *err, size_t n)
     return rc;
 }
 
-Test(pipeline, a_recv_of_another_size_fails_with_the_comm_message)
+/* The comm layer's own check of a recv's size (test_comm.c) is not reached:
+ * plan_check (plan_check_comm) refuses the plan, and rt_open with it, so no
+ * rank starts a step that would wait. */
+Test(pipeline, a_recv_of_another_size_is_refused_before_any_rank_runs)
 {
     char err[1024] = "";
     Plan *p = model(1, 1);
     int all = p->ninstrs;
     p->tensors[R].shape[0] = 2; /* stage 0 sends 4 doubles, stage 1 expects 2 */
     p->tensors[R].bytes = 16;
-    p->ninstrs = 3; /* k_mul, the send and the recv; no loss, so no broadcast waits */
+    p->ninstrs = 3; /* k_mul, the send and the recv */
     p->loss = -1;
-    checked(p);
-    cr_assert_eq(rt_run_threads(2, run_rank, p, err, sizeof err), -1);
-    cr_assert(strstr(err, "instrs[2]") && strstr(err, "member 0 sent 32 bytes with tag 0, not 16"),
+    cr_assert_eq(plan_check(p, err, sizeof err), -1);
+    cr_assert(strstr(err, "instrs[1] (send of 32 bytes f64 to stage 1, tag 0; layer -1, phase fwd) "
+                          "on stage 0 (rank 0) and instrs[2]") &&
+                  strstr(err, "differ in size: 32 bytes sent, 16 received"),
               "%s", err);
+    cr_assert_eq(rt_run_threads(2, run_rank, p, err, sizeof err), -1);
+    cr_assert(strstr(err, "differ in size: 32 bytes sent, 16 received"), "%s", err);
     p->ninstrs = all; /* as built, so that plan_free frees it all */
     plan_free(p);
 }
