@@ -415,6 +415,8 @@ static void *rank_main(void *p)
     r->rc = w ? r->fn(w, r->arg, r->err, sizeof r->err) : -1;
     if (!w)
         snprintf(r->err, sizeof r->err, "rank %d: no world", r->rank);
+    if (r->rc) /* the others stop waiting for this rank */
+        rt_threads_fail(r->hub, r->rank);
     rt_world_close(w);
     return NULL;
 }
@@ -426,8 +428,14 @@ int rt_run_threads(int nranks, int (*fn)(RtWorld *w, void *arg, char *err, size_
     Rank *ranks = calloc((size_t)nranks, sizeof *ranks);
     pthread_t *th = calloc((size_t)nranks, sizeof *th);
     int rc = 0, started = 0;
+    const char *limit = getenv("TCC_COMM_TIMEOUT"); /* the watchdog, in seconds */
+    char *end = NULL;
+    double timeout = limit && *limit ? strtod(limit, &end) : 0;
     if (!hub || !ranks || !th)
         rc = plan_errorf(err, n, "out of memory starting %d ranks", nranks);
+    else if (limit && *limit && (*end || !(timeout > 0)))
+        rc = plan_errorf(err, n, "TCC_COMM_TIMEOUT=%s: expected a number of seconds > 0", limit);
+    rt_threads_hub_timeout(hub, timeout);
     for (int r = 0; !rc && r < nranks; r++, started++) {
         ranks[r] = (Rank){hub, r, 0, fn, arg, ""};
         if (pthread_create(&th[r], NULL, rank_main, &ranks[r]) != 0)
@@ -435,6 +443,9 @@ int rt_run_threads(int nranks, int (*fn)(RtWorld *w, void *arg, char *err, size_
     }
     for (int r = 0; r < started; r++)
         pthread_join(th[r], NULL);
+    int first = rt_threads_failed(hub); /* the rank that failed first, not those it stopped */
+    if (!rc && first >= 0 && first < started && ranks[first].rc)
+        rc = plan_errorf(err, n, "%s", ranks[first].err);
     for (int r = 0; !rc && r < nranks; r++)
         if (ranks[r].rc)
             rc = plan_errorf(err, n, "%s", ranks[r].err);

@@ -40,6 +40,13 @@ void rt_comm_account(RtComm *c, RtAccount *a);
 RtThreadsHub *rt_threads_hub_new(int nranks);
 void rt_threads_hub_free(RtThreadsHub *hub);
 RtWorld *rt_world_threads(RtThreadsHub *hub, int rank);
+/* No hangs: a rank whose work failed marks the hub, and every other rank's
+ * wait in a collective or recv then fails within 100 ms with "stopped, rank R
+ * failed". A wait longer than the hub's timeout (default 300 s) fails too,
+ * naming what it waited for, and marks the hub with its own rank. */
+void rt_threads_fail(RtThreadsHub *hub, int rank);
+int rt_threads_failed(RtThreadsHub *hub); /* the marked rank, or -1 */
+void rt_threads_hub_timeout(RtThreadsHub *hub, double seconds);
 
 /* ---- the mpi backend ----
  * 1 when this process was started by mpirun/srun (an MPI launcher's

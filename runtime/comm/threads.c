@@ -9,13 +9,20 @@
  * while another still reads it. Sums run over members 0..size-1 in order and
  * each element is summed by one member only, so every member gets bitwise the
  * same result, every run. Sends are buffered (copied into the mailbox), so a
- * send never waits for its recv and a ring of sends then recvs cannot deadlock. */
+ * send never waits for its recv and a ring of sends then recvs cannot deadlock.
+ * No hangs: a rank whose work fails marks the hub (rt_threads_fail), and every
+ * wait (a barrier, a recv) looks at that mark every 100 ms, so the others stop
+ * at once with a message naming the failed rank; a wait longer than the hub's
+ * timeout (the watchdog) marks the hub too, naming the members that never
+ * came or the message that never arrived. */
 #include "runtime/comm/comm_impl.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef enum {
     OP_BROKEN, /* this member cannot take part (out of memory): everyone fails */
@@ -44,6 +51,7 @@ typedef struct Group Group;
 
 typedef struct Slot {
     Sig sig;
+    unsigned long at; /* the barrier generation this member reached, + 1 */
     const void *in;
     void *out;
     int color, key; /* comm_split */
@@ -60,6 +68,7 @@ typedef struct Msg {
 } Msg;
 
 struct Group {
+    RtThreadsHub *hub; /* whose failure mark and watchdog the waits read */
     int size;
     int refs; /* members whose comm is not freed yet */
     pthread_mutex_t mu;
@@ -72,6 +81,9 @@ struct Group {
 };
 
 struct RtThreadsHub {
+    int failed;      /* 1 + the rank that failed first (or whose wait timed out); 0: none.
+                        Read without the lock (__atomic), set once under it */
+    double timeout;  /* seconds a wait may last (the watchdog) */
     int nranks;
     pthread_mutex_t mu;
     int refs;             /* the creator's, and one per open world */
@@ -145,11 +157,12 @@ static void group_free(Group *g)
 }
 
 /* A group of size members, each holding a reference; NULL when out of memory. */
-static Group *group_new(int size)
+static Group *group_new(RtThreadsHub *hub, int size)
 {
     Group *g = calloc(1, sizeof *g);
     if (!g)
         return NULL;
+    g->hub = hub;
     size_t pairs = (size_t)size * (size_t)size;
     g->size = g->refs = size;
     g->slot = calloc((size_t)size, sizeof *g->slot);
@@ -173,20 +186,92 @@ static void group_unref(Group *g)
         group_free(g);
 }
 
-/* Wait until every member of g has come here. */
-static void barrier(Group *g)
+/* Mark the hub: rank failed first (the first mark stays). */
+static void hub_fail(RtThreadsHub *hub, int rank)
 {
+    lock(&hub->mu);
+    if (!hub->failed)
+        __atomic_store_n(&hub->failed, rank + 1, __ATOMIC_SEQ_CST);
+    unlock(&hub->mu);
+}
+
+void rt_threads_fail(RtThreadsHub *hub, int rank)
+{
+    if (hub)
+        hub_fail(hub, rank);
+}
+
+int rt_threads_failed(RtThreadsHub *hub)
+{
+    return hub ? __atomic_load_n(&hub->failed, __ATOMIC_SEQ_CST) - 1 : -1;
+}
+
+/* One tick of a wait on cv (g->mu held): 0 to wait on, or -1 with the message
+ * when a rank of the world has failed or the wait has lasted the timeout
+ * (then this rank marks the hub). why() writes what is awaited, for that. */
+static int tick(TComm *t, pthread_cond_t *cv, double *waited, const char *op,
+                void (*why)(TComm *, const void *, char *, size_t), const void *arg, char *err,
+                size_t n)
+{
+    Group *g = t->g;
+    RtThreadsHub *hub = g->hub;
+    int failed = hub ? __atomic_load_n(&hub->failed, __ATOMIC_SEQ_CST) : 0;
+    if (failed)
+        return plan_errorf(err, n, "rank %d: %s: stopped, rank %d failed", t->base.world_rank, op,
+                           failed - 1);
+    if (hub && *waited >= hub->timeout) {
+        char what[256];
+        why(t, arg, what, sizeof what);
+        unlock(&g->mu); /* the hub's lock is never taken under a group's */
+        hub_fail(hub, t->base.world_rank);
+        lock(&g->mu);
+        return plan_errorf(err, n, "rank %d: %s: waited %.0f s (the watchdog, TCC_COMM_TIMEOUT): %s",
+                           t->base.world_rank, op, *waited, what);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L)
+        ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    int e = pthread_cond_timedwait(cv, &g->mu, &ts);
+    if (e && e != ETIMEDOUT)
+        die("pthread_cond_timedwait", strerror(e), __LINE__);
+    *waited += 0.1;
+    return 0;
+}
+
+/* The members of t's group that have not reached barrier generation *gen. */
+static void absent(TComm *t, const void *gen, char *out, size_t n)
+{
+    Group *g = t->g;
+    size_t at = (size_t)snprintf(out, n, "members");
+    for (int j = 0; j < g->size && at < n; j++)
+        if (g->slot[j].at != *(const unsigned long *)gen + 1)
+            at += (size_t)snprintf(out + at, n - at, " %d", j);
+    if (at < n)
+        snprintf(out + at, n - at, " of the group of %d have not come", g->size);
+}
+
+/* Wait until every member of t's group has come here: 0, or -1 with a message
+ * when a rank failed or the watchdog fired. */
+static int barrier(TComm *t, const char *op, char *err, size_t n)
+{
+    Group *g = t->g;
+    int rc = 0;
+    double waited = 0;
     lock(&g->mu);
     unsigned long gen = g->gen;
+    g->slot[t->base.rank].at = gen + 1;
     if (++g->arrived == g->size) {
         g->arrived = 0;
         g->gen++;
         PT_CHECK(pthread_cond_broadcast(&g->turn));
     } else {
-        while (gen == g->gen)
-            PT_CHECK(pthread_cond_wait(&g->turn, &g->mu));
+        while (gen == g->gen && !(rc = tick(t, &g->turn, &waited, op, absent, &gen, err, n)))
+            ;
     }
     unlock(&g->mu);
+    return rc;
 }
 
 static int sig_equal(const Sig *x, const Sig *y)
@@ -220,7 +305,8 @@ static int meet(TComm *t, Sig sig, const void *in, void *out, char *err, size_t 
     me->sig = sig;
     me->in = in;
     me->out = out;
-    barrier(g);
+    if (barrier(t, op_names[sig.op], err, n))
+        return -1;
     int bad = -1;
     for (int j = 0; j < g->size && bad < 0; j++)
         if (!sig_equal(&g->slot[j].sig, &sig) || sig.op == OP_BROKEN)
@@ -229,7 +315,8 @@ static int meet(TComm *t, Sig sig, const void *in, void *out, char *err, size_t 
         return 0;
     if (sig.op != OP_BROKEN)
         disagree(t, bad, err, n);
-    barrier(g);
+    char late[256];
+    barrier(t, op_names[sig.op], late, sizeof late);
     return -1;
 }
 
@@ -300,13 +387,13 @@ static int t_all_reduce(RtComm *c, void *buf, size_t count, PlanDType dt, int ma
     if (meet(t, sig, buf, part, err, n))
         return -1;
     reduce_members(t->g, dt, max, part, lo, len);
-    barrier(t->g); /* every share is done, and nobody reads a buf any more */
+    if (barrier(t, op_names[sig.op], err, n)) /* every share is done, nobody reads a buf */
+        return -1;
     for (int j = 0; j < c->size; j++) {
         share(count, c->size, j, &lo, &len);
         copy((char *)buf + lo * es, t->g->slot[j].out, len * es);
     }
-    barrier(t->g); /* nobody reads a share any more */
-    return 0;
+    return barrier(t, op_names[sig.op], err, n); /* nobody reads a share any more */
 }
 
 /* in: [pre][chunk][post]; out: [pre][size*chunk][post], member j's in at chunk index j. */
@@ -321,8 +408,7 @@ static int t_all_gather(RtComm *c, const void *in, void *out, size_t pre, size_t
     for (size_t j = 0; j < size; j++)
         for (size_t p = 0; p < pre; p++)
             copy((char *)out + (p * size + j) * row, (const char *)t->g->slot[j].in + p * row, row);
-    barrier(t->g);
-    return 0;
+    return barrier(t, op_names[sig.op], err, n);
 }
 
 /* in: [pre][size*chunk][post]; out: [pre][chunk][post], the sum of block rank. */
@@ -337,8 +423,7 @@ static int t_reduce_scatter(RtComm *c, const void *in, void *out, size_t pre, si
     for (size_t p = 0; p < pre; p++)
         reduce_members(t->g, dt, 0, (char *)out + p * row * es, (p * size + (size_t)c->rank) * row,
                        row);
-    barrier(t->g);
-    return 0;
+    return barrier(t, op_names[sig.op], err, n);
 }
 
 static int t_all_to_all(RtComm *c, const void *in, void *out, size_t block_bytes, char *err,
@@ -352,8 +437,7 @@ static int t_all_to_all(RtComm *c, const void *in, void *out, size_t block_bytes
     for (int j = 0; j < c->size; j++)
         copy((char *)out + (size_t)j * block_bytes, (const char *)t->g->slot[j].in + mine,
              block_bytes);
-    barrier(t->g);
-    return 0;
+    return barrier(t, op_names[sig.op], err, n);
 }
 
 static int t_broadcast(RtComm *c, void *buf, size_t bytes, int root, char *err, size_t n)
@@ -364,8 +448,7 @@ static int t_broadcast(RtComm *c, void *buf, size_t bytes, int root, char *err, 
         return -1;
     if (c->rank != root)
         copy(buf, t->g->slot[root].in, bytes);
-    barrier(t->g);
-    return 0;
+    return barrier(t, op_names[sig.op], err, n);
 }
 
 static int t_barrier(RtComm *c, char *err, size_t n)
@@ -374,8 +457,7 @@ static int t_barrier(RtComm *c, char *err, size_t n)
     Sig sig = {OP_BARRIER, 0, 0, 0, 0, 0};
     if (meet(t, sig, NULL, NULL, err, n))
         return -1;
-    barrier(t->g);
-    return 0;
+    return barrier(t, op_names[sig.op], err, n);
 }
 
 /* ---- point to point: a FIFO per (src, dst), matched by tag ---- */
@@ -423,14 +505,28 @@ static Msg *take(Group *g, size_t q, int tag)
     return NULL;
 }
 
+/* What a recv waits for, for the watchdog's message. */
+static void no_message(TComm *t, const void *arg, char *out, size_t n)
+{
+    const int *pt = arg;
+    snprintf(out, n, "no message from member %d with tag %d (world rank %d waits)", pt[0], pt[1],
+             t->base.world_rank);
+}
+
 static int t_recv(RtComm *c, void *buf, size_t bytes, int peer, int tag, char *err, size_t n)
 {
-    Group *g = ((TComm *)c)->g;
+    TComm *t = (TComm *)c;
+    Group *g = t->g;
     size_t q = (size_t)peer * (size_t)g->size + (size_t)c->rank;
     Msg *m;
+    int what[2] = {peer, tag};
+    double waited = 0;
     lock(&g->mu);
     while (!(m = take(g, q, tag)))
-        PT_CHECK(pthread_cond_wait(&g->mail, &g->mu));
+        if (tick(t, &g->mail, &waited, "recv", no_message, what, err, n)) {
+            unlock(&g->mu);
+            return -1;
+        }
     rt_account(m->account, -(int64_t)(sizeof *m + m->bytes)); /* the sender may be gone */
     unlock(&g->mu);
     int rc = 0;
@@ -477,10 +573,16 @@ static RtComm *t_split(RtWorld *w, int color, int key, char *err, size_t n)
         rank += before(g->slot[j].key, j, key, me);
     }
     if (leader == me)
-        g->slot[me].made = group_new(size);
-    barrier(g);
+        g->slot[me].made = group_new(tw->hub, size);
+    if (barrier(&tw->all, "comm_split", err, n)) {
+        free(t);
+        return NULL;
+    }
     Group *made = g->slot[leader].made;
-    barrier(g); /* nobody reads the slots any more */
+    if (barrier(&tw->all, "comm_split", err, n)) { /* nobody reads the slots any more */
+        free(t);
+        return NULL;
+    }
     if (!made) {
         free(t);
         plan_errorf(err, n, "rank %d: comm_split: out of memory for a group of %d", me, size);
@@ -547,7 +649,8 @@ RtThreadsHub *rt_threads_hub_new(int nranks)
     hub->nranks = nranks;
     hub->refs = 1;
     hub->taken = calloc((size_t)nranks, 1);
-    hub->world = group_new(nranks);
+    hub->timeout = 300;
+    hub->world = group_new(hub, nranks);
     if (!hub->taken || !hub->world || pthread_mutex_init(&hub->mu, NULL)) {
         if (hub->world)
             group_free(hub->world);
@@ -556,6 +659,12 @@ RtThreadsHub *rt_threads_hub_new(int nranks)
         return NULL;
     }
     return hub;
+}
+
+void rt_threads_hub_timeout(RtThreadsHub *hub, double seconds)
+{
+    if (hub && seconds > 0)
+        hub->timeout = seconds;
 }
 
 void rt_threads_hub_free(RtThreadsHub *hub)

@@ -639,3 +639,87 @@ static void set_seed(void)
 }
 
 TestSuite(comm_threads, .init = set_seed);
+
+/* ---- no hangs: a failed rank stops the others; the watchdog ---- */
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Rank 2 fails before its first collective; the others all-reduce (and would
+ * wait for it forever) or recv from it. */
+static int fail_rank(RtWorld *w, void *arg, char *err, size_t n)
+{
+    (void)arg;
+    int me = rt_world_rank(w), rc;
+    float x[16] = {0};
+    RtComm *c = rt_comm_split(w, 0, me, err, n);
+    if (!c)
+        return -1;
+    if (me == 2)
+        rc = plan_errorf(err, n, "rank 2: instrs[7] (kernel k3_gelu): a planted failure");
+    else if (me == 3)
+        rc = rt_comm_recv(c, x, sizeof x, 2, 5, err, n);
+    else
+        rc = rt_comm_all_reduce(c, x, 16, PD_F32, err, n);
+    rt_comm_free(c);
+    return rc;
+}
+
+Test(comm_threads, a_failed_rank_stops_the_others, .timeout = 30)
+{
+    char err[512] = "";
+    double t0 = wall_s();
+    int rc = rt_run_threads(4, fail_rank, NULL, err, sizeof err);
+    double took = wall_s() - t0;
+    cr_assert_neq(rc, 0);
+    /* the failed rank's own message, not one of those it stopped */
+    cr_assert(strstr(err, "rank 2: instrs[7] (kernel k3_gelu): a planted failure"), "%s", err);
+    cr_assert_lt(took, 5.0, "the others took %.1f s to stop", took);
+}
+
+/* Rank 1 never comes to the all-reduce (it returns at once, as a rank whose
+ * program lacks the collective would): the watchdog names it. */
+static int absent_rank(RtWorld *w, void *arg, char *err, size_t n)
+{
+    char *seen = arg;
+    float x[4] = {0};
+    RtComm *c = rt_comm_split(w, 0, rt_world_rank(w), err, n);
+    if (!c)
+        return -1;
+    int rc = rt_world_rank(w) == 1 ? 0 : rt_comm_all_reduce(c, x, 4, PD_F32, err, n);
+    if (rc && rt_world_rank(w) == 0)
+        snprintf(seen, 512, "%s", err);
+    rt_comm_free(c);
+    return rc;
+}
+
+Test(comm_threads, the_watchdog_names_the_absent_member, .timeout = 30)
+{
+    char err[512] = "", seen[512] = "";
+    setenv("TCC_COMM_TIMEOUT", "1", 1);
+    double t0 = wall_s();
+    int rc = rt_run_threads(3, absent_rank, seen, err, sizeof err);
+    double took = wall_s() - t0;
+    unsetenv("TCC_COMM_TIMEOUT");
+    cr_assert_neq(rc, 0);
+    cr_assert(strstr(err, "all_reduce: waited 1 s (the watchdog, TCC_COMM_TIMEOUT): members 1 of "
+                          "the group of 3 have not come"),
+              "%s", err);
+    cr_assert(strstr(seen, "members 1 of the group of 3") || strstr(seen, "stopped, rank"), "%s",
+              seen);
+    cr_assert_lt(took, 5.0, "took %.1f s", took);
+}
+
+Test(comm_threads, a_bad_timeout_is_refused)
+{
+    char err[512] = "";
+    setenv("TCC_COMM_TIMEOUT", "soon", 1);
+    int rc = rt_run_threads(2, absent_rank, err, err, sizeof err);
+    unsetenv("TCC_COMM_TIMEOUT");
+    cr_assert_neq(rc, 0);
+    cr_assert(strstr(err, "TCC_COMM_TIMEOUT=soon: expected a number of seconds > 0"), "%s", err);
+}
