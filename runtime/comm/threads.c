@@ -186,6 +186,13 @@ static void group_unref(Group *g)
         group_free(g);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* Mark the hub: rank failed first (the first mark stays). */
 static void hub_fail(RtThreadsHub *hub, int rank)
 {
@@ -206,27 +213,31 @@ int rt_threads_failed(RtThreadsHub *hub)
     return hub ? __atomic_load_n(&hub->failed, __ATOMIC_SEQ_CST) - 1 : -1;
 }
 
-/* One tick of a wait on cv (g->mu held): 0 to wait on, or -1 with the message
- * when a rank of the world has failed or the wait has lasted the timeout
- * (then this rank marks the hub). why() writes what is awaited, for that. */
-static int tick(TComm *t, pthread_cond_t *cv, double *waited, const char *op,
+/* One tick of a wait on cv (g->mu held; *since: the wait's start, 0 before
+ * its first tick): 0 to wait on, or -1 with the message when a rank of the
+ * world has failed or the wait has lasted the timeout (then this rank marks
+ * the hub). why() writes what is awaited, for that. */
+static int tick(TComm *t, pthread_cond_t *cv, double *since, const char *op,
                 void (*why)(TComm *, const void *, char *, size_t), const void *arg, char *err,
                 size_t n)
 {
     Group *g = t->g;
     RtThreadsHub *hub = g->hub;
+    if (!*since) /* the wait's start, wall time: a wait can be woken often (every send) */
+        *since = now_s();
+    double waited = now_s() - *since;
     int failed = hub ? __atomic_load_n(&hub->failed, __ATOMIC_SEQ_CST) : 0;
     if (failed)
         return plan_errorf(err, n, "rank %d: %s: stopped, rank %d failed", t->base.world_rank, op,
                            failed - 1);
-    if (hub && *waited >= hub->timeout) {
+    if (hub && waited >= hub->timeout) {
         char what[256];
         why(t, arg, what, sizeof what);
         unlock(&g->mu); /* the hub's lock is never taken under a group's */
         hub_fail(hub, t->base.world_rank);
         lock(&g->mu);
         return plan_errorf(err, n, "rank %d: %s: waited %.0f s (the watchdog, TCC_COMM_TIMEOUT): %s",
-                           t->base.world_rank, op, *waited, what);
+                           t->base.world_rank, op, waited, what);
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -236,7 +247,6 @@ static int tick(TComm *t, pthread_cond_t *cv, double *waited, const char *op,
     int e = pthread_cond_timedwait(cv, &g->mu, &ts);
     if (e && e != ETIMEDOUT)
         die("pthread_cond_timedwait", strerror(e), __LINE__);
-    *waited += 0.1;
     return 0;
 }
 
@@ -258,7 +268,7 @@ static int barrier(TComm *t, const char *op, char *err, size_t n)
 {
     Group *g = t->g;
     int rc = 0;
-    double waited = 0;
+    double since = 0;
     lock(&g->mu);
     unsigned long gen = g->gen;
     g->slot[t->base.rank].at = gen + 1;
@@ -267,7 +277,7 @@ static int barrier(TComm *t, const char *op, char *err, size_t n)
         g->gen++;
         PT_CHECK(pthread_cond_broadcast(&g->turn));
     } else {
-        while (gen == g->gen && !(rc = tick(t, &g->turn, &waited, op, absent, &gen, err, n)))
+        while (gen == g->gen && !(rc = tick(t, &g->turn, &since, op, absent, &gen, err, n)))
             ;
     }
     unlock(&g->mu);
@@ -520,10 +530,10 @@ static int t_recv(RtComm *c, void *buf, size_t bytes, int peer, int tag, char *e
     size_t q = (size_t)peer * (size_t)g->size + (size_t)c->rank;
     Msg *m;
     int what[2] = {peer, tag};
-    double waited = 0;
+    double since = 0;
     lock(&g->mu);
     while (!(m = take(g, q, tag)))
-        if (tick(t, &g->mail, &waited, "recv", no_message, what, err, n)) {
+        if (tick(t, &g->mail, &since, "recv", no_message, what, err, n)) {
             unlock(&g->mu);
             return -1;
         }
