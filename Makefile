@@ -188,4 +188,8 @@ bench-cost:
 bench-peer:
 	@bash bench/peer.sh
 
-.PHONY: bench bench-mesh bench-cost bench-peer
+# The contract on every sample, both --verify modes, three meshes (minutes).
+verify-matrix: tcc
+	@python3 tests/contract/verify_matrix.py ./tcc samples
+
+.PHONY: bench bench-mesh bench-cost bench-peer verify-matrix

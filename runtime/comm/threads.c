@@ -236,7 +236,8 @@ static int tick(TComm *t, pthread_cond_t *cv, double *since, const char *op,
         unlock(&g->mu); /* the hub's lock is never taken under a group's */
         hub_fail(hub, t->base.world_rank);
         lock(&g->mu);
-        return plan_errorf(err, n, "rank %d: %s: waited %.0f s (the watchdog, TCC_COMM_TIMEOUT): %s",
+        return plan_errorf(err, n,
+                           "rank %d: %s: waited %.0f s (the watchdog, TCC_COMM_TIMEOUT): %s",
                            t->base.world_rank, op, waited, what);
     }
     struct timespec ts;
