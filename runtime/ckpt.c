@@ -3,7 +3,7 @@
  * Reads: the PT_PARAM and PT_STATE tensors of a Runtime (rt_ckpt_save), or the
  * newest DIR/step-<digits>.safetensors (rt_ckpt_load_latest). Writes:
  * DIR/step-NNNNNNNN.safetensors through DIR/.step-NNNNNNNN.safetensors.tmp, or
- * the tensors of the Runtime.
+ * the tensors of the Runtime; rt_ckpt_prune removes older checkpoints.
  * Key idea: a checkpoint holds every tensor's whole (global) value, so its
  * content does not depend on the mesh: on a mesh every rank takes part in the
  * gathers (a tensor of a pipeline stage comes from that stage's devices) and
@@ -457,6 +457,81 @@ static int newest(const char *dir, char *path, int64_t *step, char *err, size_t 
     int len = snprintf(path, PATH_BYTES, "%s/%s", dir, best);
     return len < 0 || len >= PATH_BYTES ? plan_errorf(err, n, "%s/%s: path too long", dir, best)
                                         : 1;
+}
+
+/* ---- keeping the newest ---- */
+
+static int by_step_down(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* The steps of dir's checkpoints before step, malloc'ed into *out (newest
+ * first). The count, or -1 with a message. */
+static long older_steps(DIR *d, const char *dir, int64_t step, int64_t **out, char *err, size_t n)
+{
+    size_t count = 0, cap = 0;
+    int64_t *steps = NULL;
+    struct dirent *e;
+    errno = 0;
+    while ((e = readdir(d))) {
+        int64_t s = step_of(e->d_name);
+        if (s >= 0 && s < step && count == cap) {
+            int64_t *more = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *steps);
+            if (!more) {
+                free(steps);
+                return plan_errorf(err, n, "realloc: out of memory");
+            }
+            steps = more;
+        }
+        if (s >= 0 && s < step)
+            steps[count++] = s;
+        errno = 0;
+    }
+    if (errno) {
+        free(steps);
+        return plan_errorf(err, n, "readdir %s: %s", dir, strerror(errno));
+    }
+    qsort(steps, count, sizeof *steps, by_step_down);
+    *out = steps;
+    return (long)count;
+}
+
+/* The newest step to remove: the keep-th distinct one of steps (newest
+ * first), or -1 when there are fewer. */
+static int64_t cutoff(const int64_t *steps, long count, int64_t keep)
+{
+    int64_t distinct = 0;
+    for (long i = 0; i < count; i++)
+        if ((i == 0 || steps[i] != steps[i - 1]) && ++distinct == keep)
+            return steps[i];
+    return -1;
+}
+
+int rt_ckpt_prune(const char *dir, int64_t step, int64_t keep, char *err, size_t n)
+{
+    char path[PATH_BYTES];
+    int64_t *steps = NULL;
+    DIR *d = opendir(dir);
+    if (!d)
+        return plan_errorf(err, n, "opendir %s: %s", dir, strerror(errno));
+    long count = older_steps(d, dir, step, &steps, err, n);
+    int64_t cut = count > 0 ? cutoff(steps, count, keep) : -1;
+    int rc = count < 0 ? -1 : 0;
+    free(steps);
+    struct dirent *e;
+    rewinddir(d);
+    while (cut >= 0 && (e = readdir(d))) {
+        int64_t s = step_of(e->d_name);
+        if (s < 0 || s > cut)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) && !rc)
+            rc = plan_errorf(err, n, "unlink %s: %s", path, strerror(errno));
+    }
+    closedir(d);
+    return rc;
 }
 
 /* ---- loading ---- */

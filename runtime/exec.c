@@ -4,7 +4,9 @@
  * Key idea: everything a step needs is resolved at open time (the kernel
  * functions, the argument pointers of every instruction), so a step is one
  * walk over the instruction list with no allocation and no lookup; on a
- * pipeline the walk skips the instructions of the other stages. On the cuda
+ * pipeline the walk skips the instructions of the other stages. The walk can
+ * stop before the update and go on after a look at the loss and gradient
+ * norm (rt_step_begin, rt_step_end; where to stop: guard.c). On the cuda
  * device the walk queues the instructions on its streams; the host mirror of
  * the slab is synced around the step (see "host mirror" below). */
 #include "runtime/exec.h"
@@ -99,7 +101,7 @@ Runtime *rt_open_device(const Plan *p, RtKernel const *kernels, RtDeviceKind kin
     rt->nstages = plan_stages(p);
     rt->stage = rt->nstages > 1 ? -1 : 0; /* known at rt_attach */
     if (rt_cpu_open_linked(&rt->dev, p, kernels, cache_dir, err, n) || bind_args(rt, err, n) ||
-        (kind == RT_CUDA && open_gpu(rt, cache_dir, err, n))) {
+        rt_guard_open(rt, err, n) || (kind == RT_CUDA && open_gpu(rt, cache_dir, err, n))) {
         rt_close(rt);
         return NULL;
     }
@@ -117,6 +119,7 @@ void rt_close(Runtime *rt)
     if (!rt)
         return;
     rt_mesh_close(rt);
+    rt_guard_close(rt);
     rt_cuda_close(rt->gpu);
     rt_cpu_close(&rt->dev);
     free(rt->argv);
@@ -374,42 +377,93 @@ static int run_cpu(Runtime *rt, int i, char *err, size_t n)
     }
 }
 
-/* The instructions of this device's stage in order; only the forward ones
- * (phase 0) when fwd_only. Then the outputs from their stage to every device. */
-static int run(Runtime *rt, int64_t step, int fwd_only, char *err, size_t n)
+int rt_run_instr(Runtime *rt, int i, int hook, char *err, size_t n)
 {
-    const Plan *p = rt->p;
     char msg[400], what[160];
+    if (hook && rt_guard_due(rt, i) && rt_guard_poison(rt, msg, sizeof msg))
+        return plan_errorf(err, n, "step %" PRId64 ", TCC_TEST_NAN_GRAD: %s", rt->step_now, msg);
+    if (rt->gpu ? run_gpu(rt, i, msg, sizeof msg) : run_cpu(rt, i, msg, sizeof msg))
+        return plan_errorf(err, n, "step %" PRId64 ", instrs[%d] (%s): %s", rt->step_now, i,
+                           instr_label(rt->p, i, what, sizeof what), msg);
+    return 0;
+}
+
+/* Before a walk: a pipeline must be attached; the cuda device gets the host's writes. */
+static int prologue(Runtime *rt, char *err, size_t n)
+{
+    char msg[400];
     if (rt->nstages > 1 && !rt->world)
         return plan_errorf(err, n,
                            "the plan has %d pipeline stages, each on its own devices, "
                            "but no mesh was attached (rt_attach)",
                            rt->nstages);
     if (rt->gpu && upload(rt, msg, sizeof msg))
-        return plan_errorf(err, n, "step %" PRId64 ", the upload: %s", step, msg);
-    for (int i = 0; i < p->ninstrs; i++) {
-        const PlanInstr *in = &p->instrs[i];
-        if ((fwd_only && in->phase != 0) || in->stage != rt->stage)
-            continue;
-        if (rt->gpu ? run_gpu(rt, i, msg, sizeof msg) : run_cpu(rt, i, msg, sizeof msg))
-            return plan_errorf(err, n, "step %" PRId64 ", instrs[%d] (%s): %s", step, i,
-                               instr_label(p, i, what, sizeof what), msg);
-    }
-    if (rt->gpu && download_outputs(rt, msg, sizeof msg))
-        return plan_errorf(err, n, "step %" PRId64 ", the outputs: %s", step, msg);
-    if (rt_mesh_outputs(rt, msg, sizeof msg))
-        return plan_errorf(err, n, "step %" PRId64 ", the outputs: %s", step, msg);
+        return plan_errorf(err, n, "step %" PRId64 ", the upload: %s", rt->step_now, msg);
     return 0;
 }
 
+/* The instructions [from, to) of this device's stage in order; only the
+ * forward ones (phase 0) when fwd_only. */
+static int walk(Runtime *rt, int from, int to, int fwd_only, char *err, size_t n)
+{
+    const Plan *p = rt->p;
+    for (int i = from; i < to; i++) {
+        const PlanInstr *in = &p->instrs[i];
+        if ((fwd_only && in->phase != 0) || in->stage != rt->stage)
+            continue;
+        if (rt_run_instr(rt, i, 1, err, n))
+            return -1;
+    }
+    return 0;
+}
+
+/* After a walk: the outputs to the host (cuda) and, with stages, from their
+ * stage to every device. */
+static int epilogue(Runtime *rt, int mesh, char *err, size_t n)
+{
+    char msg[400];
+    if (rt->gpu && download_outputs(rt, msg, sizeof msg))
+        return plan_errorf(err, n, "step %" PRId64 ", the outputs: %s", rt->step_now, msg);
+    if (mesh && rt_mesh_outputs(rt, msg, sizeof msg))
+        return plan_errorf(err, n, "step %" PRId64 ", the outputs: %s", rt->step_now, msg);
+    return 0;
+}
+
+int rt_step_begin(Runtime *rt, int64_t step, char *err, size_t n)
+{
+    for (float **t = rt->steps; *t; t++)
+        **t = (float)step;
+    rt->step_now = step;
+    if (prologue(rt, err, n))
+        return -1;
+    return walk(rt, 0, rt->split[rt->stage], 0, err, n) || epilogue(rt, 0, err, n) ? -1 : 0;
+}
+
+int rt_step_end(Runtime *rt, int apply, char *err, size_t n)
+{
+    if (apply && walk(rt, rt->split[rt->stage], rt->p->ninstrs, 0, err, n))
+        return -1;
+    return epilogue(rt, 1, err, n);
+}
+
+/* rt_step_begin and rt_step_end(rt, 1) in one walk: no stop in between. */
 int rt_step(Runtime *rt, int64_t step, char *err, size_t n)
 {
     for (float **t = rt->steps; *t; t++)
         **t = (float)step;
-    return run(rt, step, 0, err, n);
+    rt->step_now = step;
+    if (prologue(rt, err, n) || walk(rt, 0, rt->p->ninstrs, 0, err, n))
+        return -1;
+    return epilogue(rt, 1, err, n);
 }
 
-int rt_forward(Runtime *rt, char *err, size_t n) { return run(rt, 0, 1, err, n); }
+int rt_forward(Runtime *rt, char *err, size_t n)
+{
+    rt->step_now = 0;
+    if (prologue(rt, err, n) || walk(rt, 0, rt->p->ninstrs, 1, err, n))
+        return -1;
+    return epilogue(rt, 1, err, n);
+}
 
 /* ---- a runtime built without the CUDA toolkit ---- */
 #ifndef TCC_HAVE_CUDA

@@ -34,6 +34,16 @@ struct Runtime {
     int npipe;                     /* the pipeline-role axes, in plan order */
     int8_t pipe[PLAN_MAX_AXES];
     RtAccount mem; /* the buffers it holds outside the slab (rt_memory) */
+    /* the step in two parts (rt_step_begin, rt_step_end; runtime/guard.c) */
+    int64_t step_now; /* the step being run */
+    int *split;       /* by stage: its first instruction that writes a parameter or optimizer
+                         state (p->ninstrs when none, or when the update cannot be held back) */
+    int held;         /* every split comes after the loss and the gradient norm, and no message
+                         crosses one: rt_step_begin stops before the update */
+    int ngrads;       /* the parameters whose gradient the plan names (PARAM.grad) */
+    int *grad_param, *grad_tensor, *grad_at; /* by grad_at: where the optimizer first reads it */
+    int64_t poison_step, poison_last; /* TCC_TEST_NAN_GRAD: a NaN into tensor poison_tensor */
+    int poison_at, poison_tensor;     /* before instruction poison_at of those steps (-1: none) */
 };
 
 /* Whether this device's slab holds tensor t: always on one stage; on a
@@ -63,5 +73,21 @@ int rt_mesh_coll(Runtime *rt, int i, char *err, size_t n);
  * broadcast over the pipeline group from the devices of their stage, so that
  * every device holds them. 0, or -1 with a message. */
 int rt_mesh_outputs(Runtime *rt, char *err, size_t n);
+/* The elementwise maximum of v[0..count) over every device of the mesh
+ * (collective when attached; nothing on one device). 0, or -1 with a message. */
+int rt_mesh_agree(Runtime *rt, int32_t *v, size_t count, char *err, size_t n);
+
+/* Instruction i on this device, after the test hook when hook is set and the
+ * hook is due (runtime/guard.c); an error names the step and the instruction.
+ * 0 or -1. */
+int rt_run_instr(Runtime *rt, int i, int hook, char *err, size_t n);
+/* guard.c: the split of the step and the gradient table, from the plan and the
+ * TCC_TEST_NAN_GRAD hook (rt_open_device); their memory (rt_close). */
+int rt_guard_open(Runtime *rt, char *err, size_t n);
+void rt_guard_close(Runtime *rt);
+/* The test hook: whether it is due before instruction i of this step; a NaN
+ * into element 0 of the gradient poison_tensor. 0 or -1. */
+int rt_guard_due(const Runtime *rt, int i);
+int rt_guard_poison(Runtime *rt, char *err, size_t n);
 
 #endif

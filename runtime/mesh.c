@@ -349,6 +349,16 @@ int rt_mesh_outputs(Runtime *rt, char *err, size_t n)
     return 0;
 }
 
+int rt_mesh_agree(Runtime *rt, int32_t *v, size_t count, char *err, size_t n)
+{
+    int8_t all[PLAN_MAX_AXES];
+    if (!rt->world)
+        return 0;
+    for (int a = 0; a < rt->p->naxes; a++)
+        all[a] = (int8_t)a;
+    return rt_comm_all_reduce_max(group(rt, all, rt->p->naxes), v, count, PD_I32, err, n);
+}
+
 /* ---- whole tensors ---- */
 
 int rt_tensor_global(Runtime *rt, int t, void *global, char *err, size_t n)

@@ -177,6 +177,37 @@ void rt_random_inputs(Runtime *rt, uint64_t seed);
  * instruction. */
 int rt_step(Runtime *rt, int64_t step, char *err, size_t n);
 
+/* ---- a step that can stop before its update (runtime/guard.c) ----
+ * rt_step is rt_step_begin then rt_step_end(rt, 1). rt_step_begin runs the
+ * instructions of this device's stage up to the first that writes a parameter
+ * or an optimizer state: forward, backward, the gradient norm. The caller can
+ * then ask whether the loss and the norm are finite, and rt_step_end runs the
+ * rest (the update) or not. Every call but rt_step_nonfinite is collective
+ * when attached. */
+enum { RT_BAD_LOSS = 1, RT_BAD_NORM = 2 };
+
+/* The step's first part. 0, or -1 with a message naming the instruction. */
+int rt_step_begin(Runtime *rt, int64_t step, char *err, size_t n);
+/* After rt_step_begin: RT_BAD_LOSS | RT_BAD_NORM when the loss or the gradient
+ * norm is a NaN or an infinity, as far as this device holds them (on a
+ * pipeline, the devices of their stage), else 0. Not collective: on a mesh
+ * the devices take the maximum over all of them before they go on, so that
+ * every device applies the update or none. */
+int rt_step_nonfinite(Runtime *rt);
+/* After rt_step_nonfinite found one: the step's first part again, looking at
+ * each parameter's gradient where the optimizer first reads it. *param: the
+ * first parameter (tensor index, plan order) whose gradient holds a NaN or an
+ * infinity on any device, or -1 (none, or the plan names no gradients:
+ * codegen names them PARAM.grad). 0, or -1 with a message. */
+int rt_step_blame(Runtime *rt, int *param, char *err, size_t n);
+/* The rest of the step when apply is set (the update), then the outputs to
+ * every device. 0, or -1 with a message. */
+int rt_step_end(Runtime *rt, int apply, char *err, size_t n);
+/* 1 when rt_step_begin stops before the update: the loss and the gradient
+ * norm come first and no message between stages crosses the split. 0 when
+ * the plan cannot be cut so; rt_step_begin then runs the whole step. */
+int rt_step_holds_update(const Runtime *rt);
+
 /* The forward instructions only (phase 0): the loss of the inputs, with no
  * gradient and no update (evaluation). 0, or -1 with a message. */
 int rt_forward(Runtime *rt, char *err, size_t n);
@@ -279,5 +310,10 @@ int rt_ckpt_save(Runtime *rt, const char *dir, const CkptMeta *meta, char *err, 
  * model, another plan hash, a tensor missing or of another shape or dtype, a
  * corrupt file); rt is unchanged then. Never falls back to an older one. */
 int rt_ckpt_load_latest(Runtime *rt, const char *dir, CkptMeta *meta, char *err, size_t n);
+/* After the checkpoint of `step` was written: remove dir's checkpoints of
+ * earlier steps but the newest keep - 1 of them (keep >= 1; later steps are
+ * not touched). 0, or -1 with a message naming the first file that could not
+ * be removed (the others are still tried). Not collective: rank 0 calls it. */
+int rt_ckpt_prune(const char *dir, int64_t step, int64_t keep, char *err, size_t n);
 
 #endif

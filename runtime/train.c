@@ -8,13 +8,19 @@
  * process each under mpirun (--comm mpi), each with its own Runtime and its
  * rows of every batch; rank 0 prints. A rank that fails must not leave the
  * others waiting in a collective, so every fallible step that is not itself
- * collective is followed by an agreement (agree) that fails every rank. */
+ * collective is followed by an agreement (agree) that fails every rank. Two
+ * agreements of a step also carry the decisions the ranks must take together:
+ * the one in the middle (after the gradient norm, before the update), whether
+ * the loss or the norm is not finite, which drops the update; the one after
+ * it, whether SIGTERM, SIGINT or SIGUSR1 reached any rank, which ends the run
+ * with a checkpoint of that step. */
 #include "runtime/exec.h"
 
 #include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,14 +31,14 @@
 
 typedef struct Options {
     const char *data, *val, *ckpt, *comm, *device;
-    int64_t steps, ckpt_every, log_every, eval_every, eval_batches;
+    int64_t steps, ckpt_every, log_every, eval_every, eval_batches, keep, skip_nonfinite;
     uint64_t seed;
     double lr;
     int resume, exact, report_memory, help;
     int steps_given, seed_given; /* --steps, --seed: else the train block's, else defaults */
 } Options;
 
-/* What every rank shares, read-only once the ranks run. */
+/* What every rank shares, read-only once the ranks run but for `stopped`. */
 typedef struct Job {
     const char *prog;
     const Plan *p;
@@ -42,6 +48,8 @@ typedef struct Job {
     int omp_threads; /* per rank of the threads backend; 0: as the process has */
     RtDeviceKind device; /* resolved from --device */
     char device_note[600]; /* "device cpu (auto: ...)": why it was chosen */
+    int stopped;           /* the threads backend: 128 + the stop signal that ended the run, else
+                              0 (written by rank 0 alone, read once every rank is done) */
 } Job;
 
 typedef struct Loop {
@@ -50,10 +58,13 @@ typedef struct Loop {
     const Options *o;
     const char *device_note; /* printed before the first step on one device */
     Runtime *rt;
-    RtComm *all;      /* every rank, for agree; NULL on one device */
-    int rank, nranks; /* in the world (0 and 1 on one device) */
-    int lead;         /* world rank 0: the rank that prints */
-    int culprit;      /* the first failing rank once agree saw a failure, else -1 */
+    RtComm *all;       /* every rank, for agree; NULL on one device */
+    int rank, nranks;  /* in the world (0 and 1 on one device) */
+    int lead;          /* world rank 0: the rank that prints */
+    int culprit;       /* the first failing rank once agree saw a failure, else -1 */
+    int stop;          /* the stop signal the ranks agreed on after the last step, else 0 */
+    int64_t skipped;   /* steps whose update was dropped (non-finite loss or norm) */
+    int64_t last_ckpt; /* the step of the last checkpoint written or resumed, -1: none */
     DataLoader *train, *val;
     int tokens, targets;  /* the plan's i32 [B, S] inputs, -1 when absent */
     int64_t rows, seq;    /* this rank's rows of a batch, the whole sequence */
@@ -75,10 +86,14 @@ static void usage(const char *prog, FILE *f)
             "  --ckpt DIR          write checkpoints to DIR\n"
             "  --ckpt-every N      a checkpoint every N steps (default: only at the end)\n"
             "  --resume            continue from the newest checkpoint in --ckpt DIR\n"
+            "  --keep N            keep only the newest N checkpoints in --ckpt DIR\n"
+            "                      (default: all)\n"
             "  --log-every N       a log line every N steps (default 1)\n"
             "  --eval-every N      validation loss every N steps (default: at the end)\n"
             "  --eval-batches N    validation batches per evaluation (default 4)\n"
             "  --exact             log each loss also as a hexadecimal float (every bit)\n"
+            "  --skip-nonfinite N  drop the update of up to N steps whose loss or gradient\n"
+            "                      norm is not finite (default 0: stop at the first)\n"
             "  --report-memory     after the steps, each rank's memory: its slab (bytes\n"
             "                      touched) and its other buffers (high-water mark)\n"
             "  --comm threads|mpi  how the ranks of a mesh run: threads of this process, or\n"
@@ -86,7 +101,10 @@ static void usage(const char *prog, FILE *f)
             "  --device auto|cpu|cuda  where the plan runs (default auto: cuda when there is\n"
             "                      a GPU, else cpu); cuda: one GPU per process (its local rank)\n"
             "  --help              this text\n"
-            "Without --data, the model trains on one fixed batch of random tokens.\n",
+            "Without --data, the model trains on one fixed batch of random tokens.\n"
+            "SIGTERM, SIGINT or SIGUSR1: every rank finishes its step, a checkpoint is\n"
+            "written to --ckpt DIR, and the program exits with status 128 + the signal\n"
+            "(143, 130, 138); a second signal ends it at once.\n",
             prog);
 }
 
@@ -127,10 +145,11 @@ static int parse_int(const char *opt, const char *s, int64_t lo, int64_t *out, c
 /* A flag, or an option with a value: 0, or 1 with the message in msg. */
 static int parse_one(Options *o, const char *a, const char *v, char *msg, size_t n)
 {
-    static const char *names[] = {"--steps",     "--seed",       "--ckpt-every",
-                                  "--log-every", "--eval-every", "--eval-batches"};
-    int64_t *dst[] = {&o->steps,     NULL,           &o->ckpt_every,
-                      &o->log_every, &o->eval_every, &o->eval_batches};
+    static const char *names[] = {"--steps",     "--seed",          "--ckpt-every",
+                                  "--log-every", "--eval-every",    "--eval-batches",
+                                  "--keep",      "--skip-nonfinite"};
+    int64_t *dst[] = {&o->steps,        NULL,     &o->ckpt_every,    &o->log_every, &o->eval_every,
+                      &o->eval_batches, &o->keep, &o->skip_nonfinite};
     int64_t x = 0;
     int k = 0;
     if (!strcmp(a, "--data")) {
@@ -153,11 +172,11 @@ static int parse_one(Options *o, const char *a, const char *v, char *msg, size_t
         if (*end || end == v || !(o->lr > 0))
             return failf(msg, n, "--lr expects a positive number, got '%s'", v);
     } else {
-        while (k < 6 && strcmp(a, names[k]))
+        while (k < 8 && strcmp(a, names[k]))
             k++;
-        if (k == 6)
+        if (k == 8)
             return failf(msg, n, "unknown option '%s' (see --help)", a);
-        if (parse_int(a, v, k == 1 || k == 4 ? 0 : 1, &x, msg, n))
+        if (parse_int(a, v, k == 1 || k == 4 || k == 7 ? 0 : 1, &x, msg, n))
             return 1;
         if (k == 1)
             o->seed = (uint64_t)x, o->seed_given = 1;
@@ -174,10 +193,11 @@ static int parse_args(Options *o, int argc, char **argv, char *msg, size_t n)
     *o = (Options){.steps = 100, .log_every = 1, .eval_batches = 4, .seed = 1337, .lr = -1,
                    .device = "auto"};
     static const char *const known[] = {
-        "--data", "--val",           "--ckpt",      "--lr",         "--steps",
-        "--seed", "--ckpt-every",    "--log-every", "--eval-every", "--eval-batches",
-        "--comm", "--device",        "--resume",    "--exact",      "--help",
-        "-h",     "--report-memory", NULL};
+        "--data",          "--val",          "--ckpt",           "--lr",
+        "--steps",         "--seed",         "--ckpt-every",     "--log-every",
+        "--eval-every",    "--eval-batches", "--comm",           "--device",
+        "--resume",        "--exact",        "--help",           "-h",
+        "--report-memory", "--keep",         "--skip-nonfinite", NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int w = 0;
@@ -204,6 +224,8 @@ static int parse_args(Options *o, int argc, char **argv, char *msg, size_t n)
     }
     if (o->resume && !o->ckpt)
         return failf(msg, n, "--resume needs --ckpt DIR");
+    if (o->keep && !o->ckpt)
+        return failf(msg, n, "--keep needs --ckpt DIR");
     return 0;
 }
 
@@ -221,19 +243,79 @@ static int fail(Loop *L, const char *fmt, ...)
     return 1;
 }
 
+/* A failure that every rank meets alike (they agreed on what it is): rank 0 tells it. */
+static int fail_all(Loop *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail_all(Loop *L, const char *fmt, ...)
+{
+    va_list ap;
+    L->culprit = 0;
+    va_start(ap, fmt);
+    vsnprintf(L->err, sizeof L->err, fmt, ap);
+    va_end(ap);
+    return 1;
+}
+
 /* rc: this rank's outcome (nonzero: failed, its message in L->err). 1 on
- * every rank when any rank failed, else 0; the first failing rank reports. */
-static int agree(Loop *L, int rc)
+ * every rank when any rank failed, else 0; the first failing rank reports.
+ * The same all-reduce takes the maximum over the ranks of v[0..nv) (nv <= 3). */
+static int agree_max(Loop *L, int rc, int32_t *v, int nv)
 {
     char msg[512];
-    if (!L->all)
-        return rc != 0;
-    int32_t code = rc ? L->nranks - L->rank : 0; /* the largest: the first failing rank */
-    if (rt_comm_all_reduce_max(L->all, &code, 1, PD_I32, msg, sizeof msg))
+    int32_t buf[4] = {rc ? L->nranks - L->rank : 0}; /* the largest: the first failing rank */
+    memcpy(buf + 1, v, (size_t)nv * sizeof *v);
+    if (L->all && rt_comm_all_reduce_max(L->all, buf, (size_t)nv + 1, PD_I32, msg, sizeof msg))
         return rc ? 1 : fail(L, "%s", msg);
-    if (code)
-        L->culprit = L->nranks - code;
-    return code != 0;
+    memcpy(v, buf + 1, (size_t)nv * sizeof *v);
+    if (buf[0] && L->all)
+        L->culprit = L->nranks - buf[0];
+    return buf[0] != 0;
+}
+
+static int agree(Loop *L, int rc)
+{
+    return agree_max(L, rc, NULL, 0);
+}
+
+/* ---- stop signals ----
+ * The one mutable global of the program: a signal handler can reach nothing
+ * else, and may do nothing but set it. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+static const int stop_signals[] = {SIGTERM, SIGINT, SIGUSR1};
+
+/* The first stop signal sets stop_signal and no more: SA_RESETHAND gives that
+ * signal its default action back, so a second one ends the program at once. */
+static int catch_stop_signals(char *msg, size_t n)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART; /* no EINTR in the middle of a write */
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof stop_signals / sizeof *stop_signals; i++)
+        if (sigaction(stop_signals[i], &sa, NULL))
+            return failf(msg, n, "sigaction: %s", strerror(errno));
+    return 0;
+}
+
+/* Once the ranks agreed to stop: any stop signal ends the program at once. */
+static void release_stop_signals(void)
+{
+    for (size_t i = 0; i < sizeof stop_signals / sizeof *stop_signals; i++)
+        signal(stop_signals[i], SIG_DFL);
+}
+
+static const char *signal_name(int sig)
+{
+    return sig == SIGTERM   ? "SIGTERM"
+           : sig == SIGINT  ? "SIGINT"
+           : sig == SIGUSR1 ? "SIGUSR1"
+                            : "a signal";
 }
 
 /* The data contract: the first two i32 inputs of shape [B, S] are the tokens
@@ -348,8 +430,12 @@ static int save(Loop *L, int64_t step)
         return 1;
     if (agree(L, rt_ckpt_save(L->rt, L->o->ckpt, &m, err, sizeof err) ? fail(L, "%s", err) : 0))
         return 1;
+    L->last_ckpt = step;
     if (L->lead)
         printf("step %5" PRId64 "  checkpoint written to %s\n", step, L->o->ckpt);
+    /* a checkpoint that cannot be removed is no reason to stop training */
+    if (L->lead && L->o->keep && rt_ckpt_prune(L->o->ckpt, step, L->o->keep, err, sizeof err))
+        fprintf(stderr, "%s: warning: --keep: %s\n", L->prog, err);
     return 0;
 }
 
@@ -383,6 +469,9 @@ static int start(Loop *L, int64_t *first)
     rt_init_params(L->rt, L->o->seed);
     if (!rc && L->o->lr > 0 && rt_set_hyper(L->rt, "lr", L->o->lr, err, sizeof err))
         rc = fail(L, "--lr: %s", err);
+    if (!rc && L->o->skip_nonfinite && !rt_step_holds_update(L->rt))
+        rc = fail(L, "--skip-nonfinite: this plan cannot hold its update back (it updates "
+                     "parameters before its loss or gradient norm is known)");
     *first = 1;
     if (agree(L, rc))
         return 1;
@@ -406,6 +495,7 @@ static int start(Loop *L, int64_t *first)
                      : 0))
         return 1;
     *first = m.step + 1;
+    L->last_ckpt = m.step;
     say_device(L);
     if (L->lead)
         printf("resumed from step %" PRId64 " in %s\n", m.step, L->o->ckpt);
@@ -440,23 +530,115 @@ static void log_step(Loop *L, int64_t step, double ms, double t0, int64_t first)
     fflush(stdout);
 }
 
-/* One step: this rank's batch, then the plan's instructions. */
-static int step_once(Loop *L, int64_t step, double *ms)
+/* " (the last checkpoint, step 4 in DIR, is as it was)", or "". */
+static const char *last_ckpt_text(const Loop *L, char *out, size_t n)
+{
+    out[0] = 0;
+    if (L->last_ckpt >= 0)
+        snprintf(out, n, "; the last checkpoint, step %" PRId64 " in %s, is as it was",
+                 L->last_ckpt, L->o->ckpt);
+    return out;
+}
+
+/* What was not finite, with the values: "the gradient of 'w' is not finite
+ * (loss 2.302585, grad norm nan)". param: the first such gradient, or -1. */
+static void nonfinite_text(Loop *L, const int32_t *bad, int param, char *out, size_t n)
+{
+    const Plan *p = L->p;
+    int len;
+    if (param >= 0)
+        len = snprintf(out, n, "the gradient of '%s' is not finite", p->tensors[param].name);
+    else
+        len = snprintf(out, n, "the %s is not finite", bad[0] ? "loss" : "gradient norm");
+    if (len < 0 || (size_t)len >= n)
+        return;
+    len += snprintf(out + len, n - (size_t)len, " (loss %.6f", rt_scalar(L->rt, p->loss));
+    if (p->grad_norm >= 0 && (size_t)len < n)
+        len += snprintf(out + len, n - (size_t)len, ", grad norm %.4f",
+                        rt_scalar(L->rt, p->grad_norm));
+    if ((size_t)len < n)
+        snprintf(out + len, n - (size_t)len, ")");
+}
+
+/* A step whose loss or gradient norm is not finite (bad: as the ranks agreed):
+ * its update is dropped, and the step's first part runs again to find the
+ * first parameter whose gradient is not finite. Within --skip-nonfinite the
+ * step is logged as skipped (0); else every rank fails before any checkpoint
+ * of this state is written (1). */
+static int nonfinite(Loop *L, int64_t step, const int32_t *bad)
+{
+    char err[512], what[768], last[600];
+    int param = -1, held = rt_step_holds_update(L->rt);
+    /* a non-finite loss makes every gradient so: the first would tell nothing */
+    if (held && !bad[0] &&
+        agree(L, rt_step_blame(L->rt, &param, err, sizeof err) ? fail(L, "%s", err) : 0))
+        return 1;
+    if (agree(L, rt_step_end(L->rt, 0, err, sizeof err) ? fail(L, "%s", err) : 0))
+        return 1;
+    nonfinite_text(L, bad, param, what, sizeof what);
+    if (!held)
+        return fail_all(L,
+                        "step %" PRId64 ": %s; this plan updates its parameters before its "
+                        "gradient norm is known, so the update was applied: no checkpoint "
+                        "written%s",
+                        step, what, last_ckpt_text(L, last, sizeof last));
+    if (L->skipped < L->o->skip_nonfinite) {
+        L->skipped++;
+        if (L->lead)
+            printf("step %5" PRId64 "/%" PRId64 "  skipped: %s, the update not applied (%" PRId64
+                   " of --skip-nonfinite %" PRId64 ")\n",
+                   step, L->o->steps, what, L->skipped, L->o->skip_nonfinite);
+        return 0;
+    }
+    if (L->skipped)
+        return fail_all(L,
+                        "step %" PRId64 ": %s: the update was not applied, no checkpoint "
+                        "written (%" PRId64 " step%s skipped already: --skip-nonfinite %" PRId64
+                        ")%s",
+                        step, what, L->skipped, L->skipped == 1 ? "" : "s", L->o->skip_nonfinite,
+                        last_ckpt_text(L, last, sizeof last));
+    return fail_all(L, "step %" PRId64 ": %s: the update was not applied, no checkpoint written%s",
+                    step, what, last_ckpt_text(L, last, sizeof last));
+}
+
+/* One step: this rank's batch; the plan's instructions up to the update; the
+ * ranks agree on whether the loss and the gradient norm are finite; the update
+ * (or not: *skipped); and they agree on whether a stop signal came (L->stop). */
+static int step_once(Loop *L, int64_t step, double *ms, int *skipped)
 {
     char err[512];
+    int32_t bad[2] = {0, 0}, sig = 0;
+    *skipped = 0;
     if (L->train && agree(L, load_batch(L, L->train)))
         return 1;
     double s0 = now_s();
-    if (agree(L, rt_step(L->rt, step, err, sizeof err) ? fail(L, "%s", err) : 0))
+    int rc = rt_step_begin(L->rt, step, err, sizeof err) ? fail(L, "%s", err) : 0;
+    int flags = rc ? 0 : rt_step_nonfinite(L->rt);
+    bad[0] = (flags & RT_BAD_LOSS) != 0, bad[1] = (flags & RT_BAD_NORM) != 0;
+    if (agree_max(L, rc, bad, 2))
         return 1;
+    if (bad[0] || bad[1]) {
+        if (nonfinite(L, step, bad))
+            return 1;
+        *skipped = 1;
+    } else if (rt_step_end(L->rt, 1, err, sizeof err)) {
+        rc = fail(L, "%s", err);
+    }
+    sig = stop_signal;
+    if (agree_max(L, rc, &sig, 1))
+        return 1;
+    L->stop = sig;
     *ms = (now_s() - s0) * 1e3;
     return 0;
 }
 
-/* What happens after a step: the log, an evaluation, a checkpoint. */
-static int after_step(Loop *L, int64_t step, double ms, double t0, int64_t first, double *vloss)
+/* What happens after a step: the log (a skipped step logged itself), an
+ * evaluation, a checkpoint. */
+static int after_step(Loop *L, int64_t step, double ms, double t0, int64_t first, int skipped,
+                      double *vloss)
 {
-    if (L->lead && (step % L->o->log_every == 0 || step == first || step == L->o->steps))
+    if (L->lead && !skipped &&
+        (step % L->o->log_every == 0 || step == first || step == L->o->steps))
         log_step(L, step, ms, t0, first);
     if (L->val && L->o->eval_every && step % L->o->eval_every == 0 && evaluate(L, step, vloss))
         return 1;
@@ -465,23 +647,48 @@ static int after_step(Loop *L, int64_t step, double ms, double t0, int64_t first
     return 0;
 }
 
+/* The ranks agreed on a stop signal after step (not the last): a checkpoint
+ * of that step unless one was just written; the exit status 128 + signal. */
+static int stop_run(Loop *L, int64_t step)
+{
+    const char *sig = signal_name(L->stop);
+    release_stop_signals();
+    if (L->o->ckpt && L->last_ckpt != step && save(L, step))
+        return 1;
+    if (L->lead && L->o->ckpt)
+        printf("stopped by %s after step %" PRId64 ": the checkpoint of step %" PRId64
+               " is in %s\n",
+               sig, step, step, L->o->ckpt);
+    else if (L->lead)
+        printf("stopped by %s after step %" PRId64 ": no --ckpt DIR, so no checkpoint was "
+               "written\n",
+               sig, step);
+    return 128 + L->stop;
+}
+
+/* 0 when the run is done, 1 on failure, 128 + a signal when a stop signal ended it. */
 static int train(Loop *L)
 {
     int64_t first;
+    int skipped, have0 = 0;
     if (start(L, &first))
         return 1;
     if (!L->train)
         rt_random_inputs(L->rt, L->o->seed + 1);
     double t0 = now_s(), sum_ms = 0, ms = 0, loss0 = 0, loss = 0, vloss = 0;
     for (int64_t step = first; step <= L->o->steps; step++) {
-        if (step_once(L, step, &ms))
+        if (step_once(L, step, &ms, &skipped))
             return 1;
         sum_ms += ms;
-        loss = rt_scalar(L->rt, L->p->loss);
-        if (step == first)
-            loss0 = loss;
-        if (after_step(L, step, ms, t0, first, &vloss))
+        if (!skipped) {
+            loss = rt_scalar(L->rt, L->p->loss);
+            if (!have0)
+                loss0 = loss, have0 = 1;
+        }
+        if (after_step(L, step, ms, t0, first, skipped, &vloss))
             return 1;
+        if (L->stop && step < L->o->steps) /* a signal in the last step: the run ends anyway */
+            return stop_run(L, step);
     }
     int64_t ran = L->o->steps - first + 1;
     if (ran <= 0) {
@@ -496,9 +703,13 @@ static int train(Loop *L)
         return 1;
     if (L->lead)
         printf("trained %" PRId64 " step%s of %s in %.2f s: %.1f ms/step, %.2f GFLOP/s, loss "
-               "%.4f -> %.4f\n",
+               "%.4f -> %.4f",
                ran, ran == 1 ? "" : "s", L->p->model, now_s() - t0, sum_ms / (double)ran,
                gflops(L, (double)ran, sum_ms), loss0, loss);
+    if (L->lead && L->skipped)
+        printf(", %" PRId64 " skipped (not finite)", L->skipped);
+    if (L->lead)
+        printf("\n");
     return 0;
 }
 
@@ -515,12 +726,13 @@ static void mesh_text(const Plan *p, char *out, size_t n)
                                     p->axes[a].name, p->axes[a].size);
 }
 
-/* One rank's run, w NULL on one device: open, attach, data, the loop. */
+/* One rank's run, w NULL on one device: open, attach, data, the loop. 0, 1
+ * on failure, or 128 + the stop signal that ended it. */
 static int run_rank(const Job *J, RtWorld *w, Loop *L)
 {
     char err[512];
     *L = (Loop){.prog = J->prog, .p = J->p, .o = &J->o, .device_note = J->device_note,
-                .nranks = 1, .lead = 1, .culprit = -1};
+                .nranks = 1, .lead = 1, .culprit = -1, .last_ckpt = -1};
     if (w) {
         L->rank = rt_world_rank(w), L->nranks = rt_world_size(w), L->lead = L->rank == 0;
         if (!(L->all = rt_comm_split(w, 0, L->rank, err, sizeof err)))
@@ -533,8 +745,11 @@ static int run_rank(const Job *J, RtWorld *w, Loop *L)
     if (w && agree(L, rt_attach(L->rt, w, err, sizeof err) ? fail(L, "%s", err) : 0))
         return 1;
     find_token_inputs(L);
-    if (agree(L, open_data(L)) || train(L))
+    if (agree(L, open_data(L)))
         return 1;
+    int rc = train(L);
+    if (rc)
+        return rc;
     if (L->o->report_memory &&
         agree(L, rt_memory_report(L->rt, L->lead ? stdout : NULL, err, sizeof err)
                      ? fail(L, "--report-memory: %s", err)
@@ -563,12 +778,14 @@ static int reports(const Loop *L)
 /* A rank of the threads backend: its share of the OpenMP threads, its run. */
 static int thread_rank(RtWorld *w, void *arg, char *err, size_t n)
 {
-    const Job *J = arg;
+    Job *J = arg;
     Loop L;
     if (J->omp_threads > 0)
         omp_set_num_threads(J->omp_threads);
-    run_rank(J, w, &L);
+    int rc = run_rank(J, w, &L);
     close_rank(&L);
+    if (rc > 1 && L.rank == 0)
+        J->stopped = rc;
     if (!reports(&L))
         return 0; /* fine, or another rank tells */
     snprintf(err, n, "%s", L.err);
@@ -588,7 +805,7 @@ static int run_threads(Job *J)
     fflush(stdout);
     if (rt_run_threads(J->nranks, thread_rank, J, err, sizeof err))
         return die(J->prog, "%s", err);
-    return 0;
+    return J->stopped;
 }
 
 /* This process as one rank of w (mpi): the world must be the plan's mesh. */
@@ -614,9 +831,9 @@ static int run_world(Job *J, RtWorld *w)
     int rc = run_rank(J, w, &L);
     fflush(stdout);
     close_rank(&L);
-    if (rc && reports(&L))
+    if (rc == 1 && reports(&L))
         die(J->prog, "%s", L.err);
-    return rc ? 1 : 0;
+    return rc;
 }
 
 /* One device, no world. */
@@ -625,9 +842,9 @@ static int run_alone(Job *J)
     Loop L;
     int rc = run_rank(J, NULL, &L);
     close_rank(&L);
-    if (rc)
+    if (rc == 1)
         die(J->prog, "%s", L.err);
-    return rc ? 1 : 0;
+    return rc;
 }
 
 /* The plan has kernels but no CUDA rendering of them. */
@@ -701,7 +918,7 @@ static int run_job(Job *J, int mpi, RtWorld *w, int bad, const char *msg, const 
     if (!J->o.seed_given && p->seed >= 0)
         J->o.seed = (uint64_t)p->seed;
     int rc;
-    if (choose_device(J, mpi, err, sizeof err))
+    if (choose_device(J, mpi, err, sizeof err) || catch_stop_signals(err, sizeof err))
         rc = lead ? die(J->prog, "%s", err) : 1;
     else if (mpi && !w)
         rc = die(J->prog, "--comm mpi: not started by mpirun or srun (mpirun -np %d %s ...)",

@@ -743,6 +743,79 @@ Test(runtime, sgd_on_least_squares_lowers_the_loss_every_step)
     plan_free(p);
 }
 
+/* ---- a step that stops before its update (runtime/guard.c) ---- */
+
+Test(runtime, a_step_with_a_nan_loss_stops_before_its_update)
+{
+    char err[512] = "";
+    Plan *p = sgd_plan();
+    Runtime *rt = open_ok(p);
+    rt_init_params(rt, 1);
+    rt_random_inputs(rt, 1);
+    cr_assert_eq(rt_step_holds_update(rt), 1, "the loss comes before the update kernel");
+    float w[3], *x = rt_tensor_data(rt, 1), x0 = x[0];
+    memcpy(w, rt_tensor_data(rt, 0), sizeof w);
+    x[0] = NAN;
+    cr_assert_eq(rt_step_begin(rt, 1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(rt_step_nonfinite(rt), RT_BAD_LOSS);
+    cr_assert_eq(rt_step_end(rt, 0, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(memcmp(w, rt_tensor_data(rt, 0), sizeof w), 0, "the update was applied");
+    x[0] = x0;
+    cr_assert_eq(rt_step_begin(rt, 2, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(rt_step_nonfinite(rt), 0);
+    cr_assert_eq(memcmp(w, rt_tensor_data(rt, 0), sizeof w), 0, "the first part updated");
+    cr_assert_eq(rt_step_end(rt, 1, err, sizeof err), 0, "%s", err);
+    cr_assert_neq(memcmp(w, rt_tensor_data(rt, 0), sizeof w), 0, "no update");
+    rt_close(rt);
+    plan_free(p);
+}
+
+Test(runtime, a_plan_whose_norm_comes_after_an_update_runs_whole_steps)
+{
+    char err[512] = "";
+    Plan *p = sgd_plan();
+    p->grad_norm = 8; /* lr: written by the update kernel itself */
+    Runtime *rt = open_ok(p);
+    rt_init_params(rt, 1);
+    rt_random_inputs(rt, 1);
+    cr_assert_eq(rt_step_holds_update(rt), 0);
+    float w[3];
+    memcpy(w, rt_tensor_data(rt, 0), sizeof w);
+    cr_assert_eq(rt_step_begin(rt, 1, err, sizeof err), 0, "%s", err);
+    cr_assert_neq(memcmp(w, rt_tensor_data(rt, 0), sizeof w), 0, "the first part is the step");
+    cr_assert_eq(rt_step_end(rt, 1, err, sizeof err), 0, "%s", err);
+    rt_close(rt);
+    plan_free(p);
+}
+
+Test(runtime, the_nan_hook_is_refused_when_malformed_or_unknown)
+{
+    char err[512] = "";
+    Plan *p = sgd_plan();
+    free(p->tensors[6].name);
+    p->tensors[6].name = strdup("w.grad");
+    const char *bad[] = {"w", "0:w", "3-2:w", "1:v"};
+    const char *says[] = {"expected STEP[-LAST]:PARAM, got 'w'", "expected", "expected",
+                          "the plan names no gradient of 'v'"};
+    for (int i = 0; i < 4; i++) {
+        setenv("TCC_TEST_NAN_GRAD", bad[i], 1);
+        Runtime *rt = rt_open(p, cache, err, sizeof err);
+        cr_assert_null(rt, "%s accepted", bad[i]);
+        cr_assert(strstr(err, says[i]), "%s: %s", bad[i], err);
+    }
+    setenv("TCC_TEST_NAN_GRAD", "2:w", 1);
+    Runtime *rt = open_ok(p);
+    unsetenv("TCC_TEST_NAN_GRAD");
+    rt_init_params(rt, 1);
+    rt_random_inputs(rt, 1);
+    step_ok(rt, 1);
+    cr_assert(isfinite(((float *)rt_tensor_data(rt, 0))[0]));
+    step_ok(rt, 2); /* no norm in this plan: the NaN gradient reaches the update */
+    cr_assert(isnan(((float *)rt_tensor_data(rt, 0))[0]));
+    rt_close(rt);
+    plan_free(p);
+}
+
 /* ---- tccrun ---- */
 
 /* Run ./tccrun with args (TCC_CACHE set); its exit status, its output in out. */
