@@ -192,4 +192,8 @@ bench-peer:
 verify-matrix: tcc
 	@python3 tests/contract/verify_matrix.py ./tcc samples
 
-.PHONY: bench bench-mesh bench-cost bench-peer verify-matrix
+# What the ranks' agreements (non-finite step, stop signal) cost a step (bench/README.md).
+bench-agree:
+	@bash bench/agree.sh
+
+.PHONY: bench bench-mesh bench-cost bench-peer bench-agree verify-matrix
