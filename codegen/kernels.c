@@ -163,7 +163,7 @@ static int pw_expr(Kernel *k, Gen *gen, const Op *op, const Value *out, int i)
         return op->res[0]->dtype == DT_I32 ? kb_node(k, KN_TOINT, KT_INT, x, 0, 0)
                : k->nodes.data[x].type == KT_INT ? kb_node(k, KN_TOFLOAT, KT_FLOAT, x, 0, 0)
                                                  : x;
-    case OP_EXPAND: return x;
+    case OP_EXPAND: case OP_STOP_GRAD: return x;
     case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD:
         return pointwise_grad(k, op->kind, x, y);
     case OP_CLIP_SCALE: {
@@ -202,6 +202,7 @@ int cg_fusable(const Op *op)
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_EXP: case OP_LOG:
     case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU:
     case OP_SILU: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CONSTANT:
+    case OP_STOP_GRAD:
         return 1;
     default: return 0;
     }
@@ -843,7 +844,7 @@ int cg_op_kernels(Gen *gen, const Op *op)
     case OP_CONSTANT: case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG:
     case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID:
     case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_EXPAND: case OP_GELU_GRAD:
-    case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CLIP_SCALE:
+    case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CLIP_SCALE: case OP_STOP_GRAD:
         pointwise(gen, op);
         return 0;
     case OP_LR: learning_rate(gen, op); return 0;

@@ -803,6 +803,7 @@ static int infer_rule(Infer *in)
     case OP_DIV:
         return infer_broadcast(in);
     case OP_NEG:
+    case OP_STOP_GRAD:
         return infer_unary(in, 1);
     case OP_EXP:
     case OP_LOG:

@@ -359,6 +359,7 @@ static void vjp(AD *ad, const Op *op, Value *dy)
     ad->fwd = op;
     switch (op->kind) {
     case OP_INPUT: case OP_PARAM: case OP_CONSTANT: return;
+    case OP_STOP_GRAD: return; /* a constant to the gradient: nothing flows back */
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: vjp_arith(ad, op, dy); return;
     case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH:
     case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST:

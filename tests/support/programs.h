@@ -20,6 +20,15 @@
     "z = sigmoid(a) + relu(a) + gelu(a) + silu(a) - a\n" \
     "loss = sum(sum((y + z) * r))\n"
 
+/* stop_gradient in the middle of a chain (a value used twice, once stopped)
+ * and on a whole term of the loss. */
+#define PROG_STOP_GRADIENT \
+    "input r : f32[3, 7]\n" \
+    "param a : f32[3, 7] = normal(1)\n" \
+    "param b : f32[7] = normal(1)\n" \
+    "h = tanh(a * b)\n" \
+    "loss = sum(sum(h * stop_gradient(h) * r)) + sum(stop_gradient(b * b)) * 5.0\n"
+
 #define PROG_MATMUL_SHARED_AND_BATCHED \
     "input r : f32[2, 3, 5]\n" \
     "param x : f32[2, 3, 4] = normal(1)\n" \

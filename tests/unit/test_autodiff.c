@@ -224,3 +224,51 @@ Test(autodiff, tiny_llama_whole_model)
                        "model llama(V = 13, S = 5, D = 16, H = 4, KV = 2, F = 10, L = 2, B = 2)"),
                 13, 3, NULL, NULL);
 }
+
+/* stop_gradient passes its value forward and no gradient back. In
+ * PROG_STOP_GRADIENT, h = tanh(a * b) and the loss is sum(h * sg(h) * r) +
+ * 5 sum(sg(b * b)): its value counts both terms, and its gradient is that of
+ * sum(h * c * r) with c = h held constant, d/da = r c (1 - h^2) b. Checked
+ * against those closed forms in float64 (autodiff without the stop would
+ * double the first and add 10 b to b's). */
+Test(autodiff, stop_gradient_passes_the_value_and_no_gradient)
+{
+    Ctx *c = ctx_new(stderr);
+    Graph *g = build(c, PROG_STOP_GRADIENT, NULL, NULL);
+    Interp *in = interp_new(g);
+    interp_init(in, 31, 5);
+    double loss = loss_of(in);
+    const double *r = NULL, *a = NULL, *b = NULL, *ga = NULL, *gb = NULL;
+    for (int i = 0; i < g->values.len; i++) {
+        const Value *v = g->values.data[i];
+        if (!v->name || !v->def || v->def->phase != PH_FWD)
+            continue;
+        r = !strcmp(v->name, "r") ? in->buf[v->id] : r;
+        a = !strcmp(v->name, "a") ? in->buf[v->id] : a;
+        b = !strcmp(v->name, "b") ? in->buf[v->id] : b;
+    }
+    for (int i = 1; i < g->outputs.len; i++) {
+        const Value *v = g->outputs.data[i];
+        ga = !strcmp(v->name, "a.grad") ? in->buf[v->id] : ga;
+        gb = !strcmp(v->name, "b.grad") ? in->buf[v->id] : gb;
+    }
+    cr_assert(r && a && b && ga && gb);
+    double want = 0, wb[7] = {0};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 7; j++) {
+            double h = tanh(a[i * 7 + j] * b[j]), d = r[i * 7 + j] * h * (1 - h * h);
+            want += h * h * r[i * 7 + j];
+            double da = d * b[j];
+            cr_assert(fabs(ga[i * 7 + j] - da) <= 1e-12 * (1 + fabs(da)), "a.grad[%d,%d] %.17g, want %.17g",
+                      i, j, ga[i * 7 + j], da);
+            wb[j] += d * a[i * 7 + j];
+        }
+    for (int j = 0; j < 7; j++) {
+        want += 5 * b[j] * b[j];
+        cr_assert(fabs(gb[j] - wb[j]) <= 1e-12 * (1 + fabs(wb[j])), "b.grad[%d] %.17g, want %.17g", j,
+                  gb[j], wb[j]);
+    }
+    cr_assert(fabs(loss - want) <= 1e-12 * (1 + fabs(want)), "loss %.17g, want %.17g", loss, want);
+    interp_free(in);
+    ctx_free(c);
+}

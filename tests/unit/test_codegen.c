@@ -159,6 +159,8 @@ STEP_TEST(arithmetic_with_broadcasting, PROG_ARITHMETIC_WITH_BROADCASTING)
 
 STEP_TEST(unary_functions, PROG_UNARY_FUNCTIONS)
 
+STEP_TEST(stop_gradient, PROG_STOP_GRADIENT)
+
 STEP_TEST(matmul_shared_and_batched, PROG_MATMUL_SHARED_AND_BATCHED)
 
 STEP_TEST(softmax_over_each_dim, PROG_SOFTMAX_OVER_EACH_DIM)
