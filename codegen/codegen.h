@@ -22,7 +22,7 @@ typedef enum {
     KN_LOAD,    /* args[a] at int node b (int when the arg is i32, else float) */
     KN_ACC,     /* the reduced value of the loop opened by statement a, after it */
     KN_ADD, KN_SUB, KN_MUL, KN_DIV, KN_MAX, KN_MIN, KN_POW, /* float or int by type */
-    KN_NEG, KN_EXP, KN_LOG, KN_SQRT, KN_RSQRT, KN_TANH, KN_COS, KN_SIN, KN_ABS,
+    KN_NEG, KN_EXP, KN_LOG, KN_SQRT, KN_RSQRT, KN_TANH, KN_COS, KN_SIN, KN_ABS, KN_ERF,
     KN_LT,      /* a < b as 0 or 1, float or int operands; result type int */
     KN_EQ,      /* a == b likewise */
     KN_SELECT,  /* int a ? b : c (b, c already computed: both sides must be safe) */

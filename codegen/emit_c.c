@@ -82,6 +82,7 @@ static void expr(Out *o, const KNode *n)
     case KN_COS: call1(o, "cos", n->a); return;
     case KN_SIN: call1(o, "sin", n->a); return;
     case KN_ABS: call1(o, "fabs", n->a); return;
+    case KN_ERF: call1(o, "erf", n->a); return;
     case KN_LT: fprintf(f, "(int64_t)(t%d < t%d)", n->a, n->b); return;
     case KN_EQ: fprintf(f, "(int64_t)(t%d == t%d)", n->a, n->b); return;
     case KN_SELECT: fprintf(f, "t%d ? t%d : t%d", n->a, n->b, n->c); return;
@@ -373,7 +374,7 @@ char *cg_emit_c(Arena *a, const Kernel *k)
 static int libm_call(const KNode *n)
 {
     return n->kind == KN_EXP || n->kind == KN_LOG || n->kind == KN_POW || n->kind == KN_SIN ||
-           n->kind == KN_COS ||
+           n->kind == KN_COS || n->kind == KN_ERF ||
            ((n->kind == KN_MAX || n->kind == KN_MIN) && n->type == KT_FLOAT);
 }
 

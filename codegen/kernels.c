@@ -118,6 +118,7 @@ static int unary(Kernel *k, OpKind kind, int x)
     case OP_RELU: return kf(k, KN_MAX, x, kb_const(k, 0));
     case OP_GELU: return gelu(k, x);
     case OP_SILU: return kf(k, KN_MUL, x, sigmoid(k, x));
+    case OP_ERF: return kb_node(k, KN_ERF, KT_FLOAT, x, 0, 0);
     default: UNREACHABLE();
     }
 }
@@ -202,7 +203,7 @@ int cg_fusable(const Op *op)
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_EXP: case OP_LOG:
     case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU:
     case OP_SILU: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CONSTANT:
-    case OP_STOP_GRAD:
+    case OP_STOP_GRAD: case OP_ERF:
         return 1;
     default: return 0;
     }
@@ -844,7 +845,7 @@ int cg_op_kernels(Gen *gen, const Op *op)
     case OP_CONSTANT: case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG:
     case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID:
     case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_EXPAND: case OP_GELU_GRAD:
-    case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CLIP_SCALE: case OP_STOP_GRAD:
+    case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CLIP_SCALE: case OP_STOP_GRAD: case OP_ERF:
         pointwise(gen, op);
         return 0;
     case OP_LR: learning_rate(gen, op); return 0;

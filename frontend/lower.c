@@ -374,6 +374,7 @@ static const OpSpec op_specs[] = {
     {"relu", OP_RELU, 1, 1, {{0}}},
     {"gelu", OP_GELU, 1, 1, {{0}}},
     {"silu", OP_SILU, 1, 1, {{0}}},
+    {"erf", OP_ERF, 1, 1, {{0}}},
     {"stop_gradient", OP_STOP_GRAD, 1, 1, {{0}}},
     {"matmul", OP_MATMUL, 2, 2, {{0}}},
     {"softmax", OP_SOFTMAX, 1, 1, {{"dim", K_INT}}},

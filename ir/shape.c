@@ -814,6 +814,7 @@ static int infer_rule(Infer *in)
     case OP_RELU:
     case OP_GELU:
     case OP_SILU:
+    case OP_ERF:
         return infer_unary(in, 0);
     case OP_CAST:
         return infer_cast(in);

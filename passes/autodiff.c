@@ -227,6 +227,9 @@ static Value *vjp_unary(AD *ad, const Op *op, Value *dy)
     case OP_RELU: return bin(ad, OP_RELU_GRAD, x, dy);
     case OP_GELU: return bin(ad, OP_GELU_GRAD, x, dy);
     case OP_SILU: return bin(ad, OP_SILU_GRAD, x, dy);
+    case OP_ERF: /* dy 2/sqrt(pi) e^(-x^2) */
+        return bin(ad, OP_MUL, scale(ad, dy, 1.1283791670955126),
+                   un(ad, OP_EXP, un(ad, OP_NEG, bin(ad, OP_MUL, x, x))));
     case OP_CAST: {
         Attr *a = ir_attr_str(ad->g->arena, "dtype", ir_dtype_name(x->dtype));
         return emit(ad, OP_CAST, &dy, 1, &a, 1);
@@ -362,7 +365,7 @@ static void vjp(AD *ad, const Op *op, Value *dy)
     case OP_STOP_GRAD: return; /* a constant to the gradient: nothing flows back */
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: vjp_arith(ad, op, dy); return;
     case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH:
-    case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST:
+    case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_ERF:
         accumulate(ad, op->args[0], vjp_unary(ad, op, dy));
         return;
     case OP_MATMUL: vjp_matmul(ad, op, dy); return;

@@ -16,7 +16,7 @@
 #define PROG_UNARY_FUNCTIONS \
     "input r : f32[3, 7]\n" \
     "param a : f32[3, 7] = normal(1)\n" \
-    "y = exp(a * 0.3) + log(a * a + 1) + sqrt(a * a + 1) + rsqrt(a * a + 1) + tanh(a)\n" \
+    "y = exp(a * 0.3) + log(a * a + 1) + sqrt(a * a + 1) + rsqrt(a * a + 1) + tanh(a) + erf(a)\n" \
     "z = sigmoid(a) + relu(a) + gelu(a) + silu(a) - a\n" \
     "loss = sum(sum((y + z) * r))\n"
 

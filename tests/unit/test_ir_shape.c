@@ -184,12 +184,14 @@ Test(shape, neg_takes_any_dtype)
 {
     EXPECT(OPN(OP_NEG, in("i32[3,5]")), "i32[3,5]");
     EXPECT(OPN(OP_NEG, in("f16[]")), "f16[]");
+    EXPECT(OPN(OP_STOP_GRAD, in("i32[3]")), "i32[3]"); /* any dtype, as neg */
+    EXPECT(OPN(OP_STOP_GRAD, in("bf16[2,4]")), "bf16[2,4]");
 }
 
 Test(shape, float_unaries_keep_shape_and_reject_i32)
 {
     static const OpKind kinds[] = {OP_EXP,     OP_LOG,  OP_SQRT, OP_RSQRT, OP_TANH,
-                                   OP_SIGMOID, OP_RELU, OP_GELU, OP_SILU};
+                                   OP_SIGMOID, OP_RELU, OP_GELU, OP_SILU, OP_ERF};
     for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
         EXPECT(OPN(kinds[i], in("bf16[3,5,7]")), "bf16[3,5,7]");
         char want[128];
