@@ -78,21 +78,32 @@ static int run_steps(Runtime *rt, Run *r, int store, char *err, size_t n)
     return gather(rt, r, store, 0, err, n);
 }
 
+/* This rank's Runtime of plan p on w, its parameters drawn from seed; NULL
+ * with the message in err. The ranks share the cores: one OpenMP team each,
+ * no oversubscription. */
+static Runtime *open_rank(RtWorld *w, const Plan *p, const char *cache, uint64_t seed, char *err,
+                          size_t n)
+{
+    int per = omp_get_num_procs() / rt_world_size(w);
+    omp_set_num_threads(per > 1 ? per : 1);
+    Runtime *rt = rt_open(p, cache, err, n);
+    if (rt && rt_attach(rt, w, err, n)) {
+        rt_close(rt);
+        return NULL;
+    }
+    if (rt)
+        rt_init_params(rt, seed);
+    return rt;
+}
+
 /* One rank of the mesh run: rank 0 keeps the losses and whole tensors. */
 static int rank_fn(RtWorld *w, void *arg, char *err, size_t n)
 {
     Run *r = arg;
-    /* the ranks share the cores: one team each, no oversubscription */
-    int per = omp_get_num_procs() / rt_world_size(w);
-    omp_set_num_threads(per > 1 ? per : 1);
-    Runtime *rt = rt_open(r->p, r->cache, err, n);
+    Runtime *rt = open_rank(w, r->p, r->cache, r->seed, err, n);
     if (!rt)
         return -1;
-    int rc = rt_attach(rt, w, err, n);
-    if (!rc) {
-        rt_init_params(rt, r->seed);
-        rc = run_steps(rt, r, rt_world_rank(w) == 0, err, n);
-    }
+    int rc = run_steps(rt, r, rt_world_rank(w) == 0, err, n);
     rt_close(rt);
     return rc;
 }
@@ -340,17 +351,12 @@ static int64_t global_count(const Plan *p, const PlanTensor *t)
 static int values_rank(RtWorld *w, void *arg, char *err, size_t n)
 {
     Values *v = arg;
-    int per = omp_get_num_procs() / rt_world_size(w);
-    omp_set_num_threads(per > 1 ? per : 1);
-    Runtime *rt = rt_open(v->mesh, v->cache, err, n);
+    Runtime *rt = open_rank(w, v->mesh, v->cache, v->seed, err, n);
     if (!rt)
         return -1;
-    int rc = rt_attach(rt, w, err, n), store = rt_world_rank(w) == 0;
-    if (!rc) {
-        rt_init_params(rt, v->seed);
-        rt_random_inputs(rt, v->seed + 1);
-        rc = rt_step(rt, 1, err, n);
-    }
+    int store = rt_world_rank(w) == 0;
+    rt_random_inputs(rt, v->seed + 1);
+    int rc = rt_step(rt, 1, err, n);
     for (int t = 0; !rc && t < v->one->ntensors; t++) { /* every rank gathers, rank 0 keeps */
         if (v->pair[t] < 0)
             continue;
