@@ -16,6 +16,7 @@
  * within the tolerance of zero, at the whole gradient's scale) and its
  * optimizer state are reported but not compared after the update. */
 #include "runtime/comm/comm.h"
+#include "runtime/exec.h"
 #include "runtime/runtime.h"
 
 #include <cblas.h>
@@ -46,20 +47,37 @@ static int is_grad(const PlanTensor *t)
     return t->role == PT_STATE && n > 5 && !strcmp(t->name + n - 5, ":grad");
 }
 
+/* The bytes of tensor t's whole (global) value. */
+static uint64_t whole_bytes(const Plan *p, const PlanTensor *t)
+{
+    int64_t shape[PLAN_MAX_RANK];
+    uint64_t bytes = plan_dtype_size(t->dtype);
+    rt_global_shape(p, t, shape);
+    for (int d = 0; d < t->rank; d++)
+        bytes *= (uint64_t)shape[d];
+    return bytes;
+}
+
+/* Tensor t's whole value of `bytes` into dst when this rank stores (every
+ * rank takes part in the gather; the others throw their copy away). */
+static int gather_one(Runtime *rt, int t, int store, char *dst, uint64_t bytes, char *err,
+                      size_t n)
+{
+    char *buf = store ? dst : malloc(bytes + 1);
+    int rc = buf ? rt_tensor_global(rt, t, buf, err, n) : plan_errorf(err, n, "out of memory");
+    if (!store)
+        free(buf);
+    return rc;
+}
+
 /* Tensors of kind grads (1) or of the rest (0) gathered whole into r; only
- * the rank that stores keeps them (every rank takes part in the gathers). */
+ * the rank that stores keeps them. */
 static int gather(Runtime *rt, Run *r, int store, int grads, char *err, size_t n)
 {
-    for (int t = 0; t < r->p->ntensors; t++) {
-        if (!keep(&r->p->tensors[t]) || is_grad(&r->p->tensors[t]) != grads)
-            continue;
-        char *buf = store ? r->global[t] : malloc(r->bytes[t] + 1);
-        int rc = buf ? rt_tensor_global(rt, t, buf, err, n) : plan_errorf(err, n, "out of memory");
-        if (!store)
-            free(buf);
-        if (rc)
+    for (int t = 0; t < r->p->ntensors; t++)
+        if (keep(&r->p->tensors[t]) && is_grad(&r->p->tensors[t]) == grads &&
+            gather_one(rt, t, store, r->global[t], r->bytes[t], err, n))
             return -1;
-    }
     return 0;
 }
 
@@ -120,13 +138,7 @@ static int alloc_run(Run *r, const Plan *p, int steps, uint64_t seed, const char
     for (int t = 0; t < p->ntensors; t++) {
         if (!keep(&p->tensors[t]))
             continue;
-        uint64_t bytes = plan_dtype_size(p->tensors[t].dtype);
-        for (int d = 0; d < p->tensors[t].rank; d++) {
-            int64_t f = 1;
-            for (int j = 0; j < p->tensors[t].nsplit[d]; j++)
-                f *= p->axes[p->tensors[t].split[d][j]].size;
-            bytes *= (uint64_t)(p->tensors[t].shape[d] * f);
-        }
+        uint64_t bytes = whole_bytes(p, &p->tensors[t]);
         r->bytes[t] = bytes;
         if (!(r->global[t] = calloc(1, bytes + 1)))
             return -1;
@@ -336,18 +348,6 @@ typedef struct Values {
     char **whole; /* by tensor of one: the mesh's whole value after step 1 */
 } Values;
 
-static int64_t global_count(const Plan *p, const PlanTensor *t)
-{
-    int64_t c = 1;
-    for (int d = 0; d < t->rank; d++) {
-        int64_t f = 1;
-        for (int j = 0; j < t->nsplit[d]; j++)
-            f *= p->axes[t->split[d][j]].size;
-        c *= t->shape[d] * f;
-    }
-    return c;
-}
-
 static int values_rank(RtWorld *w, void *arg, char *err, size_t n)
 {
     Values *v = arg;
@@ -357,15 +357,9 @@ static int values_rank(RtWorld *w, void *arg, char *err, size_t n)
     int store = rt_world_rank(w) == 0;
     rt_random_inputs(rt, v->seed + 1);
     int rc = rt_step(rt, 1, err, n);
-    for (int t = 0; !rc && t < v->one->ntensors; t++) { /* every rank gathers, rank 0 keeps */
-        if (v->pair[t] < 0)
-            continue;
-        uint64_t bytes = v->one->tensors[t].bytes;
-        char *buf = store ? v->whole[t] : malloc(bytes + 1);
-        rc = buf ? rt_tensor_global(rt, v->pair[t], buf, err, n) : plan_errorf(err, n, "out of memory");
-        if (!store)
-            free(buf);
-    }
+    for (int t = 0; !rc && t < v->one->ntensors; t++) /* every rank gathers, rank 0 keeps */
+        if (v->pair[t] >= 0)
+            rc = gather_one(rt, v->pair[t], store, v->whole[t], v->one->tensors[t].bytes, err, n);
     rt_close(rt);
     return rc;
 }
@@ -387,8 +381,7 @@ int rt_verify_values(const Plan *mesh, const Plan *one, uint64_t seed, const cha
         v.pair[t] = -1;
         for (int m = 0; a->value >= 0 && m < mesh->ntensors && v.pair[t] < 0; m++) {
             const PlanTensor *b = &mesh->tensors[m];
-            if (b->value == a->value && b->dtype == a->dtype &&
-                global_count(mesh, b) * (int64_t)plan_dtype_size(b->dtype) == (int64_t)a->bytes)
+            if (b->value == a->value && b->dtype == a->dtype && whole_bytes(mesh, b) == a->bytes)
                 v.pair[t] = m;
         }
         if (v.pair[t] >= 0 && !(v.whole[t] = calloc(1, a->bytes + 1))) {
