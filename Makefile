@@ -45,7 +45,7 @@ GENFLAGS := -Wno-missing-prototypes -Wno-shadow -Wno-sign-compare
 # Compiler sources (everything but the driver main).
 # The compiler writes plans with the runtime's plan-format module (cJSON).
 LIB_SRCS := common/base.c $(sort $(wildcard ir/*.c frontend/*.c passes/*.c codegen/*.c)) \
-            runtime/plan.c runtime/match.c
+            runtime/plan.c runtime/match.c runtime/pieces.c
 LIB_LIBS := -lcjson -lm
 GEN_SRCS := $(B)/gen/parser.c $(B)/gen/lexer.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(B)/obj/%.o) $(GEN_SRCS:$(B)/gen/%.c=$(B)/obj/gen/%.o)
@@ -192,8 +192,12 @@ bench-peer:
 verify-matrix: tcc
 	@python3 tests/contract/verify_matrix.py ./tcc samples
 
+# Compiling cluster-scale plans: wall time and memory as the microbatches grow (bench/README.md).
+bench-compile:
+	@bash bench/compile_scale.sh
+
 # What the ranks' agreements (non-finite step, stop signal) cost a step (bench/README.md).
 bench-agree:
 	@bash bench/agree.sh
 
-.PHONY: bench bench-mesh bench-cost bench-peer bench-agree verify-matrix
+.PHONY: bench bench-mesh bench-cost bench-peer bench-agree bench-compile verify-matrix

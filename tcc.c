@@ -766,8 +766,9 @@ static int on_gpu(const Options *o) { return o->gpu && strcmp(o->gpu, "cpu") != 
 
 /* --emit=memory-plan (and --emit=memory of an IR file): each stage's largest
  * moment in the plan as compiled, every microbatch in it, and its slab. */
-static int print_plan_memory(Ctx *c, const Options *o, const Plan *p, const Graph *local)
+static int print_plan_memory(Ctx *c, const Options *o, const Plan *compact, const Graph *local)
 {
+    Plan x = *compact, *p = &x; /* a loop plan: as laid out (passes/memory.c) */
     int n = plan_stages(p);
     for (int s = 0; s < n; s++) {
         double cat[MC_COUNT];
@@ -965,28 +966,38 @@ static void first_divergence(Ctx *c, Graph *g, Graph *g1, double tol)
 
 /* --verify: the plan for the mesh against the same model compiled for one
  * device (every mesh axis of size 1), run side by side on random inputs. */
+/* The model through every pass again, on mesh (a --mesh spec). */
+static Graph *passed(Ctx *c, Options *o, const char *mesh)
+{
+    Options quiet = *o;
+    quiet.dump_after = quiet.stop_after = NULL;
+    c->mesh_spec = mesh;
+    Graph *g = load(c, &quiet);
+    if (!g || apply_settings(c, o, g) != 0 || verify(c, &quiet, g, "lower") != 0 ||
+        run_passes(c, &quiet, g, NULL) != 0)
+        return NULL;
+    return g;
+}
+
 static int verify_mesh(Ctx *c, Options *o, Graph *g)
 {
     Plan mesh, one;
+    const char *spec = c->mesh_spec;
     if (cg_build_plan(c, g, 0, &mesh) != 0)
         return -1;
-    char ones[64] = "";
+    char ones[64] = "", err[512];
     for (int i = 0; i < g->mesh.naxes && i < 16; i++)
         strcat(ones, i ? "x1" : "1");
-    c->mesh_spec = g->mesh.naxes ? intern(c->strings, ones) : NULL;
-    Options quiet = *o;
-    quiet.dump_after = quiet.stop_after = NULL;
-    Graph *g1 = load(c, &quiet);
-    if (!g1 || apply_settings(c, o, g1) != 0 || verify(c, &quiet, g1, "lower") != 0 ||
-        run_passes(c, &quiet, g1, NULL) != 0 || cg_build_plan(c, g1, 0, &one) != 0)
+    Graph *g1 = passed(c, o, g->mesh.naxes ? intern(c->strings, ones) : NULL);
+    if (!g1 || cg_build_plan(c, g1, 0, &one) != 0)
         return -1;
+
     TrainConfig tc;
     if (pass_train_config(c, g1, &tc))
         return -1;
     int f64 = one.loss >= 0 && one.tensors[one.loss].dtype == PD_F64;
     int bf16 = !strcmp(tc.precision, "bf16");
     double tol = o->verify_tol > 0 ? o->verify_tol : f64 ? 1e-9 : bf16 ? 5e-2 : 1e-4;
-    char err[512];
     printf("verify: %s on %lld devices against one device, %d step%s, %s\n", g->name,
            (long long)plan_mesh_size(&mesh), o->verify, o->verify > 1 ? "s" : "",
            o->verify_native ? (bf16 ? "in the model's precision (bf16)" : "in the model's precision")
@@ -994,8 +1005,14 @@ static int verify_mesh(Ctx *c, Options *o, Graph *g)
     int rc = rt_verify(&mesh, &one, o->verify, 1, tol, NULL, stdout, err, sizeof err);
     if (rc < 0)
         fprintf(stderr, "tcc: error: --verify: %s\n", err);
-    if (rc > 0)
-        first_divergence(c, g, g1, tol);
+    if (rc > 0) { /* every value compared: each microbatch's its own, so the step unrolled */
+        c->unroll = 1;
+        const char *one_spec = g1->mesh.naxes ? intern(c->strings, ones) : NULL;
+        Graph *gu = passed(c, o, spec), *g1u = gu ? passed(c, o, one_spec) : NULL;
+        if (gu && g1u)
+            first_divergence(c, gu, g1u, tol);
+        c->unroll = 0;
+    }
     return rc ? -1 : 0;
 }
 
@@ -1081,7 +1098,8 @@ static int compile_one(Ctx *c, const Options *o, const Probe *pr, OneStep *one)
     int verbose = c->verbose;
     c->mesh_spec = pr && pr->mesh ? pr->mesh : mesh;
     c->verbose = 0;
-    c->one_microbatch = 1;
+    int unroll = c->unroll;
+    c->unroll = 0;
     Kernel **kernels;
     one->g = load(c, &q);
     int rc = !one->g || apply_settings(c, &q, one->g) || verify(c, &q, one->g, "lower") ||
@@ -1089,7 +1107,7 @@ static int compile_one(Ctx *c, const Options *o, const Probe *pr, OneStep *one)
                      cg_build_plan_local(c, one->g, 0, &one->plan, &kernels, &one->local)
                  ? -1
                  : 0;
-    c->one_microbatch = 0;
+    c->unroll = unroll;
     c->mesh_spec = mesh;
     c->verbose = verbose;
     return rc;
@@ -2014,6 +2032,7 @@ static int run(Ctx *c, Options *o)
 int main(int argc, char **argv)
 {
     Ctx *c = ctx_new(stderr);
+    c->unroll = getenv("TCC_TEST_UNROLL") != NULL; /* tests: the step with every microbatch a copy */
     Options o = {0};
     o.zero = -1;
     int ok = parse_args(c, &o, argc, argv) == 0;

@@ -839,9 +839,24 @@ static void attention(Gen *gen, const Op *op)
     kb_finish(gen, k);
 }
 
+/* microbatch_sum: x added into the sum, element by element. The runtime
+ * runs the first microbatch's as a copy of x (runtime/pieces.c), so the sum
+ * is ((x_0 + x_1) + x_2) + ..., the unrolled adds' order. */
+static void microbatch_sum(Gen *gen, const Op *op)
+{
+    const Value *out = op->res[0], *x = op->args[0];
+    Kernel *k = kb_new(gen, KP_POINTWISE, numel(out), ftype_of(op));
+    int i = kb_idx(k, 0);
+    int acc = kb_arg(k, gen, T(gen, out)), xs = kb_arg(k, gen, T(gen, x));
+    kb_store(k, acc, i, kf(k, KN_ADD, kb_load(k, acc, i), kb_load(k, xs, i)));
+    kb_finish(gen, k);
+    gen->instrs.data[gen->instrs.len - 1].acc = 1;
+}
+
 int cg_op_kernels(Gen *gen, const Op *op)
 {
     switch (op->kind) {
+    case OP_MB_SUM: microbatch_sum(gen, op); return 0;
     case OP_CONSTANT: case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG:
     case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID:
     case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_EXPAND: case OP_GELU_GRAD:

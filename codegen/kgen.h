@@ -24,7 +24,36 @@ typedef struct Gen {
     const Op *op;   /* the op being lowered: phase, layer, name */
     VEC(int) owner; /* by instruction: the index of the op it was lowered from */
     double flops;
+    /* the microbatch loop (codegen/loop.c): the graph holds one microbatch of k */
+    int loop, k;
+    char *per_mb;   /* by Value.id: a microbatch's own value (not yet summed over them) */
+    int ntags;      /* the tags of one microbatch's messages */
+    VEC(PlanSched) sched;
+    VEC(PlanFrame) frames;
 } Gen;
+
+/* ---- shared by plan.c and loop.c ---- */
+uint64_t cg_aligned(uint64_t n); /* up to PLAN_ALIGN */
+/* Items 0..n-1 of size[k] alive from first[k] to last[k] (inclusive), each at
+ * the lowest offset from base that no item alive with it overlaps, largest
+ * first: offsets into off[]; the top. */
+uint64_t cg_pack(Gen *gen, int n, const uint64_t *size, const int *first, const int *last,
+                 uint64_t base, uint64_t *off);
+/* First and last instruction of every tensor (-1: untouched); outputs live to the end. */
+void cg_lifetimes(const Gen *gen, int *first, int *last);
+/* Whether every stage holds tensor t (stage -1, or an output). */
+int cg_everywhere(const Gen *gen, int t);
+/* The tensors instruction in touches, by pointer; their count (at most 68 + 4). */
+int cg_touched(PlanInstr *in, int **out);
+
+/* The loop (loop.c): whether the graph is one microbatch of several, with each
+ * value's kind (gen->per_mb); each instruction's piece and when (after the
+ * stage programs); the memory of a loop plan (instead of plan_memory). */
+int cg_loop_find(Gen *gen);
+PlanWhen cg_loop_when(const Gen *gen, const Op *op);
+PlanWhen cg_loop_msg_when(const Gen *gen, const Op *maker, const Op *reader, int recv);
+int cg_loop_pieces(Gen *gen);
+int cg_loop_memory(Gen *gen);
 
 /* A temporary tensor for intermediate results of a multi-kernel op. */
 int gen_temp(Gen *gen, DType t, int rank, const int64_t *shape);

@@ -134,6 +134,7 @@ const Graph *cg_localize(Arena *a, const Graph *g)
     l->mesh = g->mesh;
     l->config = g->config;
     l->train = g->train;
+    l->sched = g->sched;
     Value **map = arena_alloc(a, sizeof(Value *) * (size_t)(g->values.len + 1));
     for (int i = 0; i < g->values.len; i++) {
         const Value *v = g->values.data[i];

@@ -677,6 +677,7 @@ static void bucket_add(Gen *gen, Bucket *b, const PlanInstr *in)
     }
     b->in.args[b->in.nargs++] = in->args[0];
     b->in.args[b->in.nargs++] = in->args[1];
+    b->in.tick = in->tick; /* flushed when full: at its last member */
     b->in.coll.bytes += in->coll.bytes;
     b->bytes += gen->tensors.data[in->args[0]].bytes;
 }
@@ -706,10 +707,13 @@ static void bucket_gradients(Gen *gen, const int *first, int lo, int hi, PlanIns
     for (int i = lo; i < n; i++) {
         const PlanInstr *in = &gen->instrs.data[i];
         if (i == opt)
-            for (int k = 0; k < nb; k++)
+            for (int k = 0; k < nb; k++) {
+                bk[k].in.tick = in->tick; /* where it runs: the optimizer's piece */
                 bucket_flush(gen, &bk[k], out, &m);
+            }
         int member = in->kind == PI_COLL && in->coll.op == PC_ALL_REDUCE && in->phase == PH_BWD &&
-                     in->nargs == 2 && first[in->args[1]] >= opt;
+                     in->nargs == 2 && first[in->args[1]] >= opt &&
+                     (!gen->loop || in->when == PW_LAST); /* the loop: once, the sums complete */
         if (!member) {
             out[m++] = *in;
             continue;
@@ -756,6 +760,7 @@ typedef struct Block {
 } Block;
 
 static uint64_t aligned(uint64_t n) { return (n + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN; }
+uint64_t cg_aligned(uint64_t n) { return aligned(n); }
 
 static void touch(int *first, int *last, int t, int at)
 {
@@ -765,7 +770,7 @@ static void touch(int *first, int *last, int t, int at)
 }
 
 /* First and last instruction of every tensor; outputs live to the end. */
-static void lifetimes(const Gen *gen, int *first, int *last)
+void cg_lifetimes(const Gen *gen, int *first, int *last)
 {
     for (int i = 0; i < gen->tensors.len; i++)
         first[i] = last[i] = -1;
@@ -838,9 +843,9 @@ static int by_key(const void *x, const void *y)
     return a->first != b->first ? a->first - b->first : a->t - b->t;
 }
 
-/* The temporaries pl[0..n), in that order, each at the lowest offset above
- * base where it overlaps no placed temporary alive at the same time (the
- * placed ones kept in offset order); offsets into off[] by place. The top. */
+/* The items pl[0..n), in that order, each at the lowest offset above base
+ * where it overlaps no placed item alive at the same time (the placed ones
+ * kept in offset order); offsets into off[] by place. The top. */
 static uint64_t place_in_order(Gen *gen, const Place *pl, int n, const int *first,
                                const int *last, uint64_t base, uint64_t *off)
 {
@@ -868,6 +873,20 @@ static uint64_t place_in_order(Gen *gen, const Place *pl, int n, const int *firs
     return top;
 }
 
+uint64_t cg_pack(Gen *gen, int n, const uint64_t *size, const int *first, const int *last,
+                 uint64_t base, uint64_t *off)
+{
+    Place *pl = arena_alloc(gen->a, sizeof(Place) * (size_t)(n + 1));
+    uint64_t *at = arena_alloc(gen->a, sizeof(uint64_t) * (size_t)(n + 1));
+    for (int k = 0; k < n; k++)
+        pl[k] = (Place){size[k], size[k], first[k], k};
+    qsort(pl, (size_t)n, sizeof(Place), by_key);
+    uint64_t end = place_in_order(gen, pl, n, first, last, base, at);
+    for (int k = 0; k < n; k++)
+        off[pl[k].t] = at[k];
+    return end > base ? end : base;
+}
+
 /* Offline placement of the temporaries temps[0..n) above base, knowing every
  * lifetime: largest first, each at the lowest offset free for its whole life.
  * This packs within a few percent of the most bytes alive at once, where
@@ -877,16 +896,15 @@ static void place_by_size(Gen *gen, int *temps, int n, const int *first, const i
                           uint64_t base, uint64_t *top)
 {
     PlanTensor *ts = gen->tensors.data;
-    Place *pl = arena_alloc(gen->a, sizeof(Place) * (size_t)(n + 1));
+    uint64_t *size = arena_alloc(gen->a, sizeof(uint64_t) * (size_t)(n + 1));
     uint64_t *off = arena_alloc(gen->a, sizeof(uint64_t) * (size_t)(n + 1));
-    for (int k = 0; k < n; k++) {
-        uint64_t size = aligned(ts[temps[k]].bytes);
-        pl[k] = (Place){size, size, first[temps[k]], temps[k]};
-    }
-    qsort(pl, (size_t)n, sizeof(Place), by_key);
-    uint64_t end = place_in_order(gen, pl, n, first, last, base, off);
+    int *f = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1));
+    int *l = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1));
     for (int k = 0; k < n; k++)
-        ts[pl[k].t].offset = off[k];
+        size[k] = aligned(ts[temps[k]].bytes), f[k] = first[temps[k]], l[k] = last[temps[k]];
+    uint64_t end = cg_pack(gen, n, size, f, l, base, off);
+    for (int k = 0; k < n; k++)
+        ts[temps[k]].offset = off[k];
     *top = end > *top ? end : *top;
 }
 
@@ -937,7 +955,7 @@ static void lay_out(Gen *gen, const char *space, const int *first, const int *la
 
 /* Whether tensor t is held by every stage: stage -1, or an output (the
  * runtime broadcasts the outputs into every stage's copy after a step). */
-static int everywhere(const Gen *gen, int t)
+int cg_everywhere(const Gen *gen, int t)
 {
     const Graph *g = gen->g;
     for (int i = 0; i < g->outputs.len; i++)
@@ -956,16 +974,16 @@ static void plan_memory(Gen *gen)
     int *last = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1));
     char *space = arena_alloc(gen->a, (size_t)n + 1);
     uint64_t common = 0;
-    lifetimes(gen, first, last);
+    cg_lifetimes(gen, first, last);
     gen->stage_slab = arena_alloc(gen->a, sizeof(uint64_t) * (size_t)stages);
     for (int t = 0; t < n; t++)
-        space[t] = stages == 1 || everywhere(gen, t);
+        space[t] = stages == 1 || cg_everywhere(gen, t);
     lay_out(gen, space, first, last, &common);
     gen->slab = common;
     for (int s = 0; s < stages; s++) {
         uint64_t top = common;
         for (int t = 0; stages > 1 && t < n; t++)
-            space[t] = !everywhere(gen, t) && gen->tensors.data[t].stage == s;
+            space[t] = !cg_everywhere(gen, t) && gen->tensors.data[t].stage == s;
         if (stages > 1)
             lay_out(gen, space, first, last, &top);
         gen->stage_slab[s] = top ? top : PLAN_ALIGN;
@@ -1091,6 +1109,14 @@ static void fill_plan(Gen *gen, Plan *p)
     p->steps = 0, p->seed = -1;
     if (ir_train_config(gen->g, &tc, err, sizeof err) == 0)
         p->steps = tc.steps, p->seed = tc.seed;
+    p->microbatches = 1;
+    if (gen->loop) {
+        p->microbatches = gen->k, p->ntags = gen->ntags;
+        p->sched = gen->sched.data, p->nsched = gen->sched.len;
+        p->frames = gen->frames.data, p->nframes = gen->frames.len;
+    }
+    for (int i = 0; !gen->loop && i < gen->instrs.len; i++) /* only a loop has pieces */
+        gen->instrs.data[i].piece = 0, gen->instrs.data[i].when = PW_EVERY, gen->instrs.data[i].acc = 0;
 }
 
 /* ---- the training run, whatever the mesh: what a checkpoint must match ---- */
@@ -1166,7 +1192,7 @@ static int by_event(const void *x, const void *y)
 }
 
 /* The tensors instruction in touches, by pointer (to rewrite them). */
-static int touched(PlanInstr *in, int **out)
+int cg_touched(PlanInstr *in, int **out)
 {
     int n = 0;
     for (int a = 0; a < in->nargs; a++)
@@ -1286,7 +1312,8 @@ static void merge_programs(Gen *gen, const Event *ev, int n, const PlanInstr *re
     for (int e = 0; e < n + ns; e++)
         if (all[e].instr < 0)
             sent[-1 - all[e].instr] = e;
-    recvs_in_send_order(gen, recvs, sent, before, ns);
+    if (!gen->loop) /* a loop plan's channels are put in order when expanded (runtime/pieces.c) */
+        recvs_in_send_order(gen, recvs, sent, before, ns);
     /* by instruction: its receives, as a list in place order */
     RecvAt *place = arena_alloc(gen->a, sizeof(RecvAt) * (size_t)(ns + 1));
     int *first = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1));
@@ -1368,7 +1395,7 @@ static int stage_programs(Gen *gen)
         for (int e = 0; e < n; e++) {
             PlanInstr *in = &gen->instrs.data[ev[e].instr];
             int *ts[72];
-            int nts = touched(in, ts), s = in->stage;
+            int nts = cg_touched(in, ts), s = in->stage;
             for (int k = 0; k < nts; k++) {
                 int t = *ts[k];
                 if (t >= nt || home[t] < 0 || home[t] == s)
@@ -1382,16 +1409,20 @@ static int stage_programs(Gen *gen)
                     pt.stage = s;
                     VEC_PUSH(gen->a, gen->tensors, pt);
                     *c = gen->tensors.len - 1;
-                    VEC_PUSH(gen->a, recvs, p2p(gen, PC_RECV, *c, s, home[t], tag, in));
+                    const Op *mk = maker[t], *rd = g->ops.data[gen->owner.data[ev[e].instr]];
+                    PlanInstr rcv = p2p(gen, PC_RECV, *c, s, home[t], tag, in);
+                    rcv.when = cg_loop_msg_when(gen, mk, rd, 1);
+                    VEC_PUSH(gen->a, recvs, rcv);
                     VEC_PUSH(gen->a, recv_before, e);
-                    const Op *mk = maker[t];
                     VEC_PUSH(gen->a, sends, ((Event){home[t], mk->tick, mk->id, INT32_MAX, -1}));
                     PlanInstr snd = p2p(gen, PC_SEND, t, home[t], s, tag, in);
                     snd.op = mk->id + 1;
+                    snd.tick = mk->tick; /* its piece: its maker's */
+                    snd.when = cg_loop_msg_when(gen, mk, rd, 0);
                     VEC_PUSH(gen->a, send_in, snd);
                     tag = (tag + 1) % 32768;
                     in = &gen->instrs.data[ev[e].instr]; /* the vectors may have moved */
-                    nts = touched(in, ts);
+                    nts = cg_touched(in, ts);
                 }
                 *ts[k] = *c;
             }
@@ -1402,16 +1433,13 @@ static int stage_programs(Gen *gen)
     bucket_all(gen);
     if (stages > 1)
         own_temps(gen);
-    return 0;
+    return cg_loop_pieces(gen);
 }
 
-int cg_check_comm(Ctx *c, const Graph *local, const Plan *p)
+/* A mismatch plan_check_comm found at instruction at of p, named by its op. */
+static int comm_error(Ctx *c, const Graph *local, const Plan *p, int at, const char *err)
 {
     static const char *const phases[] = {"fwd", "bwd", "recompute", "opt"};
-    char err[1024];
-    int at;
-    if (plan_check_comm(p, &at, err, sizeof err) == 0)
-        return 0;
     int k = at >= 0 ? p->instrs[at].op - 1 : -1;
     const Op *op = k >= 0 && k < local->ops.len ? local->ops.data[k] : NULL;
     diag_error(&c->diag, op ? op->loc : LOC_NONE, "the stages' programs do not match: %s", err);
@@ -1423,6 +1451,41 @@ int cg_check_comm(Ctx *c, const Graph *local, const Plan *p)
     diag_note(&c->diag, op->loc, "instrs[%d] comes from the op '%s' of %s (layer %d, %s)", at,
               ir_ops[op->kind].name, what, op->layer, phases[op->phase]);
     return -1;
+}
+
+int cg_check_comm(Ctx *c, const Graph *local, const Plan *p)
+{
+    char err[1024];
+    int at = -1;
+    if (p->nsched <= 0)
+        return plan_check_comm(p, &at, err, sizeof err) ? comm_error(c, local, p, at, err) : 0;
+    /* a loop: the collectives of the program it makes (what meets another stage is
+     * among them; the rest neither waits nor is waited for), each keeping its op */
+    PlanItem *items;
+    int nitems, m = 0;
+    if (plan_expand_order(p, &items, &nitems, err, sizeof err))
+        return diag_error(&c->diag, LOC_NONE, "the microbatch loop: %s", err), -1;
+    Plan x = *p;
+    x.nsched = 0, x.sched = NULL, x.nframes = 0, x.frames = NULL;
+    x.instrs = malloc(sizeof(PlanInstr) * (size_t)(nitems + 1));
+    if (!x.instrs) {
+        free(items);
+        return diag_error(&c->diag, LOC_NONE, "out of memory"), -1;
+    }
+    for (int i = 0; i < nitems; i++) {
+        const PlanInstr *in = &p->instrs[items[i].src];
+        if (in->kind != PI_COLL)
+            continue;
+        x.instrs[m] = *in;
+        if (in->coll.op == PC_SEND || in->coll.op == PC_RECV)
+            x.instrs[m].coll.tag = plan_item_tag(p, &items[i]);
+        m++;
+    }
+    x.ninstrs = m;
+    int rc = plan_check_comm(&x, &at, err, sizeof err) ? comm_error(c, local, &x, at, err) : 0;
+    free(x.instrs);
+    free(items);
+    return rc;
 }
 
 int cg_build_plan(Ctx *c, const Graph *global, int flags, Plan *out)
@@ -1446,6 +1509,12 @@ int cg_build_plan_local(Ctx *c, const Graph *global, int flags, Plan *out, Kerne
     gen.tensor_of = arena_alloc(c->arena, sizeof(int) * (size_t)(g->values.len + 1));
     for (int i = 0; i < g->values.len; i++)
         gen.tensor_of[i] = -1;
+    if (cg_loop_find(&gen))
+        return -1;
+    if (gen.loop && (flags & CG_KEEP_VALUES))
+        return diag_error(&c->diag, LOC_NONE, "a plan that keeps every value has no "
+                                              "microbatch loop (compile it unrolled)"),
+               -1;
     find_fusions(&gen, flags);
     place_values(&gen);
     int bad = 0;
@@ -1462,13 +1531,18 @@ int cg_build_plan_local(Ctx *c, const Graph *global, int flags, Plan *out, Kerne
         while (gen.owner.len < gen.instrs.len) {
             PlanInstr *in = &gen.instrs.data[gen.owner.len];
             in->mb = g->ops.data[i]->mb, in->tick = g->ops.data[i]->tick, in->op = i + 1;
+            in->when = cg_loop_when(&gen, g->ops.data[i]);
             VEC_PUSH(c->arena, gen.owner, i);
         }
     }
     if (bad || stage_programs(&gen) != 0)
         return -1;
-    if (!(flags & CG_KEEP_VALUES))
+    if (gen.loop) {
+        if (cg_loop_memory(&gen))
+            return -1;
+    } else if (!(flags & CG_KEEP_VALUES)) {
         plan_memory(&gen);
+    }
     fill_plan(&gen, out);
     if (cg_check_comm(c, g, out) != 0)
         return -1;

@@ -112,9 +112,11 @@ typedef struct Ctx {
      * NULL until chosen */
     const signed char *recompute_layers;
     int nrecompute_layers;
-    /* the memory model's compile: the microbatch pass builds the forward of
-     * microbatch 0 only (its rows), the schedule still has every microbatch */
-    int one_microbatch;
+    /* 1: the microbatch pass copies the forward once per microbatch (an
+     * unrolled step, whose every value has an IR value of its own: --verify's
+     * value comparison); 0, the default: the graph holds one microbatch's
+     * step, which the plan's schedule table runs once per microbatch */
+    int unroll;
     /* the planner's profile: every repeat lowers at most this many iterations (0: all) */
     int repeat_limit;
     /* --verify: the optimizer also keeps each parameter's gradient, before

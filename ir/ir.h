@@ -124,6 +124,12 @@ struct Op {
                          (passes/pipeline); a stage runs its ops by (tick, position) */
 };
 
+/* One piece of a pipeline schedule on a stage: the piece whose ops carry
+ * tick (its instance for microbatch 0) run for microbatch mb. */
+typedef struct SchedStep {
+    int stage, tick, mb;
+} SchedStep;
+
 typedef struct Graph {
     Arena *arena;
     Interner *strings;
@@ -134,6 +140,8 @@ typedef struct Graph {
     VEC(Op *) ops;
     VEC(Value *) values;
     VEC(Value *) outputs; /* what the step returns (the loss first) */
+    VEC(SchedStep) sched; /* every stage's pieces in the schedule's order (passes/pipeline):
+                             a graph of one microbatch runs its pieces once per entry */
 } Graph;
 
 /* ---- names and tables ---- */

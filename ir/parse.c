@@ -843,6 +843,22 @@ static int parse_train(P *p)
     return a ? 0 : -1;
 }
 
+/* schedule STAGE: TICK MB, TICK MB, ... (one stage's entries of Graph.sched, in order) */
+static int parse_schedule(P *p)
+{
+    int64_t stage, tick, mb;
+    if (expect_int(p, "a stage", 0, MAX_MESH_SIZE, &stage) || expect(p, ':'))
+        return -1;
+    do {
+        if (expect_int(p, "a tick", 1, INT32_MAX, &tick) ||
+            expect_int(p, "a microbatch", 0, INT32_MAX, &mb))
+            return -1;
+        SchedStep st = {(int)stage, (int)tick, (int)mb};
+        VEC_PUSH(p->g->arena, p->g->sched, st);
+    } while (accept(p, ','));
+    return 0;
+}
+
 static int parse_output(P *p)
 {
     Value *v = parse_use(p);
@@ -863,6 +879,7 @@ static int parse_statement(P *p)
                  {"config", parse_config, 1},
                  {"mesh", parse_mesh, 1},
                  {"train", parse_train, 1},
+                 {"schedule", parse_schedule, 1},
                  {"output", parse_output, 0}};
     if (p->tok.kind == T_VALUE)
         return parse_op(p);

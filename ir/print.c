@@ -304,6 +304,23 @@ static void print_header(FILE *out, const Graph *g)
         print_keyed(out, g->train.data[i]);
         fputc('\n', out);
     }
+    int top = -1; /* the schedule table, one line per stage */
+    for (int e = 0; e < g->sched.len; e++)
+        top = g->sched.data[e].stage > top ? g->sched.data[e].stage : top;
+    for (int s = 0; s <= top; s++) {
+        int first = 1;
+        for (int e = 0; e < g->sched.len; e++) {
+            const SchedStep *st = &g->sched.data[e];
+            if (st->stage != s)
+                continue;
+            if (first)
+                fprintf(out, "schedule %d:", s);
+            fprintf(out, "%s %d %d", first ? "" : ",", st->tick, st->mb);
+            first = 0;
+        }
+        if (!first)
+            fputc('\n', out);
+    }
 }
 
 static void print_results(FILE *out, const Graph *g, const Numbering *n, const Op *op)

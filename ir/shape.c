@@ -804,6 +804,7 @@ static int infer_rule(Infer *in)
         return infer_broadcast(in);
     case OP_NEG:
     case OP_STOP_GRAD:
+    case OP_MB_SUM:
         return infer_unary(in, 1);
     case OP_EXP:
     case OP_LOG:

@@ -24,6 +24,7 @@ typedef struct AD {
     char *needs;   /* by Value.id: depends on a parameter */
     const Op *fwd; /* the forward op being differentiated */
     int failed;    /* an op had no rule (hand-written IR) */
+    int loop;      /* the graph holds one microbatch of several (a microbatch_sum makes its loss) */
 } AD;
 
 /* Append a backward op; its types come from the shape rules. */
@@ -109,11 +110,15 @@ static void accumulate(AD *ad, Value *v, Value *g)
  * microbatches are summed in microbatch order (shared adds, mb -1), so a
  * schedule that runs microbatch j's backward adds its part then and frees it:
  * no microbatch's gradient waits for the last one. A part of shared ops (a
- * sum over the microbatches already, like a tied weight's) comes last. */
+ * sum over the microbatches already, like a tied weight's) comes last. When
+ * the graph holds one microbatch of several (ad->loop), a shared value's
+ * part of that microbatch becomes a microbatch_sum, made where the part is:
+ * each microbatch adds its part there, in microbatch order, so the sum has
+ * the bits of the unrolled adds. */
 static Value *grad_of(AD *ad, const Value *v)
 {
     Part *p = ad->grad[v->id];
-    if (!p || !p->next)
+    if (!p || (!p->next && !(ad->loop && p->mb >= 0 && (!v->def || v->def->mb < 0))))
         return p ? p->sum : NULL;
     int n = 0;
     for (Part *q = p; q; q = q->next)
@@ -126,8 +131,13 @@ static Value *grad_of(AD *ad, const Value *v)
             order[k] = order[k - 1];
         order[k] = p;
     }
-    Value *sum = order[0]->sum;
     const Op *at = ad->fwd;
+    Value *sum = order[0]->sum;
+    if (ad->loop && order[0]->mb >= 0 && (!v->def || v->def->mb < 0)) {
+        ad->fwd = sum->def;
+        sum = un(ad, OP_MB_SUM, sum);
+        sum->def->mb = -1; /* its result is the step's: shared */
+    }
     for (int i = 1; i < n; i++) { /* each add where its part is made: one send at most */
         ad->fwd = order[i]->sum->def;
         sum = bin(ad, OP_ADD, sum, order[i]->sum);
@@ -363,6 +373,7 @@ static void vjp(AD *ad, const Op *op, Value *dy)
     switch (op->kind) {
     case OP_INPUT: case OP_PARAM: case OP_CONSTANT: return;
     case OP_STOP_GRAD: return; /* a constant to the gradient: nothing flows back */
+    case OP_MB_SUM: accumulate(ad, op->args[0], dy); return; /* each microbatch's x: dy */
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: vjp_arith(ad, op, dy); return;
     case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH:
     case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_ERF:
@@ -440,10 +451,12 @@ int pass_autodiff(Ctx *c, Graph *g)
         return -1;
     }
     int nops = g->ops.len, nvals = g->values.len;
-    AD ad = {c, g, NULL, NULL, NULL, 0};
+    AD ad = {c, g, NULL, NULL, NULL, 0, 0};
     ad.grad = arena_alloc(g->arena, sizeof(Part *) * (size_t)(nvals + 1));
     memset(ad.grad, 0, sizeof(Part *) * (size_t)(nvals + 1));
     ad.needs = arena_alloc(g->arena, (size_t)nvals + 1);
+    for (int i = 0; i < nops; i++)
+        ad.loop |= g->ops.data[i]->kind == OP_MB_SUM;
     mark_needs(&ad, nops);
     Value *loss = g->outputs.data[0];
     ad.fwd = loss->def;

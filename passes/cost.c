@@ -252,10 +252,11 @@ static void flow_read(int t, void *u) /* its inputs feed a microbatch's work */
 /* Which shared instructions (mb -1) are really each microbatch's: the plan
  * of one microbatch marks the collectives that partitioning adds (and the
  * vocabulary-parallel loss's pieces) as shared, though each microbatch has
- * its own. An instruction is a microbatch's when it has a microbatch, or
- * when it reads a tensor made from a microbatch's data and what it makes is
- * read by a microbatch's work (a gradient's reduction feeds only the
- * optimizer; a weight's gather reads no microbatch's data). */
+ * its own. A loop plan says so itself (`when`: every microbatch). Else an
+ * instruction is a microbatch's when it has a microbatch, or when it reads
+ * a tensor made from a microbatch's data and what it makes is read by a
+ * microbatch's work (a gradient's reduction feeds only the optimizer; a
+ * weight's gather reads no microbatch's data). */
 static void per_microbatch(Arena *a, Stage *st)
 {
     const Plan *p = st->p;
@@ -283,6 +284,8 @@ static void per_microbatch(Arena *a, Stage *st)
         f.pos = i, f.any_in = f.any_out = 0;
         each_tensor(in, flow_in, &f);
         st->per_mb[i] = (char)(in->mb >= 0 || (f.any_in && f.any_out && in->phase != PH_OPT));
+        if (p->nsched > 0) /* a loop plan says it: what runs for every microbatch */
+            st->per_mb[i] = in->when == PW_EVERY;
         if (in->kind == PI_COLL && in->coll.op == PC_RECV) { /* the readers came first here */
             int v = p->tensors[in->args[0]].value; /* a weight (a tied one's cast) or its */
             const Value *val = v >= 0 && v < st->local->values.len ? st->local->values.data[v] : NULL;

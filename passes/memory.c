@@ -735,6 +735,23 @@ static void model_stage(Model *m, int s, int gpu, const Schedule *sc, StageMemor
     top_tensors(m, s, &r, &pk, sm);
 }
 
+/* A loop plan (codegen/loop.c) is the step itself, laid out: what the device
+ * holds is its stage's slab, whatever the moment, plus the buffers beside it
+ * (comm, workspace, allowances). The replay above gives the breakdown at the
+ * largest moment; the difference the layout makes (what the slab's reuse of
+ * memory across pieces and microbatches leaves unused) goes to temporaries. */
+static void as_laid_out(const Plan *p, int s, StageMemory *st)
+{
+    double beside = st->cat[MC_COMM] + st->cat[MC_WORKSPACE] + st->cat[MC_RESERVED];
+    double diff = (double)plan_stage_slab(p, s) + beside - st->peak;
+    st->cat[MC_TEMPORARIES] += diff;
+    if (st->cat[MC_TEMPORARIES] < 0) /* the replay held more than the layout: it is not */
+        st->cat[MC_TEMPORARIES] = 0;
+    st->peak = 0;
+    for (int k = 0; k < MC_COUNT; k++)
+        st->peak += st->cat[k];
+}
+
 int pass_memory_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p, int gpu,
                       MemoryModel *out)
 {
@@ -757,6 +774,8 @@ int pass_memory_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p,
     m.summed = arena_alloc(c->arena, (size_t)p->ntensors + 1);
     for (int s = 0; s < sc.p; s++) {
         model_stage(&m, s, gpu, &sc, &out->stage[s]);
+        if (p->nsched > 0)
+            as_laid_out(p, s, &out->stage[s]);
         if (out->stage[s].peak > out->peak)
             out->peak = out->stage[s].peak, out->peak_stage = s;
     }
@@ -790,6 +809,13 @@ double pass_memory_plan_peak(Arena *a, const Plan *p, const Graph *local, int s,
             memcpy(best, live, sizeof(Bytes));
         for (int t = e.dies[i]; t >= 0; t = e.next_dies[t])
             live[m.cat[t]] -= aligned(p->tensors[t].bytes);
+    }
+    if (p->nsched > 0) { /* a loop plan: its slab as laid out, and what is beside it */
+        StageMemory st;
+        memcpy(st.cat, best, sizeof(Bytes));
+        st.peak = total(best);
+        as_laid_out(p, s, &st);
+        memcpy(best, st.cat, sizeof(Bytes));
     }
     if (cat)
         memcpy(cat, best, sizeof(Bytes));

@@ -1,15 +1,18 @@
-/* microbatch.c: gradient accumulation by unrolling the forward pass over
- * microbatches. Reads the forward graph and `microbatches = k` of the train
- * block; writes k copies of every op that depends on the inputs, copy j seeing
- * rows [j B/k, (j+1) B/k) of each input's first (batch) dimension, and makes
- * the loss the mean of the k microbatch losses. Ops that only read parameters
- * are shared. Key idea: when the loss is a mean over the rows of the batch (as
- * cross_entropy is), the mean of the k microbatch losses is the full-batch
- * loss, so autodiff of the new loss accumulates the gradients exactly (a loss
- * that sums over rows comes out k times smaller), and later passes (pipeline
- * schedules) see one copy of the forward pass per microbatch to order. In
- * the memory model's mode (Ctx.one_microbatch) only copy 0 is built: the
- * step of one microbatch, whose pieces the model replays k times. */
+/* microbatch.c: gradient accumulation over microbatches. Reads the forward
+ * graph and `microbatches = k` of the train block; writes the step of one
+ * microbatch: every op that depends on the inputs sees rows [0, B/k) of each
+ * input's first (batch) dimension, and the loss is the mean of the k
+ * microbatch losses: a microbatch_sum of this one's, times 1/k. Ops that
+ * only read parameters are shared. Key idea: the graph holds one microbatch
+ * and the plan runs it k times (its schedule table, codegen/loop.c), the
+ * j-th time at rows [j B/k, (j+1) B/k); autodiff sums each shared value's
+ * gradient the same way (a microbatch_sum where the microbatch's part is
+ * made), so compiling costs the same for any k. When the loss is a mean
+ * over the rows of the batch (as cross_entropy is), the mean of the k
+ * microbatch losses is the full-batch loss, so the gradients accumulate
+ * exactly (a loss that sums over rows comes out k times smaller). With
+ * Ctx.unroll the graph holds k copies instead, copy j seeing rows j, summed
+ * by adds: --verify compares every value of such a step. */
 #include "passes.h"
 
 #include <string.h>
@@ -164,9 +167,13 @@ static Value *mean_loss(MB *m, Value **losses)
 {
     Value *sum = losses[0];
     Loc loc = sum->loc;
-    for (int j = 1; j < m->k && !m->c->one_microbatch; j++) {
+    for (int j = 1; j < m->k && m->c->unroll; j++) {
         Op *add = ir_op_new(m->g, OP_ADD, (Value *[]){sum, losses[j]}, 2, loc);
         sum = ir_op_result(m->g, add, sum->dtype, 0, NULL);
+    }
+    if (!m->c->unroll) { /* the loop: each microbatch adds its loss */
+        Op *acc = ir_op_new(m->g, OP_MB_SUM, &sum, 1, loc);
+        sum = ir_op_result(m->g, acc, sum->dtype, 0, NULL);
     }
     Op *c = ir_op_new(m->g, OP_CONSTANT, NULL, 0, loc);
     ir_op_set_attr(m->g, c, ir_attr_float(m->g->arena, "value", 1.0 / m->k));
@@ -211,7 +218,7 @@ int pass_microbatch(Ctx *c, Graph *g)
     for (int i = 0; i < nops; i++)
         if (!op_dep(&m, g->ops.data[i]) || g->ops.data[i]->kind == OP_INPUT)
             VEC_PUSH(g->arena, kept, g->ops.data[i]);
-    for (int j = 0; j < (c->one_microbatch ? 1 : m.k); j++) { /* model mode: the first only */
+    for (int j = 0; j < (c->unroll ? m.k : 1); j++) { /* the loop: the first only */
         m.mb = j;
         m.map = arena_alloc(g->arena, mapsz);
         for (int i = 0; i < nops; i++) {

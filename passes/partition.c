@@ -96,8 +96,16 @@ static Value *reshard(PP *p, Value *x, const Sharding *to, const Op *site)
     int n = shard_reshard_plan(&p->g->mesh, x, &x->shard, to, steps);
     Value *v = x;
     const char *why = why_for(p, "resharded for %s", site);
-    for (int i = 0; i < n; i++)
-        v = emit_step(p, v, &steps[i], site, why);
+    /* a value of another pipeline stage: the steps that do not grow it (a
+     * reduction, a slice) run on its own stage, so that less crosses */
+    const Op *home = x->def && x->def->stage != site->stage && x->def->kind != OP_PARAM &&
+                             x->def->kind != OP_INPUT && x->def->kind != OP_STATE
+                         ? x->def
+                         : site;
+    for (int i = 0; i < n; i++) {
+        home = steps[i].kind == OP_ALL_GATHER ? site : home;
+        v = emit_step(p, v, &steps[i], home, why);
+    }
     v->shard.why = to->why.kind ? to->why : v->shard.why;
     VEC_PUSH(p->g->arena, p->memo, ((Memo){x, *to, v}));
     return v;

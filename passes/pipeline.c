@@ -401,6 +401,15 @@ static int ticks(PL *l, SchedKind kind)
         int vs = pc->chunk * l->p + st[i].rank;
         slot[((size_t)pc->kind * (size_t)l->P + (size_t)vs) * (size_t)l->m + (size_t)pc->mb] = 1 + i;
     }
+    g->sched.len = 0; /* each rank's pieces in its order, by their microbatch-0 ticks */
+    for (int r = 0; r < l->p; r++)
+        for (int i = 0; i < s.ranks[r].n; i++) {
+            const Piece *pc = &s.ranks[r].pieces[i];
+            int vs = pc->chunk * l->p + r;
+            SchedStep step = {r, slot[((size_t)pc->kind * (size_t)l->P + (size_t)vs) * (size_t)l->m],
+                              pc->mb};
+            VEC_PUSH(g->arena, g->sched, step);
+        }
     char *need = kind == SCHED_ZB_H1 ? input_gradient(l) : NULL;
     char *away = read_elsewhere(l);
     for (int i = 0; i < g->ops.len; i++) {

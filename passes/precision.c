@@ -74,11 +74,12 @@ static void mark_chain(Prec *p, Value *v)
     VEC_PUSH(p->g->arena, todo, v);
     while (todo.len) {
         Op *d = todo.data[--todo.len]->def;
-        if (!d || d->kind != OP_ADD || d->phase != PH_BWD || p->f32[d->id])
+        if (!d || (d->kind != OP_ADD && d->kind != OP_MB_SUM) || d->phase != PH_BWD ||
+            p->f32[d->id])
             continue;
         p->f32[d->id] = 1;
-        VEC_PUSH(p->g->arena, todo, d->args[0]);
-        VEC_PUSH(p->g->arena, todo, d->args[1]);
+        for (int a = 0; a < d->nargs; a++)
+            VEC_PUSH(p->g->arena, todo, d->args[a]);
     }
 }
 

@@ -222,8 +222,9 @@ static Value *gradient_of(SP *s, Value *p, const Op *op)
 static void scatter_microbatches(SP *s, Value *g, const Sharding *sh)
 {
     const Op *op = g->def;
-    if (op && op->kind == OP_ADD && op->mb < 0 && op->phase == PH_BWD) {
-        for (int a = 0; a < 2; a++) {
+    if (op && ((op->kind == OP_ADD && op->mb < 0) || op->kind == OP_MB_SUM) &&
+        op->phase == PH_BWD) {
+        for (int a = 0; a < op->nargs; a++) {
             Value *x = op->args[a];
             if (x->rank == g->rank &&
                 !memcmp(x->shape, g->shape, sizeof(int64_t) * (size_t)g->rank))

@@ -283,7 +283,7 @@ static void op_factors(const Op *op, Factors *f)
     case OP_ADD: case OP_SUB: fac_elementwise(op, f); f->lin = 3, f->lin_all = 1; break;
     case OP_MUL: fac_elementwise(op, f); f->lin = 3; break;
     case OP_DIV: fac_elementwise(op, f); f->lin = 1; break;
-    case OP_NEG: case OP_STOP_GRAD: fac_elementwise(op, f); f->lin = 1, f->lin_all = 1; break;
+    case OP_NEG: case OP_STOP_GRAD: case OP_MB_SUM: fac_elementwise(op, f); f->lin = 1, f->lin_all = 1; break;
     case OP_EXPAND: fac_elementwise(op, f); f->lin = 1, f->lin_all = 1; break;
     case OP_CAST: /* widening is exact: a partial sum is summed after it, in the wider type */
         fac_elementwise(op, f);
@@ -891,7 +891,8 @@ double shard_reshard_cost(const Mesh *m, const Value *v, const Sharding *from, c
 static void wish_summands(ShardOpts *o, const Value **wish, const Value *v, const Value *root)
 {
     const Op *op = v->def;
-    int sum = op && op->kind == OP_ADD && op->mb < 0 && op->phase == PH_BWD;
+    int sum = op && ((op->kind == OP_ADD && op->mb < 0) || op->kind == OP_MB_SUM) &&
+              op->phase == PH_BWD;
     if (!op || (!sum && !widening(op)))
         return;
     for (int a = 0; a < op->nargs; a++) {
@@ -918,7 +919,8 @@ void shard_opts(const Graph *g, ShardOpts *o)
     memset(wish, 0, sizeof(Value *) * (size_t)(g->values.len + 1));
     for (int i = 0; i < g->values.len; i++) {
         const Value *v = g->values.data[i];
-        if (shard_pinned(&v->shard) && v->def && v->def->kind == OP_ADD)
+        if (shard_pinned(&v->shard) && v->def &&
+            (v->def->kind == OP_ADD || v->def->kind == OP_MB_SUM))
             wish_summands(o, wish, v, v);
     }
     o->wish = wish;

@@ -702,11 +702,13 @@ static void put_weighed(FILE *f, const WhyChain *w, const ShardOpts *o)
 }
 
 /* The pinned summands of gradient v (zero >= 2: each microbatch's part,
- * reduce-scattered before the sum), down the shared adds of the sum. */
+ * reduce-scattered before the sum), down the shared adds of the sum and its
+ * microbatch_sum. */
 static void find_summands(WhyChain *w, const Value *v, int depth)
 {
     const Op *op = v->def;
-    if (!op || op->kind != OP_ADD || op->mb >= 0 || op->phase != PH_BWD || depth > 64)
+    if (!op || (op->kind != OP_ADD && op->kind != OP_MB_SUM) || op->mb >= 0 ||
+        op->phase != PH_BWD || depth > 64)
         return;
     for (int a = 0; a < op->nargs; a++) {
         Value *x = op->args[a];

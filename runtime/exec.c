@@ -84,20 +84,62 @@ static int open_gpu(Runtime *rt, const char *cache_dir, char *err, size_t n)
     return 0;
 }
 
+/* What expanded() allocated beside p's own arrays (ts: its tensors' first copy). */
+static void free_expanded(Plan *x, const PlanTensor *ts)
+{
+    if (!x)
+        return;
+    for (int i = 0; i < x->ninstrs; i++)
+        free(x->instrs[i].args);
+    free(x->instrs);
+    if (x->tensors != ts)
+        free(x->tensors);
+    free(x);
+}
+
+/* A loop plan's program (runtime/pieces.c) in a Plan of the runtime's own:
+ * its tensors and instructions the heap's, the rest p's. NULL and err. */
+static Plan *expanded(const Plan *p, char *err, size_t n)
+{
+    Plan *x = malloc(sizeof *x);
+    PlanTensor *ts = malloc(sizeof(PlanTensor) * (size_t)(p->ntensors + 1));
+    if (!x || !ts) {
+        free(x), free(ts);
+        plan_errorf(err, n, "out of memory");
+        return NULL;
+    }
+    *x = *p;
+    memcpy(ts, p->tensors, sizeof(PlanTensor) * (size_t)p->ntensors);
+    x->tensors = ts;
+    if (plan_expand(x, 0, NULL, err, n) == 0) {
+        free(ts);
+        return x;
+    }
+    if (x->instrs == p->instrs) /* it failed before making the program */
+        x->ninstrs = 0, x->instrs = NULL;
+    free_expanded(x, ts);
+    free(ts);
+    return NULL;
+}
+
 Runtime *rt_open_device(const Plan *p, RtKernel const *kernels, RtDeviceKind kind,
                         const char *cache_dir, char *err, size_t n)
 {
     char msg[512];
-    if (plan_check(p, msg, sizeof msg)) {
+    Plan *own = NULL;
+    if (plan_check(p, msg, sizeof msg) || (p->nsched > 0 && !(own = expanded(p, msg, sizeof msg)))) {
         plan_errorf(err, n, "plan \"%s\": %s", p->model ? p->model : "", msg);
         return NULL;
     }
+    p = own ? own : p;
     Runtime *rt = calloc(1, sizeof *rt);
     if (!rt) {
+        free_expanded(own, NULL);
         plan_errorf(err, n, "calloc: out of memory");
         return NULL;
     }
     rt->p = p;
+    rt->own = own;
     rt->nstages = plan_stages(p);
     rt->stage = rt->nstages > 1 ? -1 : 0; /* known at rt_attach */
     if (rt_cpu_open_linked(&rt->dev, p, kernels, cache_dir, err, n) || bind_args(rt, err, n) ||
@@ -125,6 +167,7 @@ void rt_close(Runtime *rt)
     free(rt->argv);
     free(rt->steps);
     free(rt->args);
+    free_expanded(rt->own, NULL);
     free(rt);
 }
 

@@ -12,6 +12,7 @@
 
 struct Runtime {
     const Plan *p;
+    Plan *own; /* a loop plan given to rt_open: its expanded copy, which p is (else NULL) */
     CpuDevice dev; /* on the cuda device: only its slab, the host mirror (docs/runtime.md) */
     CudaDevice *gpu;  /* NULL on the CPU */
     int host_stale;   /* gpu: the mirror misses the device's last step (but its outputs) */

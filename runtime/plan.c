@@ -216,6 +216,7 @@ static void hash_tensor(Fnv *f, const PlanTensor *t)
     for (int j = 0; j < nc; j++)
         fnv_i64(f, t->coord[j]);
     fnv_i64(f, t->stage);
+    fnv_i64(f, t->frame);
 }
 
 static void hash_gemm(Fnv *f, const PlanGemm *g)
@@ -242,6 +243,10 @@ static void hash_instr(Fnv *f, const PlanInstr *in)
     fnv_i64(f, nargs);
     for (int j = 0; j < nargs; j++)
         fnv_i64(f, in->args[j]);
+    fnv_i64(f, in->piece);
+    fnv_i64(f, in->when);
+    fnv_i64(f, in->acc);
+    fnv_i64(f, in->rows);
     if (in->kind == PI_KERNEL)
         fnv_i64(f, in->kernel);
     if (in->kind == PI_GEMM)
@@ -326,6 +331,22 @@ void plan_hash(const Plan *p, char out[17])
     fnv_f64(&f, p->flops);
     fnv_i64(&f, p->steps);
     fnv_i64(&f, p->seed);
+    fnv_i64(&f, p->nsched > 0 ? p->microbatches : 0); /* a plain plan: not written, not read */
+    fnv_i64(&f, p->nsched > 0 ? p->ntags : 0);
+    int nsched = p->sched ? p->nsched : 0, nframes = p->frames ? p->nframes : 0;
+    fnv_i64(&f, nsched < 0 ? 0 : nsched);
+    for (int i = 0; i < nsched; i++) {
+        fnv_i64(&f, p->sched[i].stage);
+        fnv_i64(&f, p->sched[i].piece);
+        fnv_i64(&f, p->sched[i].mb);
+    }
+    fnv_i64(&f, nframes < 0 ? 0 : nframes);
+    for (int i = 0; i < nframes; i++) {
+        fnv_i64(&f, p->frames[i].stage);
+        fnv_u64(&f, p->frames[i].bytes);
+        for (int j = 0; p->frames[i].base && j < p->microbatches; j++)
+            fnv_u64(&f, p->frames[i].base[j]);
+    }
     snprintf(out, 17, "%016" PRIx64, f.h);
 }
 
@@ -366,12 +387,29 @@ static int check_tensor_shape(const Plan *p, int i, char *err, size_t n)
         return plan_errorf(err, n,
                    "tensors[%d].bytes: %" PRIu64 ", but %" PRId64 " elements of %s take %" PRIu64,
                    i, t->bytes, ne, plan_dtype_name(t->dtype), want);
-    if (t->offset % PLAN_ALIGN)
+    if (t->frame == -1 ? t->offset % plan_dtype_size(t->dtype) : t->offset % PLAN_ALIGN)
         return plan_errorf(err, n, "tensors[%d].offset: %" PRIu64 " is not a multiple of %d", i, t->offset,
-                   PLAN_ALIGN);
+                   t->frame == -1 ? (int)plan_dtype_size(t->dtype) : PLAN_ALIGN);
     int everywhere = i == p->loss || i == p->lr || i == p->grad_norm; /* broadcast targets */
     int stage = everywhere || t->stage < -1 || t->stage >= plan_stages(p) ? -1 : t->stage;
     uint64_t slab = plan_stage_slab(p, stage);
+    if (t->frame < (p->nsched > 0 ? 0 : -1) || t->frame > (p->frames && p->nsched > 0 ? p->nframes : 0))
+        return plan_errorf(err, n, "tensors[%d].frame: %d is not a frame", i, t->frame);
+    if (t->frame == -1 && t->role != PT_TEMP)
+        return plan_errorf(err, n, "tensors[%d].frame: -1 (an input's rows) on a %s tensor", i,
+                           role_names[t->role]);
+    if (t->frame > 0) {
+        const PlanFrame *f = &p->frames[t->frame - 1];
+        if (t->role != PT_TEMP || (plan_stages(p) > 1 && f->stage != t->stage))
+            return plan_errorf(err, n, "tensors[%d].frame: only a temporary of the frame's stage "
+                                       "lies in a frame", i);
+        if (t->offset > f->bytes || t->bytes > f->bytes - t->offset)
+            return plan_errorf(err, n,
+                               "tensors[%d].offset: bytes [%" PRIu64 ", %" PRIu64
+                               ") lie outside its frame (%" PRIu64 " bytes)",
+                               i, t->offset, t->offset + t->bytes, f->bytes);
+        return 0;
+    }
     if (t->offset > slab || t->bytes > slab - t->offset)
         return plan_errorf(err, n,
                            "tensors[%d].offset: bytes [%" PRIu64 ", %" PRIu64
@@ -576,16 +614,29 @@ static int check_instr(const Plan *p, int i, char *err, size_t n)
                            plan_stages(p));
     if (in->nargs < 0 || (in->nargs > 0 && !in->args))
         return plan_errorf(err, n, "instrs[%d].args: %d arguments but no array", i, in->nargs);
-    for (int j = 0; j < in->nargs; j++)
+    for (int j = 0; j < in->nargs; j++) {
         if (check_tensor_index(p, in->args[j], "args", i, err, n))
             return -1;
-    if (in->kind == PI_GEMM)
+        if (p->tensors[in->args[j]].frame == -1 && (in->kind != PI_COPY || j != 1))
+            return plan_errorf(err, n, "instrs[%d].args[%d]: an input's rows are only a copy's "
+                                       "source", i, j);
+    }
+    if (in->kind == PI_GEMM) {
+        const PlanGemm *g = &in->gemm;
+        int gt[4] = {g->a, g->b, g->c, g->epilogue == PE_BIAS ? g->bias : g->a};
+        for (int j = 0; j < 4; j++)
+            if (gt[j] >= 0 && gt[j] < p->ntensors && p->tensors[gt[j]].frame == -1)
+                return plan_errorf(err, n, "instrs[%d].gemm: an input's rows are only a copy's "
+                                           "source", i);
         return check_gemm(p, i, err, n);
+    }
     if (in->kind == PI_COLL)
         return check_coll(p, i, err, n);
     if (in->kind == PI_COPY) {
         if (in->nargs != 2)
             return plan_errorf(err, n, "instrs[%d].args: a copy takes 2 tensors, not %d", i, in->nargs);
+        if (in->rows && p->nsched > 0) /* one microbatch's rows: check_loop */
+            return 0;
         if (p->tensors[in->args[0]].bytes != p->tensors[in->args[1]].bytes)
             return plan_errorf(err, n, "instrs[%d]: copy of %" PRIu64 " bytes into a tensor of %" PRIu64, i,
                        p->tensors[in->args[1]].bytes, p->tensors[in->args[0]].bytes);
@@ -652,7 +703,10 @@ static int check_instr_stage(const Plan *p, int i, char *err, size_t n)
 static int check_counts(const Plan *p, char *err, size_t n)
 {
     if (p->version != PLAN_VERSION)
-        return plan_errorf(err, n, "version: %d, expected %d", p->version, PLAN_VERSION);
+        return plan_errorf(err, n,
+                           "version: %d, expected %d (a plan of format version %d is not read "
+                           "by this runtime: compile it again)",
+                           p->version, PLAN_VERSION, p->version);
     if (p->naxes < 0 || (p->naxes > 0 && !p->axes))
         return plan_errorf(err, n, "axes: bad count %d", p->naxes);
     if (p->ntensors < 0 || (p->ntensors > 0 && !p->tensors))
@@ -800,10 +854,110 @@ static int check_coll(const Plan *p, int i, char *err, size_t n)
     return 0;
 }
 
-int plan_check(const Plan *p, char *err, size_t n)
+static int by_sched(const void *x, const void *y)
+{
+    const PlanSched *a = x, *b = y;
+    if (a->stage != b->stage)
+        return a->stage - b->stage;
+    if (a->piece != b->piece)
+        return a->piece < b->piece ? -1 : 1;
+    return a->mb - b->mb;
+}
+
+/* A loop plan's table, frames and pieces (runtime/pieces.c): every piece
+ * of a stage's table runs once per microbatch; every instruction is in the
+ * prologue (0), the epilogue (-1) or a piece of its stage's table, runs for
+ * every microbatch only in a piece, and a microbatch_sum's add takes two
+ * tensors of one size; tags stay within the backends' [0, 32767]. */
+static int check_loop(const Plan *p, char *err, size_t n)
+{
+    int k = p->microbatches, ns = plan_stages(p);
+    if (p->nsched < 0 || (p->nsched > 0 && !p->sched) || p->nframes < 0 ||
+        (p->nframes > 0 && !p->frames))
+        return plan_errorf(err, n, "sched, frames: bad count");
+    if (!p->nsched) {
+        if (p->nframes)
+            return plan_errorf(err, n, "frames: a plan without a schedule table has no frames");
+        for (int i = 0; i < p->ninstrs; i++)
+            if (p->instrs[i].piece || p->instrs[i].when || p->instrs[i].acc || p->instrs[i].rows)
+                return plan_errorf(err, n, "instrs[%d]: piece, when, acc and rows belong to a "
+                                           "plan with a schedule table", i);
+        return 0;
+    }
+    if (k < 2 || p->nsched % k || p->ntags < 0 || p->ntags > 32768)
+        return plan_errorf(err, n, "microbatches: %d with %d table entries and %d tags per "
+                                   "microbatch (at most 32768)",
+                           k, p->nsched, p->ntags);
+    PlanSched *sorted = malloc(sizeof(PlanSched) * (size_t)p->nsched);
+    if (!sorted)
+        return plan_errorf(err, n, "out of memory");
+    for (int e = 0; e < p->nsched; e++) {
+        const PlanSched *t = &p->sched[e];
+        sorted[e] = *t;
+        if (t->stage < 0 || t->stage >= ns || t->piece < 1 || t->mb < 0 || t->mb >= k) {
+            free(sorted);
+            return plan_errorf(err, n, "sched[%d]: stage %d, piece %d, microbatch %d out of range",
+                               e, t->stage, t->piece, t->mb);
+        }
+    }
+    qsort(sorted, (size_t)p->nsched, sizeof(PlanSched), by_sched);
+    for (int e = 0; e < p->nsched; e++) { /* each (stage, piece) runs for microbatches 0..k-1 */
+        const PlanSched *t = &sorted[e], *g = &sorted[e - e % k];
+        if (t->stage != g->stage || t->piece != g->piece || t->mb != e % k) {
+            int stage = t->stage, piece = t->piece;
+            free(sorted);
+            return plan_errorf(err, n, "sched: piece %d of stage %d does not run once for each of "
+                                       "the %d microbatches",
+                               piece, stage, k);
+        }
+    }
+    for (int f = 0; f < p->nframes; f++) {
+        const PlanFrame *fr = &p->frames[f];
+        if (fr->stage < 0 || fr->stage >= ns || !fr->base || fr->bytes % PLAN_ALIGN)
+            return free(sorted), plan_errorf(err, n, "frames[%d]: bad stage, bytes or bases", f);
+        uint64_t slab = plan_stage_slab(p, fr->stage);
+        for (int j = 0; j < k; j++)
+            if (fr->base[j] % PLAN_ALIGN || fr->base[j] > slab || fr->bytes > slab - fr->base[j])
+                return free(sorted), plan_errorf(err, n, "frames[%d].base[%d]: %" PRIu64 " bytes from %" PRIu64
+                                           " lie outside the slab of stage %d",
+                                   f, j, fr->bytes, fr->base[j], fr->stage);
+    }
+    for (int i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *in = &p->instrs[i];
+        PlanSched key = {in->stage, in->piece, 0};
+        int found = in->piece == 0 || in->piece == -1 ||
+                    bsearch(&key, sorted, (size_t)p->nsched, sizeof(PlanSched), by_sched);
+        const char *bad = NULL;
+        if (!found || (unsigned)in->when >= PW_COUNT ||
+            (in->when == PW_EVERY && (in->piece == 0 || in->piece == -1)))
+            bad = "piece, when: not a piece of its stage's table, or a per-microbatch "
+                  "instruction outside one";
+        else if (in->acc && (in->kind != PI_KERNEL || in->nargs != 2 || in->when != PW_EVERY ||
+                             p->tensors[in->args[0]].bytes != p->tensors[in->args[1]].bytes))
+            bad = "acc: a microbatch_sum adds one tensor into another of its size, for every "
+                  "microbatch";
+        else if (in->rows &&
+                 (in->kind != PI_COPY || in->when != PW_EVERY ||
+                  p->tensors[in->args[1]].role != PT_INPUT ||
+                  p->tensors[in->args[1]].bytes != (uint64_t)k * p->tensors[in->args[0]].bytes))
+            bad = "rows: a copy of one microbatch's rows of an input, for every microbatch";
+        else if (in->kind == PI_COLL && is_p2p(in->coll.op) && in->coll.tag >= p->ntags)
+            bad = "tag: beyond the tags of one microbatch (ntags)";
+        if (bad) {
+            free(sorted);
+            return plan_errorf(err, n, "instrs[%d].%s", i, bad);
+        }
+    }
+    free(sorted);
+    return 0;
+}
+
+int plan_check_struct(const Plan *p, char *err, size_t n)
 {
     if (check_counts(p, err, n))
         return -1;
+    if (p->microbatches < 0)
+        return plan_errorf(err, n, "microbatches: %d is negative", p->microbatches);
     for (int i = 0; i < p->ntensors; i++)
         if (check_tensor_shape(p, i, err, n) || check_tensor_role(p, i, err, n) ||
             check_tensor_split(p, i, err, n))
@@ -817,8 +971,17 @@ int plan_check(const Plan *p, char *err, size_t n)
         if (check_instr_stage(p, i, err, n))
             return -1;
     if (check_output(p, "loss", p->loss, err, n) || check_output(p, "lr", p->lr, err, n) ||
-        check_output(p, "grad_norm", p->grad_norm, err, n))
+        check_output(p, "grad_norm", p->grad_norm, err, n) || check_loop(p, err, n))
         return -1;
+    return 0;
+}
+
+int plan_check(const Plan *p, char *err, size_t n)
+{
+    if (plan_check_struct(p, err, n))
+        return -1;
+    if (p->nsched > 0) /* one microbatch's pieces: plan_expand checks the program they make */
+        return 0;
     return plan_check_comm(p, NULL, err, n);
 }
 
@@ -939,6 +1102,8 @@ static void wr_tensor(Wr *w, cJSON *arr, int i, const PlanTensor *t)
         wr_int(w, coord, at, "coord", t->coord[j]);
     if (t->stage != -1) /* one-stage plans look as before */
         wr_int(w, o, at, "stage", t->stage);
+    if (t->frame)
+        wr_int(w, o, at, "frame", t->frame);
 }
 
 static void wr_gemm(Wr *w, cJSON *parent, const char *at, const PlanGemm *g)
@@ -989,6 +1154,40 @@ static void wr_instr(Wr *w, cJSON *arr, int i, const PlanInstr *in)
     wr_int(w, o, at, "layer", in->layer);
     if (in->stage != 0)
         wr_int(w, o, at, "stage", in->stage);
+    if (in->piece)
+        wr_int(w, o, at, "piece", in->piece);
+    if (in->when)
+        wr_int(w, o, at, "when", in->when);
+    if (in->acc)
+        wr_int(w, o, at, "acc", in->acc);
+    if (in->rows)
+        wr_int(w, o, at, "rows", in->rows);
+}
+
+/* The microbatch loop: written when the plan has a schedule table. */
+static void wr_loop(Wr *w, cJSON *root, const Plan *p)
+{
+    if (p->nsched <= 0)
+        return;
+    wr_int(w, root, "", "microbatches", p->microbatches);
+    wr_int(w, root, "", "ntags", p->ntags);
+    cJSON *sched = wr_add(w, root, "sched", cJSON_CreateArray());
+    for (int i = 0; i < p->nsched && p->sched && sched; i++) {
+        wr_int(w, sched, "sched", "stage", p->sched[i].stage);
+        wr_int(w, sched, "sched", "piece", p->sched[i].piece);
+        wr_int(w, sched, "sched", "mb", p->sched[i].mb);
+    }
+    cJSON *frames = wr_add(w, root, "frames", cJSON_CreateArray());
+    for (int f = 0; f < p->nframes && p->frames && frames; f++) {
+        char at[48];
+        snprintf(at, sizeof at, "frames[%d]", f);
+        cJSON *o = wr_add(w, frames, NULL, cJSON_CreateObject());
+        wr_int(w, o, at, "stage", p->frames[f].stage);
+        wr_u64(w, o, at, "bytes", p->frames[f].bytes);
+        cJSON *base = wr_add(w, o, "base", cJSON_CreateArray());
+        for (int j = 0; j < p->microbatches && p->frames[f].base && base; j++)
+            wr_u64(w, base, at, "base", p->frames[f].base[j]);
+    }
 }
 
 static void wr_lists(Wr *w, cJSON *root, const Plan *p)
@@ -1053,6 +1252,7 @@ static cJSON *wr_plan(Wr *w, const Plan *p)
     wr_num(w, root, "", "flops", p->flops);
     wr_int(w, root, "", "steps", p->steps);
     wr_int(w, root, "", "seed", p->seed);
+    wr_loop(w, root, p);
     wr_str(w, root, "kernel_source", p->kernel_source);
     wr_str(w, root, "gpu_source", p->gpu_source ? p->gpu_source : "");
     return root;
@@ -1336,7 +1536,7 @@ static int rd_tensor(const cJSON *o, const char *at, PlanTensor *t, char *err, s
 {
     static const char *const keys[] = {"name",  "dtype", "shape", "offset", "bytes",
                                        "role",  "init",  "init_arg", "layer", "limit",
-                                       "value", "split", "coord", "stage", NULL};
+                                       "value", "split", "coord", "stage", "frame", NULL};
     int64_t *shape = NULL;
     int dt, role;
     if (rd_keys(o, at, keys, err, n) || rd_str(o, at, "name", &t->name, err, n) ||
@@ -1353,7 +1553,8 @@ static int rd_tensor(const cJSON *o, const char *at, PlanTensor *t, char *err, s
         rd_i32(o, at, "layer", &t->layer, err, n) ||
         rd_int(o, at, "limit", -JSON_EXACT, JSON_EXACT, &t->limit, err, n) ||
         rd_i32(o, at, "value", &t->value, err, n) || rd_split(o, at, t, err, n) ||
-        rd_opt_i32(o, at, "stage", -1, &t->stage, err, n))
+        rd_opt_i32(o, at, "stage", -1, &t->stage, err, n) ||
+        rd_opt_i32(o, at, "frame", 0, &t->frame, err, n))
         return -1;
     t->role = (PlanRole)role;
     return 0;
@@ -1406,12 +1607,12 @@ static int rd_coll(const cJSON *o, const char *at, PlanColl *c, char *err, size_
 
 static int rd_instr(const cJSON *o, const char *at, PlanInstr *in, char *err, size_t n)
 {
-    static const char *const keys[PI_COUNT][13] = {
-        {"kind", "kernel", "args", "phase", "layer", "stage", NULL},
-        {"kind", "args", "gemm", "phase", "layer", "stage", NULL},
-        {"kind", "args", "phase", "layer", "stage", NULL},
+    static const char *const keys[PI_COUNT][16] = {
+        {"kind", "kernel", "args", "phase", "layer", "stage", "piece", "when", "acc", NULL},
+        {"kind", "args", "gemm", "phase", "layer", "stage", "piece", "when", NULL},
+        {"kind", "args", "phase", "layer", "stage", "piece", "when", "rows", NULL},
         {"kind", "op", "args", "axes", "dim", "dim2", "bytes", "peer", "tag", "phase", "layer",
-         "stage", NULL},
+         "stage", "piece", "when", NULL},
     };
     int kind;
     int64_t *args = NULL;
@@ -1436,9 +1637,15 @@ static int rd_instr(const cJSON *o, const char *at, PlanInstr *in, char *err, si
         return -1;
     if (kind == PI_COLL && rd_coll(o, at, &in->coll, err, n))
         return -1;
+    int when = 0;
     if (rd_i32(o, at, "phase", &in->phase, err, n) || rd_i32(o, at, "layer", &in->layer, err, n) ||
-        rd_opt_i32(o, at, "stage", 0, &in->stage, err, n))
+        rd_opt_i32(o, at, "stage", 0, &in->stage, err, n) ||
+        rd_opt_i32(o, at, "piece", 0, &in->piece, err, n) ||
+        rd_opt_i32(o, at, "when", 0, &when, err, n) ||
+        (kind == PI_KERNEL && rd_opt_i32(o, at, "acc", 0, &in->acc, err, n)) ||
+        (kind == PI_COPY && rd_opt_i32(o, at, "rows", 0, &in->rows, err, n)))
         return -1;
+    in->when = (PlanWhen)when;
     return 0;
 }
 
@@ -1498,6 +1705,51 @@ static int rd_tensor_one(const cJSON *o, const char *at, void *item, char *err, 
 static int rd_instr_one(const cJSON *o, const char *at, void *item, char *err, size_t n)
 {
     return rd_instr(o, at, item, err, n);
+}
+
+/* The microbatch loop (wr_loop): absent in a plan without one. */
+static int rd_loop(const cJSON *root, Plan *p, char *err, size_t n)
+{
+    p->microbatches = 1;
+    if (!cJSON_GetObjectItemCaseSensitive(root, "sched"))
+        return 0;
+    int64_t k, tags, *v = NULL;
+    int len = 0;
+    if (rd_int(root, "", "microbatches", 2, 1 << 20, &k, err, n) ||
+        rd_int(root, "", "ntags", 0, 32768, &tags, err, n) ||
+        rd_ints(root, "", "sched", INT_MAX, INT_MIN, INT_MAX, &v, &len, err, n))
+        return -1;
+    p->microbatches = (int)k, p->ntags = (int)tags;
+    if (len % 3 || !(p->sched = calloc((size_t)len / 3 + 1, sizeof(PlanSched)))) {
+        free(v);
+        return plan_errorf(err, n, "sched: expected (stage, piece, microbatch) triples");
+    }
+    p->nsched = len / 3;
+    for (int i = 0; i < p->nsched; i++)
+        p->sched[i] = (PlanSched){(int)v[3 * i], (int)v[3 * i + 1], (int)v[3 * i + 2]};
+    free(v);
+    const cJSON *arr;
+    int nf = rd_array(root, "frames", &arr, err, n), f = 0;
+    if (nf < 0 || !(p->frames = calloc((size_t)nf + 1, sizeof(PlanFrame))))
+        return nf < 0 ? -1 : plan_errorf(err, n, "calloc: out of memory");
+    p->nframes = nf;
+    for (const cJSON *c = arr->child; c; c = c->next, f++) {
+        static const char *const keys[] = {"stage", "bytes", "base", NULL};
+        char at[48];
+        int64_t *base = NULL;
+        int nb = 0;
+        snprintf(at, sizeof at, "frames[%d]", f);
+        if (!cJSON_IsObject(c) || rd_keys(c, at, keys, err, n) ||
+            rd_i32(c, at, "stage", &p->frames[f].stage, err, n) ||
+            rd_u64(c, at, "bytes", &p->frames[f].bytes, err, n) ||
+            rd_ints(c, at, "base", p->microbatches, 0, JSON_EXACT, &base, &nb, err, n))
+            return cJSON_IsObject(c) ? -1 : plan_errorf(err, n, "%s: expected an object", at);
+        p->frames[f].base = (uint64_t *)base;
+        if (nb != p->microbatches)
+            return plan_errorf(err, n, "%s.base: %d bases for %d microbatches", at, nb,
+                               p->microbatches);
+    }
+    return 0;
 }
 
 /* "format" and "version" first: a foreign or newer file is named as such. */
@@ -1578,7 +1830,7 @@ static int rd_plan(const cJSON *root, Plan *p, char *hash, char *err, size_t n)
         "format",     "version",          "hash",    "model",         "train_hash", "axes",
         "slab_bytes", "stage_slab_bytes", "tensors", "kernels",       "instrs",     "loss",
         "lr",         "grad_norm",        "flops",   "kernel_source", "gpu_source", "steps",
-        "seed",       NULL};
+        "seed",       "microbatches", "ntags", "sched", "frames", NULL};
     int rc;
     if (rd_header(root, p, hash, err, n) || rd_keys(root, "", keys, err, n) ||
         rd_str(root, "", "model", &p->model, err, n) ||
@@ -1602,7 +1854,7 @@ static int rd_plan(const cJSON *root, Plan *p, char *hash, char *err, size_t n)
         rd_i32(root, "", "grad_norm", &p->grad_norm, err, n) ||
         rd_num(root, "", "flops", &p->flops, err, n) || rd_defaults(root, p, err, n) ||
         rd_str(root, "", "kernel_source", &p->kernel_source, err, n) ||
-        rd_str(root, "", "gpu_source", &p->gpu_source, err, n))
+        rd_str(root, "", "gpu_source", &p->gpu_source, err, n) || rd_loop(root, p, err, n))
         return -1;
     return 0;
 }
@@ -1730,6 +1982,10 @@ Plan *plan_parse(const char *name, const char *text, size_t len, char *err, size
             plan_errorf(msg, sizeof msg, "hash mismatch: the plan was modified or corrupted");
         } else {
             memcpy(p->hash, hash, sizeof hash);
+            if (plan_expand(p, 1, NULL, msg, sizeof msg)) { /* the loop, as the executors run it */
+                plan_free(p);
+                p = NULL;
+            }
         }
     }
     if (!p) {
@@ -1774,6 +2030,10 @@ void plan_free(Plan *p)
         free(p->instrs[i].args);
     for (int i = 0; p->kernels && i < p->nkernels; i++)
         free(p->kernels[i].name);
+    for (int f = 0; p->frames && f < p->nframes; f++)
+        free(p->frames[f].base);
+    free(p->frames);
+    free(p->sched);
     free(p->axes);
     free(p->stage_slab_bytes);
     free(p->tensors);

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #define PLAN_FORMAT "tcc-plan"
-#define PLAN_VERSION 5
+#define PLAN_VERSION 6
 #define PLAN_MAX_AXES 8
 #define PLAN_MAX_RANK 8
 #define PLAN_ALIGN 64 /* every tensor offset is a multiple of this */
@@ -54,6 +54,11 @@ typedef struct PlanTensor {
     int8_t coord[PLAN_MAX_AXES];
     int stage;                     /* the pipeline stage whose devices hold its current value;
                                       -1: every stage (one-stage plans) */
+    int frame;                     /* loop plans: 1 + the frame of a value each microbatch
+                                      holds from one of its pieces to a later one (offset is
+                                      from the frame's base, one base per microbatch); 0 none.
+                                      -1 (expanded plans): one microbatch's rows of an input, a
+                                      copy's source only, at any offset */
 } PlanTensor;
 
 typedef enum {
@@ -118,6 +123,16 @@ typedef struct PlanWork {
     double vops; /* operations of a loop that runs as vectors (its divisions: 4 each) */
 } PlanWork;
 
+/* When an instruction of a loop plan's piece runs (docs/plan.md). */
+typedef enum {
+    PW_EVERY, /* each time its piece runs, for that microbatch */
+    PW_LAST,  /* once: when its piece runs for the last microbatch (a sum over microbatches is
+                 complete), or the one run of the prologue or epilogue */
+    PW_FIRST, /* once: when its piece runs for the first microbatch (a value every
+                 microbatch reads, received from another stage) */
+    PW_COUNT
+} PlanWhen;
+
 typedef struct PlanInstr {
     PlanInstrKind kind;
     int kernel;    /* PI_KERNEL */
@@ -128,6 +143,14 @@ typedef struct PlanInstr {
     int phase;     /* 0 fwd, 1 bwd, 2 recompute, 3 opt: for profiles and logs */
     int layer;
     int stage;     /* the pipeline stage whose devices run it (0 in one-stage plans) */
+    /* loop plans (Plan.nsched > 0): the piece it belongs to (a tick of the schedule table;
+     * one outside the table runs once, before or after the table's pieces), when it runs,
+     * and acc: a microbatch_sum's add of args[1] into args[0], a copy for microbatch 0 */
+    int piece;
+    PlanWhen when;
+    int acc;
+    int rows;      /* loop plans: a copy of the microbatch's rows of input args[1] (its block
+                      mb of microbatches along the first dimension) into args[0] */
     /* compile time only (not in the plan file, 0 after loading): the microbatch of the
      * op it came from (-1: shared) and the op's order key on its stage (its schedule
      * piece, passes/pipeline.c), which the memory model reads; and the FLOPs it does
@@ -154,6 +177,20 @@ typedef struct PlanAxis {
     int size;
 } PlanAxis;
 
+/* A loop plan's schedule table: on stage `stage`, piece `piece` runs for
+ * microbatch mb. Each stage's entries are in the order it runs them. */
+typedef struct PlanSched {
+    int stage, piece, mb;
+} PlanSched;
+
+/* A frame: the memory of the values one microbatch holds between pieces of
+ * stage `stage`, `bytes` long, at base[mb] in that stage's slab. */
+typedef struct PlanFrame {
+    int stage;
+    uint64_t bytes;
+    uint64_t *base; /* Plan.microbatches offsets */
+} PlanFrame;
+
 typedef struct Plan {
     int version;
     char *model;
@@ -177,6 +214,17 @@ typedef struct Plan {
     double flops;        /* model FLOPs of one step (for GFLOP/s) */
     int64_t steps, seed; /* the train block's steps and seed, the program's defaults (its
                             --steps and --seed override them); 0 and -1 when not set */
+    /* The microbatch loop (docs/plan.md): the instructions are one microbatch's
+     * step, cut into pieces; the schedule table runs each piece once per entry,
+     * for its microbatch: an input is read at that microbatch's rows, a frame
+     * tensor at that microbatch's frame, a message has tag + mb * ntags. nsched
+     * 0: a plain program (one microbatch, or a plan already expanded). */
+    int microbatches;    /* of the step (1: none) */
+    int nsched;
+    PlanSched *sched;
+    int nframes;
+    PlanFrame *frames;
+    int ntags;           /* the tags of one microbatch's messages: [0, ntags) */
     char hash[17];       /* 16 hex digits over everything above */
 } Plan;
 
@@ -219,6 +267,8 @@ void plan_hash(const Plan *p, char out[17]);
  * last plan_check_comm), but not the hash. 0, or -1 with a message in err that
  * names the field. */
 int plan_check(const Plan *p, char *err, size_t errlen);
+/* plan_check without plan_check_comm. */
+int plan_check_struct(const Plan *p, char *err, size_t errlen);
 
 /* Whether the stages' programs communicate as one (runtime/match.c): on each
  * channel (an ordered pair of stages) the k-th send and the k-th recv agree in
@@ -231,6 +281,32 @@ int plan_check(const Plan *p, char *err, size_t errlen);
  * of waits; *at (when at is not NULL) the instruction named first, else -1.
  * p must pass plan_check's other rules. */
 int plan_check_comm(const Plan *p, int *at, char *err, size_t errlen);
+
+/* A loop plan (nsched > 0) made into the program the runtime runs, in
+ * place: each stage's pieces, once per entry of its schedule table, with
+ * each microbatch's own input rows, frames and tags, and the receives of
+ * each channel in the order of its sends; then plan_check's rules and
+ * plan_check_comm. A plain plan is left as it is. 0, or -1 with a message
+ * in err. An instruction of the program keeps the compile-time `op` of the
+ * one it came from. */
+int plan_expand(Plan *p, int owned, int *at, char *err, size_t errlen);
+/* owned: p's arrays are the heap's (plan_load), freed as they are replaced;
+ * else they are left alone (the compiler's arena). at (when not NULL): the
+ * instruction plan_check_comm names in the program, or -1. */
+
+/* One instruction of a loop plan's expanded program: instrs[src] for
+ * microbatch mb (-1: an instruction that runs once, as compiled), in the run
+ * of its stage's entry `entry` (0 the prologue, 1.. the table's entries of
+ * that stage in order, then the epilogue). */
+typedef struct PlanItem {
+    int src, mb, entry;
+} PlanItem;
+
+/* The expanded program of loop plan p, as items (malloc'ed), every stage's
+ * in stage order; 0, or -1 with a message. */
+int plan_expand_order(const Plan *p, PlanItem **items, int *nitems, char *err, size_t errlen);
+/* The tag of a send or recv item in the expanded program. */
+int plan_item_tag(const Plan *p, const PlanItem *it);
 
 /* Write p as JSON to path (atomically: a temporary file renamed into place),
  * with p's hash recomputed. 0, or -1 with a message in err. */

@@ -138,7 +138,7 @@ static double unary(OpKind k, double x)
     case OP_GELU: return gelu(x);
     case OP_SILU: return x / (1 + exp(-x));
     case OP_ERF: return erf(x);
-    case OP_CAST: case OP_STOP_GRAD: return x;
+    case OP_CAST: case OP_STOP_GRAD: case OP_MB_SUM: return x;
     default: UNREACHABLE();
     }
 }
@@ -625,7 +625,7 @@ static int run_op(Interp *in, const Op *op)
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: run_binary(in, op); return 0;
     case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH:
     case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_STOP_GRAD:
-    case OP_ERF:
+    case OP_ERF: case OP_MB_SUM: /* a graph of one microbatch: the interpreter runs that one */
         for (int64_t i = 0; i < n; i++)
             OUT[i] = unary(op->kind, ARG(0)[i]);
         if (op->kind == OP_CAST && op->res[0]->dtype == DT_I32)

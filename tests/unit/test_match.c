@@ -50,8 +50,11 @@ typedef struct Built {
     FILE *out;
 } Built;
 
-/* The tiny GPT-2 with `microbatches` on mesh (dp x tp x pp), compiled. */
-static void build(Built *b, const char *mesh, int microbatches)
+/* The tiny GPT-2 with `microbatches` on mesh (dp x tp x pp), compiled with
+ * every microbatch in the graph (a plain program: its instructions are what
+ * the devices run), or with loop, one microbatch's pieces and a schedule
+ * table (runtime/pieces.c makes the program). */
+static void build_as(Built *b, const char *mesh, int microbatches, int loop)
 {
     const char *src = test_sample("gpt2.tdl", "model gpt2(V = 96, S = 8, D = 32, H = 2, L = 2, "
                                               "B = 32)");
@@ -65,6 +68,7 @@ static void build(Built *b, const char *mesh, int microbatches)
     b->out = open_memstream(&b->diag, &b->len);
     b->c = ctx_new(b->out);
     b->c->mesh_spec = mesh;
+    b->c->unroll = !loop;
     Graph *g = fe_compile(b->c, "t.tdl", text, strlen(text));
     cr_assert_not_null(g);
     for (const Pass *p = pass_table; p->name; p++)
@@ -73,6 +77,11 @@ static void build(Built *b, const char *mesh, int microbatches)
     int rc = cg_build_plan_local(b->c, g, 0, &b->p, &kernels, &b->local);
     fflush(b->out);
     cr_assert_eq(rc, 0, "%s", b->diag);
+}
+
+static void build(Built *b, const char *mesh, int microbatches)
+{
+    build_as(b, mesh, microbatches, 0);
 }
 
 static void done(Built *b)
@@ -168,6 +177,29 @@ Test(match, correct_plans_pass_on_2x2_2x1x2_and_2x2x2)
     passes("2x1x2", 4, 20);
     passes("2x2x2", 4, 20);
     passes("2x1x2", 1, 8);
+}
+
+/* A loop plan is checked as the program its table makes: correct, it
+ * passes; a send of every microbatch dropped from the piece, it is refused
+ * at the op whose value the recv waits for, in microbatch 0's program. */
+Test(match, a_loop_plan_is_checked_as_the_program_it_makes)
+{
+    Built b;
+    char err[1024];
+    build_as(&b, "2x1x2", 4, 1);
+    cr_assert_gt(b.p.nsched, 0);
+    cr_assert_eq(cg_check_comm(b.c, b.local, &b.p), 0);
+    cr_assert_eq(plan_check(&b.p, err, sizeof err), 0, "%s", err);
+    int s = p2p(&b.p, PC_SEND, 0, 0, 0), tag = b.p.instrs[s].coll.tag;
+    cr_assert_eq(b.p.instrs[s].when, PW_EVERY);
+    char want[128];
+    snprintf(want, sizeof want,
+             "on stage 1 (ranks 1, 3) has no send: stage 0 sends nothing with "
+             "tag %d to stage 1",
+             tag);
+    drop(&b.p, s);
+    names_the_op(refused(&b), want);
+    done(&b);
 }
 
 /* ---- mutated sends and recvs (2x1x2: stage 0 on ranks 0 and 2, stage 1 on 1 and 3) ---- */

@@ -213,6 +213,7 @@ static void run_steps(const char *train, int steps, double *loss, double *params
              "loss = cross_entropy(layernorm(x, g, g) @ w, t)\n"
              "train {\n%s\n}\n", train);
     Ctx *c = ctx_new(stderr);
+    c->unroll = 1; /* every microbatch in the graph: the interpreter runs the whole step */
     Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
     cr_assert_not_null(g);
     cr_assert_eq(pass_microbatch(c, g), 0);

@@ -1,5 +1,5 @@
 /* test_recompute.c: the recompute pass against the float64 interpreter. A tiny
- * GPT-2 and a tiny Llama (2 layers, 2 microbatches) are differentiated, then
+ * GPT-2 and a tiny Llama (2 layers, 2 microbatches, unrolled) are differentiated, then
  * recomputed (full, selective, or one layer full and the other not); the
  * interpreter runs the graph with and without the copies from the same
  * parameters and inputs, and the loss and every gradient must be equal to the
@@ -23,6 +23,7 @@ static Graph *build(Ctx *c, const char *file, const char *model_line)
 {
     const char *src = test_sample(file, model_line);
     cr_assert_not_null(src, "cannot read samples/%s (run the tests from the project root)", file);
+    c->unroll = 1; /* both microbatches in the graph, for the interpreter */
     Graph *g = fe_compile(c, file, src, strlen(src));
     cr_assert_not_null(g, "the sample does not compile");
     for (int i = 0; i < g->train.len; i++) {

@@ -1,4 +1,5 @@
-"""stage_programs.py PLAN_DIR: each pipeline stage's program in a plan.
+"""stage_programs.py PLAN_DIR: each pipeline stage's program in a plan (a
+loop plan's expanded: every microbatch's pieces).
 
 Prints the number of transfers (sends), then per stage: the instruction
 count, the order of its sends (>) and receives (<) of the forward (f) and
@@ -12,11 +13,39 @@ import json
 import sys
 
 plan = json.load(open(sys.argv[1] + "/plan.json"))
-instrs = plan["instrs"]
 stages = 1
 for ax in plan["axes"]:
     if ax["role"] == "pipeline":
         stages *= ax["size"]
+
+
+def program(plan):
+    """The instructions each stage runs: a loop plan (docs/plan.md) as its
+    schedule table makes them (the prologue, each entry's piece for its
+    microbatch, the epilogue; runtime/pieces.c also puts each channel's
+    receives in the order of its sends, which these schedules need not)."""
+    instrs = plan["instrs"]
+    if "sched" not in plan:
+        return instrs
+    k, t = plan["microbatches"], plan["sched"]
+    out = []
+    for s in range(stages):
+        mine = [i for i in instrs if i.get("stage", 0) == s]
+        out += [i for i in mine if i.get("piece", 0) == 0]
+        for e in range(0, len(t), 3):
+            if t[e] != s:
+                continue
+            piece, mb = t[e + 1], t[e + 2]
+            for i in mine:
+                when = i.get("when", 0)
+                if i.get("piece", 0) == piece and (when == 0 or (when == 1 and mb == k - 1)
+                                                   or (when == 2 and mb == 0)):
+                    out.append(i)
+        out += [i for i in mine if i.get("piece", 0) == -1]
+    return out
+
+
+instrs = program(plan)
 phase = "fbro"
 sends, order, count = 0, {s: [] for s in range(stages)}, [0] * stages
 opt = [0] * stages
