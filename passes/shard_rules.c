@@ -666,9 +666,11 @@ static void search(Search *s, int fac)
     }
 }
 
-static Search *run_search(const Graph *g, const Op *op, const ShardOpts *o, Strategy *ways, int max)
+/* s is the caller's (on its stack: an op's search is some 10 KB, and one per
+ * op per sweep would otherwise fill the arena with dead searches). */
+static void run_search(Search *s, const Graph *g, const Op *op, const ShardOpts *o,
+                       Strategy *ways, int max)
 {
-    Search *s = arena_alloc(g->arena, sizeof *s); /* big; the arena frees it with the graph */
     memset(s, 0, sizeof *s);
     s->g = g, s->op = op, s->o = o;
     if (ways) {
@@ -688,12 +690,12 @@ static Search *run_search(const Graph *g, const Op *op, const ShardOpts *o, Stra
         for (int fac = 4; fac < s->f.nf; fac++)
             s->cand[fac][0] = s->cand[fac][s->ncand[fac] - 1], s->ncand[fac] = 1;
     search(s, 0);
-    return s;
 }
 
 void shard_strategy(const Graph *g, const Op *op, const ShardOpts *o, Strategy *st)
 {
-    Search *s = run_search(g, op, o, NULL, 0);
+    Search sb, *s = &sb;
+    run_search(s, g, op, o, NULL, 0);
     *st = s->best;
     /* a choice worth a reason: the operands had to move, and another way existed */
     st->choice = s->have_second && s->best.comm >= 1;
@@ -702,7 +704,8 @@ void shard_strategy(const Graph *g, const Op *op, const ShardOpts *o, Strategy *
 
 int shard_weigh(const Graph *g, const Op *op, const ShardOpts *o, Strategy *ways, int max)
 {
-    Search *s = run_search(g, op, o, ways, max);
+    Search sb, *s = &sb;
+    run_search(s, g, op, o, ways, max);
     for (int i = 1; i < s->nways; i++) /* by cost, then as found: shard_strategy's order */
         for (int j = i; j > 0 && (ways[j].cost < ways[j - 1].cost ||
                                   (ways[j].cost == ways[j - 1].cost && s->seq[j] < s->seq[j - 1]));
