@@ -5,6 +5,12 @@
 
 #include "codegen.h"
 
+typedef struct KernelSeen {
+    const Kernel *ir; /* a copy, as built */
+    uint64_t hash;
+    int index, next;  /* gen->kernels; the next in its hash bucket, -1 at the end */
+} KernelSeen;
+
 typedef struct Gen {
     Ctx *c;
     const Graph *g;
@@ -14,6 +20,10 @@ typedef struct Gen {
     VEC(Kernel *) kernels;        /* each distinct kernel once */
     VEC(uint64_t) kernel_hash;    /* by kernel: hash of its code under a neutral name */
     VEC(const char *) kernel_text;
+    /* every distinct Kernel IR built so far, as built (before cg_simplify), with
+     * the kernel it became; chained by hash (seen_head: seen_cap buckets) */
+    VEC(struct KernelSeen) seen;
+    int *seen_head, seen_cap;
     int *tensor_of; /* by Value.id: plan tensor, -1 when none */
     char *fused;    /* by Value.id: computed inside its only user's kernel, no memory */
     char *dead;     /* by op index: no result is read, nothing to run */
