@@ -960,7 +960,7 @@ static void give(Block *free_, int *nfree, uint64_t off, uint64_t size)
 /* A temporary to place, with the key of the order it is placed in. */
 typedef struct Place {
     uint64_t key, size;
-    int first, t;
+    int first, t, last;
 } Place;
 
 /* Largest key first; then by birth, then by tensor. */
@@ -972,32 +972,70 @@ static int by_key(const void *x, const void *y)
     return a->first != b->first ? a->first - b->first : a->t - b->t;
 }
 
-/* The items pl[0..n), in that order, each at the lowest offset above base
- * where it overlaps no placed item alive at the same time (the placed ones
- * kept in offset order); offsets into off[] by place. The top. */
-static uint64_t place_in_order(Gen *gen, const Place *pl, int n, const int *first,
-                               const int *last, uint64_t base, uint64_t *off)
+/* The placed temporaries, as indices into pl, in offset order (then in the
+ * order placed). */
+typedef VEC(int) Placed;
+
+/* The lowest offset from o up where a temporary of size alive over
+ * [first, last] fits among the placed ones of list that are alive then. */
+static uint64_t first_gap(const Place *pl, const uint64_t *off, const Placed *list, int first,
+                          int last, uint64_t o, uint64_t size)
 {
-    int *placed = arena_alloc(gen->a, sizeof(int) * (size_t)(n + 1)), np = 0;
+    for (int j = 0; j < list->len; j++) {
+        const Place *u = &pl[list->data[j]];
+        if (u->last < first || u->first > last)
+            continue;
+        if (off[list->data[j]] >= o + size)
+            break;
+        if (off[list->data[j]] + u->size > o)
+            o = off[list->data[j]] + u->size;
+    }
+    return o;
+}
+
+/* Add k, placed last, after every entry at or below its offset. */
+static void add_placed(Gen *gen, Placed *list, int k, const uint64_t *off)
+{
+    int lo = 0, hi = list->len; /* the first entry above off[k] */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (off[list->data[mid]] > off[k])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    VEC_PUSH(gen->a, *list, k);
+    int at = lo;
+    memmove(list->data + at + 1, list->data + at, sizeof(int) * (size_t)(list->len - 1 - at));
+    list->data[at] = k;
+}
+
+/* Window w of the instructions: [w W, (w + 2) W). A temporary alive for less
+ * than W instructions lies inside the window where it is born, so only the
+ * placed temporaries alive in that window can overlap it: the search for its
+ * gap reads those, not every one placed (which made placement quadratic).
+ * Longer-lived ones (a few percent) read every one placed. */
+enum { PLACE_WINDOW = 1024 };
+
+/* The temporaries pl[0..n), in that order, each at the lowest offset above
+ * base where it overlaps no placed temporary alive at the same time; offsets
+ * into off[] by place. The top. */
+static uint64_t place_in_order(Gen *gen, const Place *pl, int n, uint64_t base, uint64_t *off)
+{
+    int horizon = 0; /* the last moment an item lives (instructions, or the loop's items) */
+    for (int k = 0; k < n; k++)
+        horizon = pl[k].last > horizon ? pl[k].last : horizon;
+    int nwin = horizon / PLACE_WINDOW + 1;
+    Placed all = {0}, *win = arena_alloc(gen->a, sizeof(Placed) * (size_t)nwin);
     uint64_t top = base;
     for (int k = 0; k < n; k++) {
-        int t = pl[k].t, at = 0;
-        uint64_t o = base, size = pl[k].size;
-        for (int j = 0; j < np; j++) { /* the first gap that fits */
-            const Place *u = &pl[placed[j]];
-            if (last[u->t] < first[t] || first[u->t] > last[t])
-                continue;
-            if (off[placed[j]] >= o + size)
-                break;
-            if (off[placed[j]] + u->size > o)
-                o = off[placed[j]] + u->size;
-        }
-        off[k] = o;
-        while (at < np && off[placed[at]] <= o)
-            at++;
-        memmove(placed + at + 1, placed + at, sizeof(int) * (size_t)(np - at));
-        placed[at] = k, np++;
-        top = o + size > top ? o + size : top;
+        int f = pl[k].first, l = pl[k].last, w = f / PLACE_WINDOW;
+        const Placed *near = l - f < PLACE_WINDOW ? &win[w] : &all;
+        off[k] = first_gap(pl, off, near, f, l, base, pl[k].size);
+        add_placed(gen, &all, k, off);
+        for (int v = w > 0 ? w - 1 : 0; v <= l / PLACE_WINDOW && v < nwin; v++)
+            add_placed(gen, &win[v], k, off);
+        top = off[k] + pl[k].size > top ? off[k] + pl[k].size : top;
     }
     return top;
 }
@@ -1008,9 +1046,9 @@ uint64_t cg_pack(Gen *gen, int n, const uint64_t *size, const int *first, const 
     Place *pl = arena_alloc(gen->a, sizeof(Place) * (size_t)(n + 1));
     uint64_t *at = arena_alloc(gen->a, sizeof(uint64_t) * (size_t)(n + 1));
     for (int k = 0; k < n; k++)
-        pl[k] = (Place){size[k], size[k], first[k], k};
+        pl[k] = (Place){size[k], size[k], first[k], k, last[k]};
     qsort(pl, (size_t)n, sizeof(Place), by_key);
-    uint64_t end = place_in_order(gen, pl, n, first, last, base, at);
+    uint64_t end = place_in_order(gen, pl, n, base, at);
     for (int k = 0; k < n; k++)
         off[pl[k].t] = at[k];
     return end > base ? end : base;
