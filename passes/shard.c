@@ -23,6 +23,7 @@ typedef struct SP {
     int zero;
     char *pinned;    /* by Value.id */
     const int *uses; /* by Value.id, before seeding: how many operands read it */
+    VEC(struct Gather) gathers; /* the parameters that get gathered copies, in order */
     int errors;
 } SP;
 
@@ -158,41 +159,93 @@ static Sharding storage(SP *s, const Value *v, uint32_t roles, const char *why, 
     return sh;
 }
 
-/* A gathered copy of param p for the ops of one phase: an identity reshape
- * placed before the first such op, pinned to p's compute sharding. Recompute
- * ops share the backward's copy (they run in the backward, before it). */
-static void gather_for_phase(SP *s, Value *p, Sharding compute, Phase ph)
+/* A parameter whose storage is split where its compute is not: it gets one
+ * gathered copy per phase that reads it (gather_all). */
+typedef struct Gather {
+    Value *p;
+    Sharding compute;
+} Gather;
+
+/* The phase whose gathered copy op reads: 0 forward, 1 backward (recompute
+ * ops share the backward's copy: they run in the backward, before it), -1
+ * none. */
+static int gather_phase(const Op *op)
+{
+    Phase ph = op->phase == PH_RECOMPUTE ? PH_BWD : op->phase;
+    return ph == PH_FWD ? 0 : ph == PH_BWD ? 1 : -1;
+}
+
+/* The gathered copy of gathers[j] for phase f: an identity reshape placed like
+ * the first op of that phase that reads the parameter (at), pinned to its
+ * compute sharding. Appended to the ops; gather_all puts it in its place. */
+static Value *gather_copy(SP *s, const Gather *ga, int f, Op *at)
 {
     Graph *g = s->g;
-    Value *copy = NULL;
-    for (int i = 0; i < g->ops.len; i++) {
+    Value *p = ga->p;
+    Op *r = ir_op_new(g, OP_RESHAPE, &p, 1, p->loc);
+    ir_op_place_like(r, at);
+    r->phase = f == 0 ? PH_FWD : PH_BWD;
+    ir_op_set_attr(g, r, ir_attr_ints(g->arena, "shape", p->shape, p->rank));
+    Value *copy = ir_op_result(g, r, p->dtype, p->rank, p->shape);
+    copy->shard = ga->compute;
+    copy->shard.why = (Why){WHY_ROLE, LOC_NONE, fmt(s, "'%s' gathered for the %s pass", p->name,
+                                                    f == 0 ? "forward" : "backward")};
+    s->pinned[copy->id] = 1;
+    return copy;
+}
+
+/* Every gathered copy, each made just before the first op of its phase that
+ * reads its parameter, and read by every such op in place of the parameter.
+ * One walk finds the first readers, the copies are made in the order of
+ * gathers (forward, then backward: the order of their values), and one more
+ * walk puts each before its reader (several before one op in that order). */
+static void gather_all(SP *s, const Gather *gathers, int n)
+{
+    Graph *g = s->g;
+    int nops = g->ops.len, nv = g->values.len;
+    int *of = arena_alloc(g->arena, sizeof(int) * (size_t)(nv + 1)); /* by Value.id */
+    int *first = arena_alloc(g->arena, sizeof(int) * (size_t)(2 * n + 1)); /* by 2 j + f */
+    int *next = arena_alloc(g->arena, sizeof(int) * (size_t)(2 * n + 1));
+    int *before = arena_alloc(g->arena, sizeof(int) * (size_t)(nops + 1)); /* by op index */
+    Value **copy = arena_alloc(g->arena, sizeof(Value *) * (size_t)(2 * n + 1));
+    for (int i = 0; i < nv; i++)
+        of[i] = -1;
+    for (int j = 0; j < n; j++) {
+        if (of[gathers[j].p->id] >= 0)
+            BUG("parameter '%s' is updated twice", gathers[j].p->name);
+        of[gathers[j].p->id] = j;
+        first[2 * j] = first[2 * j + 1] = -1;
+    }
+    for (int i = 0; i < nops; i++) {
         Op *op = g->ops.data[i];
-        if ((op->phase == PH_RECOMPUTE ? PH_BWD : op->phase) != ph)
-            continue;
-        for (int a = 0; a < op->nargs; a++) {
-            if (op->args[a] != p)
-                continue;
-            if (!copy) {
-                Op *r = ir_op_new(g, OP_RESHAPE, &p, 1, p->loc);
-                g->ops.len--; /* placed below, not at the end */
-                ir_op_place_like(r, op);
-                r->phase = ph;
-                ir_op_set_attr(g, r, ir_attr_ints(g->arena, "shape", p->shape, p->rank));
-                copy = ir_op_result(g, r, p->dtype, p->rank, p->shape);
-                copy->shard = compute;
-                copy->shard.why = (Why){WHY_ROLE, LOC_NONE,
-                                        fmt(s, "'%s' gathered for the %s pass", p->name,
-                                            ph == PH_FWD ? "forward" : "backward")};
-                s->pinned[copy->id] = 1;
-                VEC_PUSH(g->arena, g->ops, NULL);
-                memmove(g->ops.data + i + 1, g->ops.data + i,
-                        sizeof(Op *) * (size_t)(g->ops.len - 1 - i));
-                g->ops.data[i] = r;
-                i++;
-            }
-            op->args[a] = copy;
+        int f = gather_phase(op);
+        before[i] = -1;
+        for (int a = 0; f >= 0 && a < op->nargs; a++) {
+            int j = op->args[a]->id < nv ? of[op->args[a]->id] : -1;
+            if (j >= 0 && first[2 * j + f] < 0)
+                first[2 * j + f] = i;
         }
     }
+    for (int c = 0; c < 2 * n; c++)
+        copy[c] = first[c] < 0 ? NULL : gather_copy(s, &gathers[c / 2], c % 2, g->ops.data[first[c]]);
+    for (int c = 2 * n - 1; c >= 0; c--) /* each op's copies, in the order made */
+        if (first[c] >= 0)
+            next[c] = before[first[c]], before[first[c]] = c;
+    Op **ops = arena_alloc(g->arena, sizeof(Op *) * (size_t)(g->ops.len + 1));
+    int k = 0;
+    for (int i = 0; i < nops; i++) {
+        Op *op = g->ops.data[i];
+        for (int c = before[i]; c >= 0; c = next[c])
+            ops[k++] = copy[c]->def;
+        int f = gather_phase(op);
+        for (int a = 0; f >= 0 && a < op->nargs; a++) {
+            int j = op->args[a]->id < nv ? of[op->args[a]->id] : -1;
+            if (j >= 0)
+                op->args[a] = copy[2 * j + f];
+        }
+        ops[k++] = op;
+    }
+    g->ops.data = ops, g->ops.len = k, g->ops.cap = g->ops.len + 1;
 }
 
 /* ZeRO and fsdp over the parameters, their gradients and optimizer state. */
@@ -282,8 +335,7 @@ static void seed_optimizer(SP *s, Value *p, const Op *op)
     if (!shard_same(&store, &compute, p->rank)) {
         p->shard = store;
         s->pinned[p->id] = 1;
-        gather_for_phase(s, p, compute, PH_FWD);
-        gather_for_phase(s, p, compute, PH_BWD);
+        VEC_PUSH(s->g->arena, s->gathers, ((Gather){p, compute}));
     }
 }
 
@@ -310,6 +362,8 @@ static void seed(SP *s)
         int has = opt && (opt->kind == OP_SGD || opt->kind == OP_ADAMW);
         seed_optimizer(s, ops[i]->args[0], has ? opt : NULL);
     }
+    if (s->gathers.len)
+        gather_all(s, s->gathers.data, s->gathers.len);
 }
 
 static void sweep(SP *s)
@@ -443,7 +497,7 @@ static int seq_split_something(SP *s)
 
 int pass_shard(Ctx *c, Graph *g)
 {
-    SP s = {c, g, {-1, NULL, 0, NULL}, 0, NULL, NULL, 0};
+    SP s = {c, g, {-1, NULL, 0, NULL}, 0, NULL, NULL, {0}, 0};
     TrainConfig tc;
     if (pass_train_config(c, g, &tc))
         return -1;
