@@ -8,7 +8,7 @@
 typedef struct KernelSeen {
     const Kernel *ir; /* a copy, as built */
     uint64_t hash;
-    int index, next;  /* gen->kernels; the next in its hash bucket, -1 at the end */
+    int index, next; /* gen->kernels; the next in its hash bucket, -1 at the end */
 } KernelSeen;
 
 typedef struct Gen {

@@ -171,7 +171,10 @@ static uint64_t ir_hash(const Kernel *k)
 }
 
 /* Doubles by their bits: -0 and 0 print differently. */
-static int same_bits(double x, double y) { return !memcmp(&x, &y, sizeof x); }
+static int same_bits(double x, double y)
+{
+    return !memcmp(&x, &y, sizeof x);
+}
 
 static int same_node(const KNode *x, const KNode *y)
 {

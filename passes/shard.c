@@ -188,8 +188,9 @@ static Value *gather_copy(SP *s, const Gather *ga, int f, Op *at)
     ir_op_set_attr(g, r, ir_attr_ints(g->arena, "shape", p->shape, p->rank));
     Value *copy = ir_op_result(g, r, p->dtype, p->rank, p->shape);
     copy->shard = ga->compute;
-    copy->shard.why = (Why){WHY_ROLE, LOC_NONE, fmt(s, "'%s' gathered for the %s pass", p->name,
-                                                    f == 0 ? "forward" : "backward")};
+    copy->shard.why =
+        (Why){WHY_ROLE, LOC_NONE,
+              fmt(s, "'%s' gathered for the %s pass", p->name, f == 0 ? "forward" : "backward")};
     s->pinned[copy->id] = 1;
     return copy;
 }
@@ -203,7 +204,7 @@ static void gather_all(SP *s, const Gather *gathers, int n)
 {
     Graph *g = s->g;
     int nops = g->ops.len, nv = g->values.len;
-    int *of = arena_alloc(g->arena, sizeof(int) * (size_t)(nv + 1)); /* by Value.id */
+    int *of = arena_alloc(g->arena, sizeof(int) * (size_t)(nv + 1));       /* by Value.id */
     int *first = arena_alloc(g->arena, sizeof(int) * (size_t)(2 * n + 1)); /* by 2 j + f */
     int *next = arena_alloc(g->arena, sizeof(int) * (size_t)(2 * n + 1));
     int *before = arena_alloc(g->arena, sizeof(int) * (size_t)(nops + 1)); /* by op index */
@@ -227,7 +228,8 @@ static void gather_all(SP *s, const Gather *gathers, int n)
         }
     }
     for (int c = 0; c < 2 * n; c++)
-        copy[c] = first[c] < 0 ? NULL : gather_copy(s, &gathers[c / 2], c % 2, g->ops.data[first[c]]);
+        copy[c] =
+            first[c] < 0 ? NULL : gather_copy(s, &gathers[c / 2], c % 2, g->ops.data[first[c]]);
     for (int c = 2 * n - 1; c >= 0; c--) /* each op's copies, in the order made */
         if (first[c] >= 0)
             next[c] = before[first[c]], before[first[c]] = c;

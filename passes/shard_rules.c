@@ -668,8 +668,8 @@ static void search(Search *s, int fac)
 
 /* s is the caller's (on its stack: an op's search is some 10 KB, and one per
  * op per sweep would otherwise fill the arena with dead searches). */
-static void run_search(Search *s, const Graph *g, const Op *op, const ShardOpts *o,
-                       Strategy *ways, int max)
+static void run_search(Search *s, const Graph *g, const Op *op, const ShardOpts *o, Strategy *ways,
+                       int max)
 {
     memset(s, 0, sizeof *s);
     s->g = g, s->op = op, s->o = o;
