@@ -232,8 +232,10 @@ static int seen_add(Gen *gen, const Kernel *k, uint64_t h)
     *ir = *k;
     ir->nodes.data = arena_alloc(gen->a, sizeof(KNode) * (size_t)(k->nodes.len + 1));
     ir->body.data = arena_alloc(gen->a, sizeof(KStmt) * (size_t)(k->body.len + 1));
-    memcpy(ir->nodes.data, k->nodes.data, sizeof(KNode) * (size_t)k->nodes.len);
-    memcpy(ir->body.data, k->body.data, sizeof(KStmt) * (size_t)k->body.len);
+    if (k->nodes.len) /* an attention kernel has none (and no arrays) */
+        memcpy(ir->nodes.data, k->nodes.data, sizeof(KNode) * (size_t)k->nodes.len);
+    if (k->body.len)
+        memcpy(ir->body.data, k->body.data, sizeof(KStmt) * (size_t)k->body.len);
     ir->nodes.cap = ir->nodes.len, ir->body.cap = ir->body.len;
     VEC_PUSH(gen->a, gen->seen, ((KernelSeen){ir, h, -1, -1}));
     if (gen->seen.len > gen->seen_cap) { /* rehash into twice the buckets */
