@@ -672,6 +672,25 @@ static int summed_reduction(const Model *m, const char *grad, const Value *v)
            d->nargs && grad[d->args[0]->id];
 }
 
+/* By Value.id: a value of one microbatch. Besides what the microbatch's own
+ * ops make, a resharding step (a collective the partition inserts, shared:
+ * mb -1) of such a value that is no gradient's reduction: an all-gather of
+ * a sequence-split activation that the backward reads, run where its
+ * operand is made, is held per microbatch like the operand would be. */
+static char *microbatch_values(Arena *a, const Graph *l, const char *grad)
+{
+    char *own = arena_alloc(a, (size_t)l->values.len + 1);
+    memset(own, 0, (size_t)l->values.len + 1);
+    for (int i = 0; i < l->ops.len; i++) {
+        const Op *op = l->ops.data[i];
+        int mine = op->mb >= 0 || (op->nargs == 1 && op->nres == 1 && own[op->args[0]->id] &&
+                                   !grad[op->res[0]->id] && op->kind != OP_PARAM);
+        for (int j = 0; j < op->nres; j++)
+            own[op->res[j]->id] = (char)mine;
+    }
+    return own;
+}
+
 /* ---- the model ---- */
 
 static void describe(const Replay *r, const Peak *pk, int np, StageMemory *sm)
@@ -702,6 +721,7 @@ static void model_stage(Model *m, int s, int gpu, const Schedule *sc, StageMemor
     m->saved = m->saved_layers = 0;
     tensor_pieces(m);
     char *grad = pass_gradient_values(m->a, m->l);
+    char *own = microbatch_values(m->a, m->l, grad);
     char *reads = arena_alloc(m->a, (size_t)m->l->values.len + 1);
     memset(reads, 0, (size_t)m->l->values.len + 1);
     for (int i = 0; i < m->l->ops.len; i++) {
@@ -714,7 +734,8 @@ static void model_stage(Model *m, int s, int gpu, const Schedule *sc, StageMemor
         const Value *v = pt->value >= 0 && pt->value < m->l->values.len ? m->l->values.data[pt->value]
                                                                        : NULL;
         m->shared[t] = pt->role == PT_TEMP && v && v->def &&
-                       ((v->def->mb < 0 && v->def->kind != OP_PARAM) || summed_reduction(m, grad, v));
+                       ((v->def->mb < 0 && v->def->kind != OP_PARAM && !own[v->id]) ||
+                        summed_reduction(m, grad, v));
         m->summed[t] = v && reads[v->id];
         Span sp = m->sp.span[t];
         m->cat[t] = category(p, m->l, grad, t, sp.first >= 0 ? &p->instrs[m->sp.instr[sp.first]] : NULL);
