@@ -18,7 +18,6 @@
  * once its microbatch is done with it, as the schedule allows. */
 #include "kgen.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -210,19 +209,6 @@ typedef struct Mem {
 
 static int is_recv(const PlanInstr *in) { return in->kind == PI_COLL && in->coll.op == PC_RECV; }
 
-/* The tensors an instruction touches: its args, then a GEMM's operands. */
-static int ntouch(const PlanInstr *in)
-{
-    return in->nargs + (in->kind != PI_GEMM ? 0 : in->gemm.epilogue == PE_BIAS ? 4 : 3);
-}
-
-static int touch_at(const PlanInstr *in, int j)
-{
-    if (j < in->nargs)
-        return in->args[j];
-    const int g[4] = {in->gemm.a, in->gemm.b, in->gemm.c, in->gemm.bias};
-    return g[j - in->nargs];
-}
 
 /* Each temporary's kind, from the instructions that touch it. */
 static void classify(Mem *m)
@@ -235,8 +221,8 @@ static void classify(Mem *m)
         m->piece[t] = INT32_MIN, m->several[t] = 0;
     for (int i = 0; i < gen->instrs.len; i++) {
         PlanInstr *in = &gen->instrs.data[i];
-        for (int j = 0, nts = ntouch(in); j < nts; j++) {
-            int t = touch_at(in, j);
+        for (int j = 0, nts = plan_instr_ntensors(in); j < nts; j++) {
+            int t = plan_instr_tensor(in, j);
             if (m->piece[t] == INT32_MIN)
                 m->piece[t] = in->piece;
             else if (m->piece[t] != in->piece)
@@ -341,8 +327,8 @@ static void stage_memory(Mem *m, int s, int stages, const int *space, int n, uin
         PlanInstr *in = &gen->instrs.data[i];
         if (stages > 1 && in->stage != s)
             continue;
-        for (int j = 0, c = ntouch(in); j < c; j++) {
-            int t = touch_at(in, j);
+        for (int j = 0, c = plan_instr_ntensors(in); j < c; j++) {
+            int t = plan_instr_tensor(in, j);
             if (first[t] == i)
                 pfirst[t] = in->piece;
             plast[t] = in->piece;
@@ -376,8 +362,8 @@ static void stage_memory(Mem *m, int s, int stages, const int *space, int n, uin
     for (int it = lo; it < hi; it++) {
         PlanInstr *in = &m->view.instrs[m->items[it].src];
         int mb = m->items[it].mb;
-        for (int j = 0, cnt = ntouch(in); j < cnt; j++) {
-            int t = touch_at(in, j), q = -1;
+        for (int j = 0, cnt = plan_instr_ntensors(in); j < cnt; j++) {
+            int t = plan_instr_tensor(in, j), q = -1;
             if (m->kind[t] == K_FRAME && ts[t].frame > 0 && mb >= 0)
                 q = fspan[ts[t].frame - 1] * gen->k + mb;
             else if (m->kind[t] == K_STEP)
@@ -487,8 +473,8 @@ static void one_stage_memory(Mem *m, uint64_t *top)
      * prologue, or for every or the first microbatch) */
     for (int i = 0; i < gen->instrs.len; i++) {
         const PlanInstr *in = &gen->instrs.data[i];
-        for (int j = 0, c = ntouch(in); j < c; j++)
-            every[touch_at(in, j)] |=
+        for (int j = 0, c = plan_instr_ntensors(in); j < c; j++)
+            every[plan_instr_tensor(in, j)] |=
                 (char)((in->piece > 0) | (in->piece == 0 || in->when != PW_LAST) << 1);
     }
     for (int t = 0; t < nt; t++) /* persistent tensors and untouched temporaries: apart */

@@ -228,6 +228,11 @@ typedef struct Plan {
     char hash[17];       /* 16 hex digits over everything above */
 } Plan;
 
+/* The tensors instruction in touches: its args, then a GEMM's a, b, c (and
+ * bias): plan_instr_ntensors of them, the j-th plan_instr_tensor. */
+int plan_instr_ntensors(const PlanInstr *in);
+int plan_instr_tensor(const PlanInstr *in, int j);
+
 /* The error convention of the plan and runtime modules: the message into
  * err[n] (when err is not NULL), and -1 returned. */
 int plan_errorf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -12,7 +12,6 @@
  * backends pair. */
 #define _XOPEN_SOURCE 700 /* open_memstream */
 #include <criterion/criterion.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,18 +57,6 @@ static void build(Built *b, const char *mesh, const char *set)
     cr_assert_eq(b->p.microbatches, 4);
 }
 
-static int ntouch(const PlanInstr *in)
-{
-    return in->nargs + (in->kind != PI_GEMM ? 0 : in->gemm.epilogue == PE_BIAS ? 4 : 3);
-}
-
-static int touch_at(const PlanInstr *in, int j)
-{
-    if (j < in->nargs)
-        return in->args[j];
-    const int g[4] = {in->gemm.a, in->gemm.b, in->gemm.c, in->gemm.bias};
-    return g[j - in->nargs];
-}
 
 /* A stretch of the program over which a tensor holds one value. */
 typedef struct Seg {
@@ -97,8 +84,8 @@ static long no_overlap(const Plan *p, const Plan *q)
         piece[t] = 0, transient[t] = own[t] = p->tensors[t].role == PT_TEMP;
     for (int i = 0; i < p->ninstrs; i++) {
         const PlanInstr *in = &p->instrs[i];
-        for (int j = 0; j < ntouch(in); j++) {
-            int t = touch_at(in, j);
+        for (int j = 0; j < plan_instr_ntensors(in); j++) {
+            int t = plan_instr_tensor(in, j);
             if (in->when != PW_EVERY || in->piece <= 0 || (piece[t] && piece[t] != in->piece))
                 transient[t] = 0;
             if (in->when != PW_EVERY || in->piece <= 0)
@@ -114,8 +101,8 @@ static long no_overlap(const Plan *p, const Plan *q)
         at[t] = -1;
     for (int i = 0; i < nitems; i++) {
         const PlanInstr *in = &q->instrs[i], *src = &p->instrs[items[i].src];
-        for (int j = 0; j < ntouch(in); j++) {
-            int t = touch_at(in, j), tmpl = touch_at(src, j);
+        for (int j = 0; j < plan_instr_ntensors(in); j++) {
+            int t = plan_instr_tensor(in, j), tmpl = plan_instr_tensor(src, j);
             if (q->tensors[t].role != PT_TEMP || q->tensors[t].frame == -1)
                 continue;
             int k = at[t];

@@ -179,6 +179,21 @@ Test(match, correct_plans_pass_on_2x2_2x1x2_and_2x2x2)
     passes("2x1x2", 1, 8);
 }
 
+/* Stage 0's k-th forward send dropped from b's plan: refused at the recv
+ * that waits for it, named by its op. */
+static void send_dropped(Built *b, int k)
+{
+    int s = p2p(&b->p, PC_SEND, 0, 0, k), tag = b->p.instrs[s].coll.tag;
+    char want[128];
+    snprintf(want, sizeof want,
+             "on stage 1 (ranks 1, 3) has no send: stage 0 sends nothing with "
+             "tag %d to stage 1",
+             tag);
+    drop(&b->p, s);
+    names_the_op(refused(b), want);
+    done(b);
+}
+
 /* A loop plan is checked as the program its table makes: correct, it
  * passes; a send of every microbatch dropped from the piece, it is refused
  * at the op whose value the recv waits for, in microbatch 0's program. */
@@ -190,16 +205,8 @@ Test(match, a_loop_plan_is_checked_as_the_program_it_makes)
     cr_assert_gt(b.p.nsched, 0);
     cr_assert_eq(cg_check_comm(b.c, b.local, &b.p), 0);
     cr_assert_eq(plan_check(&b.p, err, sizeof err), 0, "%s", err);
-    int s = p2p(&b.p, PC_SEND, 0, 0, 0), tag = b.p.instrs[s].coll.tag;
-    cr_assert_eq(b.p.instrs[s].when, PW_EVERY);
-    char want[128];
-    snprintf(want, sizeof want,
-             "on stage 1 (ranks 1, 3) has no send: stage 0 sends nothing with "
-             "tag %d to stage 1",
-             tag);
-    drop(&b.p, s);
-    names_the_op(refused(&b), want);
-    done(&b);
+    cr_assert_eq(b.p.instrs[p2p(&b.p, PC_SEND, 0, 0, 0)].when, PW_EVERY);
+    send_dropped(&b, 0);
 }
 
 /* ---- mutated sends and recvs (2x1x2: stage 0 on ranks 0 and 2, stage 1 on 1 and 3) ---- */
@@ -208,15 +215,7 @@ Test(match, a_dropped_send_is_refused_at_its_recv)
 {
     Built b;
     build(&b, "2x1x2", 4);
-    int s = p2p(&b.p, PC_SEND, 0, 0, 1), tag = b.p.instrs[s].coll.tag;
-    char want[128];
-    snprintf(want, sizeof want,
-             "on stage 1 (ranks 1, 3) has no send: stage 0 sends nothing with "
-             "tag %d to stage 1",
-             tag);
-    drop(&b.p, s);
-    names_the_op(refused(&b), want);
-    done(&b);
+    send_dropped(&b, 1);
 }
 
 Test(match, a_dropped_recv_is_refused_at_its_send)
