@@ -49,6 +49,9 @@ uint64_t cg_aligned(uint64_t n); /* up to PLAN_ALIGN */
  * first: offsets into off[]; the top. */
 uint64_t cg_pack(Gen *gen, int n, const uint64_t *size, const int *first, const int *last,
                  uint64_t base, uint64_t *off);
+/* cg_pack with items 0..nfirst-1 placed first, in their order. */
+uint64_t cg_pack_after(Gen *gen, int nfirst, int n, const uint64_t *size, const int *first,
+                       const int *last, uint64_t base, uint64_t *off);
 /* First and last instruction of every tensor (-1: untouched); outputs live to the end. */
 void cg_lifetimes(const Gen *gen, int *first, int *last);
 /* Whether every stage holds tensor t (stage -1, or an output). */

@@ -8,14 +8,16 @@
  * that makes one runs for every microbatch; the rest run once, in the
  * prologue, the epilogue, or with its piece's last microbatch (the sums are
  * complete then); a value received for all microbatches, with the first.
- * Memory has three parts per stage, above its persistent tensors: the
- * transients of one piece run (pieces run one at a time on a stage, so all
- * pieces share it, packed by the compiled order); frames, one per span of
- * pieces and microbatch, for what a microbatch holds from one piece to a
- * later one; and the values of the step (sums, what is received once, the
- * prologue's casts). Frames and step values are packed by where they live
- * in the expanded program (runtime/pieces.c), so a frame's memory is reused
- * once its microbatch is done with it, as the schedule allows. */
+ * Memory: one stage runs its microbatches in turn, so one layout by the
+ * compiled order serves them all (one_stage_memory). A pipeline stage has,
+ * above its persistent tensors: each piece's transients, packed by the
+ * compiled order into a block that every run of the piece occupies; frames,
+ * one per span of pieces and microbatch, for what a microbatch holds from
+ * one piece to a later one; and the values of the step (sums, what is
+ * received once, the prologue's casts). The runs' blocks, the frames and the
+ * step values are packed by where they live in the expanded program
+ * (runtime/pieces.c), so a frame's memory is reused once its microbatch is
+ * done with it, as the schedule allows. */
 #include "kgen.h"
 
 #include <stdlib.h>
@@ -388,24 +390,29 @@ static void stage_memory(Mem *m, int s, int stages, const int *space, int n, uin
     for (int k = 0; k < n; k++)
         if (m->kind[space[k]] == K_STEP)
             xs[slot[space[k]]] = cg_aligned(ts[space[k]].bytes);
-    uint64_t end = cg_pack(gen, nall, xs, xf, xl, *top, xo);
-    /* the transients of each piece above what the frames and step values use
-     * while that piece runs (a transient has one offset for all its runs) */
+    /* Each piece's transients packed by the compiled order, apart; then one
+     * block per run of a piece, as large as that piece's transients, alive
+     * over the run, placed first (runs never meet, so every block starts at
+     * *top); then the frames and step values around the blocks: a run's
+     * transients sit in its block, which nothing alive in the run overlaps. */
     int ne = 2; /* this stage's entries: 0 the prologue, 1.. the table's, then the epilogue */
     for (int e = 0; e < gen->sched.len; e++)
         ne += stages == 1 || gen->sched.data[e].stage == s;
-    uint64_t *etop = arena_alloc(gen->a, sizeof(uint64_t) * (size_t)(ne + 1));
     int *epiece = arena_alloc(gen->a, sizeof(int) * (size_t)(ne + 1));
-    for (int e = 0; e < ne; e++)
-        etop[e] = *top;
+    int *efirst = arena_alloc(gen->a, sizeof(int) * (size_t)(ne + 1));
+    int *elast = arena_alloc(gen->a, sizeof(int) * (size_t)(ne + 1));
     epiece[0] = 0, epiece[ne - 1] = -1;
     for (int e = 0, k = 1; e < gen->sched.len; e++)
         if (stages == 1 || gen->sched.data[e].stage == s)
             epiece[k++] = gen->sched.data[e].piece;
-    for (int q = 0; q < nall; q++) {
-        int e0 = m->items[xf[q] < hi ? xf[q] : lo].entry, e1 = m->items[xl[q] < hi ? xl[q] : hi - 1].entry;
-        for (int e = e0; e <= e1 && e < ne; e++)
-            etop[e] = xo[q] + xs[q] > etop[e] ? xo[q] + xs[q] : etop[e];
+    for (int e = 0; e < ne; e++)
+        efirst[e] = -1, elast[e] = -1;
+    for (int it = lo; it < hi; it++) {
+        int e = m->items[it].entry;
+        if (e < 0 || e >= ne)
+            continue;
+        efirst[e] = efirst[e] < 0 ? it : efirst[e];
+        elast[e] = it;
     }
     int nx = 0;
     for (int k = 0; k < n; k++)
@@ -417,15 +424,13 @@ static void stage_memory(Mem *m, int s, int stages, const int *space, int n, uin
     int *who = arena_alloc(gen->a, sizeof(int) * (size_t)(nx + 1));
     char *done = arena_alloc(gen->a, (size_t)nt + 1);
     memset(done, 0, (size_t)nt + 1);
-    for (int k0 = 0; k0 < n; k0++) { /* piece by piece */
+    uint64_t *psize = arena_alloc(gen->a, sizeof(uint64_t) * (size_t)(ne + 1)); /* by entry */
+    memset(psize, 0, sizeof(uint64_t) * (size_t)(ne + 1));
+    for (int k0 = 0; k0 < n; k0++) { /* piece by piece, from 0 */
         int t0 = space[k0];
         if (m->kind[t0] != K_TRANSIENT || done[t0])
             continue;
         int piece = m->piece[t0], c = 0;
-        uint64_t base = *top;
-        for (int e = 0; e < ne; e++)
-            if (epiece[e] == piece && etop[e] > base)
-                base = etop[e];
         for (int k = k0; k < n; k++) {
             int t = space[k];
             if (m->kind[t] != K_TRANSIENT || done[t] || m->piece[t] != piece)
@@ -433,11 +438,30 @@ static void stage_memory(Mem *m, int s, int stages, const int *space, int n, uin
             done[t] = 1;
             size[c] = cg_aligned(ts[t].bytes), f[c] = first[t], l[c] = last[t], who[c++] = t;
         }
-        uint64_t region = cg_pack(gen, c, size, f, l, base, off);
+        uint64_t region = cg_pack(gen, c, size, f, l, 0, off);
         for (int q = 0; q < c; q++)
-            ts[who[q]].offset = off[q];
-        end = region > end ? region : end;
+            ts[who[q]].offset = *top + off[q];
+        for (int e = 0; e < ne; e++)
+            if (epiece[e] == piece)
+                psize[e] = region;
     }
+    int nb = 0, ntot = ne + nall;
+    int *bf = arena_alloc(gen->a, sizeof(int) * (size_t)(ntot + 1));
+    int *bl = arena_alloc(gen->a, sizeof(int) * (size_t)(ntot + 1));
+    uint64_t *bs = arena_alloc(gen->a, sizeof(uint64_t) * (size_t)(ntot + 1));
+    uint64_t *bo = arena_alloc(gen->a, sizeof(uint64_t) * (size_t)(ntot + 1));
+    for (int e = 0; e < ne; e++)
+        if (psize[e] && efirst[e] >= 0)
+            bf[nb] = efirst[e], bl[nb] = elast[e], bs[nb++] = psize[e];
+    memcpy(bf + nb, xf, sizeof(int) * (size_t)nall);
+    memcpy(bl + nb, xl, sizeof(int) * (size_t)nall);
+    memcpy(bs + nb, xs, sizeof(uint64_t) * (size_t)nall);
+    uint64_t end = cg_pack_after(gen, nb, nb + nall, bs, bf, bl, *top, bo);
+    memcpy(xo, bo + nb, sizeof(uint64_t) * (size_t)nall);
+    for (int b = 0; b < nb; b++)
+        if (bo[b] != *top)
+            BUG("a piece's transients were placed at %llu, not at %llu",
+                (unsigned long long)bo[b], (unsigned long long)*top);
     for (int q = 0; q < nfi; q++)
         gen->frames.data[sp[q / gen->k].frame].base[q % gen->k] = xo[q];
     for (int k = 0; k < n; k++)

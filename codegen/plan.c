@@ -1048,10 +1048,16 @@ static uint64_t place_in_order(Gen *gen, const Place *pl, int n, uint64_t base, 
 uint64_t cg_pack(Gen *gen, int n, const uint64_t *size, const int *first, const int *last,
                  uint64_t base, uint64_t *off)
 {
+    return cg_pack_after(gen, 0, n, size, first, last, base, off);
+}
+
+uint64_t cg_pack_after(Gen *gen, int nfirst, int n, const uint64_t *size, const int *first,
+                       const int *last, uint64_t base, uint64_t *off)
+{
     Place *pl = arena_alloc(gen->a, sizeof(Place) * (size_t)(n + 1));
     uint64_t *at = arena_alloc(gen->a, sizeof(uint64_t) * (size_t)(n + 1));
-    for (int k = 0; k < n; k++)
-        pl[k] = (Place){size[k], size[k], first[k], k, last[k]};
+    for (int k = 0; k < n; k++) /* the first nfirst in their order, then the largest first */
+        pl[k] = (Place){k < nfirst ? UINT64_MAX - (uint64_t)k : size[k], size[k], first[k], k, last[k]};
     qsort(pl, (size_t)n, sizeof(Place), by_key);
     uint64_t end = place_in_order(gen, pl, n, base, at);
     for (int k = 0; k < n; k++)
