@@ -56,8 +56,6 @@ uint64_t cg_pack_after(Gen *gen, int nfirst, int n, const uint64_t *size, const 
 void cg_lifetimes(const Gen *gen, int *first, int *last);
 /* Whether every stage holds tensor t (stage -1, or an output). */
 int cg_everywhere(const Gen *gen, int t);
-/* The tensors instruction in touches, by pointer; their count (at most 68 + 4). */
-int cg_touched(PlanInstr *in, int **out);
 
 /* The loop (loop.c): whether the graph is one microbatch of several, with each
  * value's kind (gen->per_mb); each instruction's piece and when (after the

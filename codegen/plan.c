@@ -1370,7 +1370,7 @@ static int by_event(const void *x, const void *y)
 }
 
 /* The tensors instruction in touches, by pointer (to rewrite them). */
-int cg_touched(PlanInstr *in, int **out)
+static int touched(PlanInstr *in, int **out)
 {
     int n = 0;
     for (int a = 0; a < in->nargs; a++)
@@ -1573,7 +1573,7 @@ static int stage_programs(Gen *gen)
         for (int e = 0; e < n; e++) {
             PlanInstr *in = &gen->instrs.data[ev[e].instr];
             int *ts[72];
-            int nts = cg_touched(in, ts), s = in->stage;
+            int nts = touched(in, ts), s = in->stage;
             for (int k = 0; k < nts; k++) {
                 int t = *ts[k];
                 if (t >= nt || home[t] < 0 || home[t] == s)
@@ -1600,7 +1600,7 @@ static int stage_programs(Gen *gen)
                     VEC_PUSH(gen->a, send_in, snd);
                     tag = (tag + 1) % 32768;
                     in = &gen->instrs.data[ev[e].instr]; /* the vectors may have moved */
-                    nts = cg_touched(in, ts);
+                    nts = touched(in, ts);
                 }
                 *ts[k] = *c;
             }

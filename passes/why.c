@@ -100,6 +100,16 @@ static void put_why(FILE *f, const Why *y)
         fprintf(f, " \"%s\"", y->detail);
 }
 
+/* v's reference, its type after sep, then its sharding's reason. */
+static void put_value(FILE *f, const WhyChain *w, const Value *v, const char *sep)
+{
+    put_ref(f, w, v);
+    fputs(sep, f);
+    ir_print_value_type(f, w->g, v);
+    fputs(", ", f);
+    put_why(f, &v->shard.why);
+}
+
 /* One collective or slice, as the partition pass emits it. */
 static void put_step(FILE *f, const Graph *g, OpKind kind, int dim, int dim2, const int8_t *axes,
                      int naxes, double bytes, const char *redop)
@@ -555,11 +565,7 @@ static void put_wanted(FILE *f, const WhyChain *w, const Value *v, int ax, const
         fputs("    wanted so by ", f);
         put_op(f, op);
         fputs(" -> ", f);
-        put_ref(f, w, v);
-        fputc(' ', f);
-        ir_print_value_type(f, w->g, v);
-        fputs(", ", f);
-        put_why(f, &v->shard.why);
+        put_value(f, w, v, " ");
         fputc('\n', f);
     }
 }
@@ -975,11 +981,7 @@ static void put_own(FILE *f, const WhyChain *w, Tally *t)
         const Value *x = w->own[i];
         const Op *op = base_of(x, NULL)->def;
         fputs("  ", f);
-        put_ref(f, w, x);
-        fputs(" : ", f);
-        ir_print_value_type(f, w->g, x);
-        fputs(", ", f);
-        put_why(f, &x->shard.why);
+        put_value(f, w, x, " : ");
         if (op && op->nargs) {
             fputs(", made by ", f);
             put_op(f, op);

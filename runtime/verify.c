@@ -96,16 +96,18 @@ static int run_steps(Runtime *rt, Run *r, int store, char *err, size_t n)
     return gather(rt, r, store, 0, err, n);
 }
 
-/* This rank's Runtime of plan p on w, its parameters drawn from seed; NULL
- * with the message in err. The ranks share the cores: one OpenMP team each,
- * no oversubscription. */
+/* This rank's Runtime of plan p on w (NULL: the one-device reference), its
+ * parameters drawn from seed; NULL with the message in err. The ranks share
+ * the cores: one OpenMP team each, no oversubscription. */
 static Runtime *open_rank(RtWorld *w, const Plan *p, const char *cache, uint64_t seed, char *err,
                           size_t n)
 {
-    int per = omp_get_num_procs() / rt_world_size(w);
-    omp_set_num_threads(per > 1 ? per : 1);
+    if (w) {
+        int per = omp_get_num_procs() / rt_world_size(w);
+        omp_set_num_threads(per > 1 ? per : 1);
+    }
     Runtime *rt = rt_open(p, cache, err, n);
-    if (rt && rt_attach(rt, w, err, n)) {
+    if (rt && w && rt_attach(rt, w, err, n)) {
         rt_close(rt);
         return NULL;
     }
@@ -310,12 +312,11 @@ static int verify(RtWorld *w, const Plan *mesh, const Plan *one, int steps, uint
         openblas_set_num_threads(procs);
     if (rc || rank != 0)
         goto done;
-    Runtime *rt = rt_open(one, cache_dir, err, n);
+    Runtime *rt = open_rank(NULL, one, cache_dir, seed, err, n);
     if (!rt) {
         rc = -1;
         goto done;
     }
-    rt_init_params(rt, seed);
     rc = run_steps(rt, &b, 1, err, n);
     rt_close(rt);
     if (!rc)
@@ -395,12 +396,11 @@ int rt_verify_values(const Plan *mesh, const Plan *one, uint64_t seed, const cha
     openblas_set_num_threads(procs);
     if (rc)
         goto done;
-    Runtime *rt = rt_open(one, cache_dir, err, n);
+    Runtime *rt = open_rank(NULL, one, cache_dir, seed, err, n);
     if (!rt) {
         rc = -1;
         goto done;
     }
-    rt_init_params(rt, seed);
     rt_random_inputs(rt, seed + 1);
     rc = rt_step(rt, 1, err, n);
     for (int t = 0; !rc && t < nt; t++)

@@ -22,6 +22,7 @@
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
+#include "tests/support/command.h"
 #include "tests/support/programs.h"
 #include "tests/support/tmpdir.h"
 
@@ -420,12 +421,7 @@ static int tccrun(const char *args, char *out, size_t size)
     char cmd[512];
     cr_assert_eq(access("./tccrun", X_OK), 0, "./tccrun is not built");
     snprintf(cmd, sizeof cmd, "timeout 60 ./tccrun %s 2>&1", args);
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f);
-    size_t n = fread(out, 1, size - 1, f);
-    out[n] = 0;
-    int status = pclose(f);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return run_command(cmd, out, size);
 }
 
 Test(match, tccrun_refuses_a_mutated_plan_when_it_loads_it)

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/support/command.h"
 #include "tests/support/tmpdir.h"
 
 #ifdef TCC_HAVE_CUDA
@@ -379,12 +380,7 @@ static int tccnvrtc(const char *args, char *out, size_t size)
     char cmd[512];
     cr_assert_eq(access("./tccnvrtc", X_OK), 0, "./tccnvrtc is not built");
     snprintf(cmd, sizeof cmd, "./tccnvrtc %s 2>&1", args);
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f);
-    size_t n = fread(out, 1, size - 1, f);
-    out[n] = 0;
-    int status = pclose(f);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return run_command(cmd, out, size);
 }
 
 static const char *TWICE = "extern \"C\" __global__ void k_twice(float *__restrict__ a0,\n"

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "runtime/runtime.h"
+#include "tests/support/command.h"
 #include "tests/support/tmpdir.h"
 
 static char dir[64], cache[96];
@@ -824,12 +825,7 @@ static int tccrun(const char *args, char *out, size_t size)
     char cmd[512];
     cr_assert_eq(access("./tccrun", X_OK), 0, "./tccrun is not built");
     snprintf(cmd, sizeof cmd, "TCC_CACHE=%s ./tccrun %s 2>&1", cache, args);
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f);
-    size_t n = fread(out, 1, size - 1, f);
-    out[n] = 0;
-    int status = pclose(f);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return run_command(cmd, out, size);
 }
 
 Test(runtime, tccrun_trains_a_plan_and_reports_each_step)
