@@ -37,16 +37,20 @@ typedef struct Order {
     size_t errlen;
 } Order;
 
-static const Plan *sort_plan; /* qsort has no context; plan_expand_order is not reentrant */
+/* An instruction's sort key: qsort has no context, so each carries its own
+ * (a global would race between the ranks that open a plan at once). */
+typedef struct Key {
+    int stage, piece, i;
+} Key;
 
 static int by_stage_piece(const void *x, const void *y)
 {
-    const PlanInstr *a = &sort_plan->instrs[*(const int *)x], *b = &sort_plan->instrs[*(const int *)y];
+    const Key *a = x, *b = y;
     if (a->stage != b->stage)
-        return a->stage - b->stage;
+        return a->stage < b->stage ? -1 : 1;
     if (a->piece != b->piece)
         return a->piece < b->piece ? -1 : 1;
-    return *(const int *)x - *(const int *)y;
+    return a->i - b->i;
 }
 
 static const Group *group_of(const Order *o, int stage, int piece)
@@ -185,10 +189,15 @@ int plan_expand_order(const Plan *p, PlanItem **items, int *nitems, char *err, s
     o.groups = malloc(sizeof(Group) * (size_t)(p->ninstrs + 1));
     if (!o.idx || !o.groups)
         goto out;
+    Key *keys = malloc(sizeof(Key) * (size_t)(p->ninstrs + 1));
+    if (!keys)
+        goto out;
     for (int i = 0; i < p->ninstrs; i++)
-        o.idx[i] = i;
-    sort_plan = p;
-    qsort(o.idx, (size_t)p->ninstrs, sizeof(int), by_stage_piece);
+        keys[i] = (Key){p->instrs[i].stage, p->instrs[i].piece, i};
+    qsort(keys, (size_t)p->ninstrs, sizeof(Key), by_stage_piece);
+    for (int i = 0; i < p->ninstrs; i++)
+        o.idx[i] = keys[i].i;
+    free(keys);
     for (int i = 0; i < p->ninstrs; i++) {
         const PlanInstr *in = &p->instrs[o.idx[i]];
         Group *last = o.ngroups ? &o.groups[o.ngroups - 1] : NULL;

@@ -9,9 +9,11 @@
  * runs a piece twice, a frame outside its slab, an add into a sum that is not
  * a kernel of two equal tensors, an instruction of every microbatch outside
  * the table's pieces, rows that are not an input's, and more tags than the
- * backends pair. */
+ * backends pair. Last, plans expanded from several threads at once (as the
+ * ranks of the threads backend open theirs) come out as each does alone. */
 #define _XOPEN_SOURCE 700 /* open_memstream */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -263,4 +265,53 @@ Test(loop, rows_of_no_input_and_too_many_tags_are_refused)
     b.p.ntags = 32769;
     refused(&b.p, "tags per microbatch (at most 32768)");
     ctx_free(b.c);
+}
+
+/* Ranks open their plans at once (each rank thread of the threads backend,
+ * and --verify's): expanding two different loop plans from four threads
+ * gives each the order it has alone, every time. */
+typedef struct Racer {
+    const Plan *p;
+    const PlanItem *want;
+    int nwant, bad;
+} Racer;
+
+static void *race(void *arg)
+{
+    Racer *r = arg;
+    for (int k = 0; k < 100; k++) {
+        PlanItem *items;
+        int n;
+        char err[256];
+        if (plan_expand_order(r->p, &items, &n, err, sizeof err) || n != r->nwant ||
+            memcmp(items, r->want, sizeof(PlanItem) * (size_t)n))
+            r->bad++;
+        free(items);
+    }
+    return NULL;
+}
+
+Test(loop, plans_expand_the_same_from_threads_at_once)
+{
+    Built b[2];
+    build(&b[0], "1x1x2", "");
+    build(&b[1], "1x1x4", "schedule = zb");
+    PlanItem *want[2];
+    int nwant[2];
+    char err[256];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(plan_expand_order(&b[i].p, &want[i], &nwant[i], err, sizeof err), 0, "%s", err);
+    Racer r[4];
+    pthread_t th[4];
+    for (int t = 0; t < 4; t++) {
+        r[t] = (Racer){&b[t % 2].p, want[t % 2], nwant[t % 2], 0};
+        cr_assert_eq(pthread_create(&th[t], NULL, race, &r[t]), 0);
+    }
+    for (int t = 0; t < 4; t++)
+        pthread_join(th[t], NULL);
+    for (int t = 0; t < 4; t++)
+        cr_expect_eq(r[t].bad, 0, "thread %d: %d of 100 expansions differ from the plan's own", t,
+                     r[t].bad);
+    for (int i = 0; i < 2; i++)
+        free(want[i]), ctx_free(b[i].c);
 }
