@@ -721,16 +721,14 @@ int pass_cost_profile(Ctx *c, const Graph *g, const Graph *local, const Plan *p,
             live -= dies[(size_t)k * (size_t)(n + 1) + (size_t)i];
         }
     }
-    /* the cuda device's staging beside the slab (plan_scratch_bytes): twice the
-     * bytes of its largest copy or collective: the layers' (per row), the
-     * optimizer's (a state's copy, sharded by ZeRO) and the rest's */
+    /* the cuda device's staging beside the slab (plan_scratch_bytes): the
+     * largest of its copies' and collectives' (plan_instr_scratch): the
+     * layers' (per row), the optimizer's (sharded by ZeRO) and the rest's */
     for (int i = 0; i < n; i++) {
         const PlanInstr *in = &p->instrs[st.sp.instr[i]];
-        if (in->kind != PI_COPY && in->kind != PI_COLL)
+        double b = (double)plan_instr_scratch(p, in, 1);
+        if (b <= 0)
             continue;
-        double b = 0;
-        for (int a = 0; a < in->nargs; a++)
-            b += 2.0 * (double)p->tensors[in->args[a]].bytes;
         int lay = in->layer >= 0 && st.per_mb[i];
         double *to = lay ? &out->scratch_layer
                          : in->phase == PH_OPT ? &out->scratch_opt : &out->scratch_out;

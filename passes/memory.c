@@ -759,15 +759,24 @@ static void model_stage(Model *m, int s, int gpu, const Schedule *sc, StageMemor
 /* A loop plan (codegen/loop.c) is the step itself, laid out: what the device
  * holds is its stage's slab, whatever the moment, plus the buffers beside it
  * (comm, workspace, allowances). The replay above gives the breakdown at the
- * largest moment; the difference the layout makes (what the slab's reuse of
- * memory across pieces and microbatches leaves unused) goes to temporaries. */
+ * largest moment; the difference the layout makes goes to its transient
+ * categories: what the slab's reuse of memory across pieces and microbatches
+ * leaves unused is added to temporaries, and what the replay counts twice
+ * that the layout holds once (a microbatch's gradient part added into its sum
+ * where the part dies) comes off temporaries, then activations, then
+ * gradients. Parameters and optimizer state are exact in both. */
 static void as_laid_out(const Plan *p, int s, StageMemory *st)
 {
     double beside = st->cat[MC_COMM] + st->cat[MC_WORKSPACE] + st->cat[MC_RESERVED];
     double diff = (double)plan_stage_slab(p, s) + beside - st->peak;
-    st->cat[MC_TEMPORARIES] += diff;
-    if (st->cat[MC_TEMPORARIES] < 0) /* the replay held more than the layout: it is not */
-        st->cat[MC_TEMPORARIES] = 0;
+    static const MemCat from[] = {MC_TEMPORARIES, MC_ACTIVATIONS, MC_GRADS};
+    if (diff >= 0)
+        st->cat[MC_TEMPORARIES] += diff;
+    for (int k = 0; k < 3 && diff < 0; k++) {
+        double take = -diff < st->cat[from[k]] ? -diff : st->cat[from[k]];
+        st->cat[from[k]] -= take;
+        diff += take;
+    }
     st->peak = 0;
     for (int k = 0; k < MC_COUNT; k++)
         st->peak += st->cat[k];

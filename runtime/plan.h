@@ -256,12 +256,17 @@ uint64_t plan_stage_slab(const Plan *p, int stage);
 int plan_stage_holds(const Plan *p, int stage, int t);
 
 /* Bytes of staging a device needs beside the slab for p's copies and
- * collectives. CPU (cuda 0): one buffer of the largest gradient bucket or
- * twice the largest all_to_all. CUDA (cuda 1): twice the operands of the
- * largest copy or collective (dims other than the first, buckets, all_to_all
- * and overlapping copies stage there). The runtime allocates this; the
- * compiler's memory model counts it. */
+ * collectives: the largest plan_instr_scratch. The runtime allocates this;
+ * the compiler's memory model counts it. */
 uint64_t plan_scratch_bytes(const Plan *p, int cuda);
+
+/* The staging instruction in stages there. CPU (cuda 0): a bucket's inputs,
+ * twice an all_to_all's input. CUDA (cuda 1, runtime/gpu): a copy between
+ * tensors that may share bytes, its destination; an all_gather whose
+ * dimension is not the outermost, its output (NCCL gathers whole chunks);
+ * a reduce_scatter of such a dimension, its input; an all_to_all, its input
+ * twice (the blocks sent and received); nothing else. */
+uint64_t plan_instr_scratch(const Plan *p, const PlanInstr *in, int cuda);
 
 /* The content hash of p (FNV-1a 64 over a canonical serialisation), as 16 hex
  * digits in out[17]. */

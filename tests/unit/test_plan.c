@@ -1250,3 +1250,67 @@ Test(plan, gpu_launch_source_and_bias_epilogue_survive_a_round_trip)
     cr_assert(!strstr(err, "gemm"), "bf16 x bf16 into f32 refused: %s", err);
     plan_free(p);
 }
+
+/* The staging beside the slab is what runtime/gpu stages, instruction by
+ * instruction: the destination of a copy whose tensors may share bytes; the
+ * output of an all_gather (the input of a reduce_scatter) along a dimension
+ * other than the outermost; twice an all_to_all's input; nothing for an
+ * all-reduce, a plain copy or an outermost gather. The device's is the
+ * largest. On the CPU a bucket's inputs. */
+Test(plan, staging_is_what_each_copy_and_collective_stages)
+{
+    Plan p = {0};
+    p.ntensors = 6;
+    p.tensors = calloc(6, sizeof(PlanTensor));
+    const int64_t s44[] = {4, 4}, s84[] = {8, 4}, s48[] = {4, 8};
+    tensor(&p, 0, "a", PD_F32, PT_TEMP, 2, s44, 0);    /* 64 bytes at 0 */
+    tensor(&p, 1, "b", PD_F32, PT_TEMP, 2, s44, 32);   /* overlaps a */
+    tensor(&p, 2, "c", PD_F32, PT_TEMP, 2, s44, 256);  /* apart */
+    tensor(&p, 3, "g0", PD_F32, PT_TEMP, 2, s84, 512); /* a gathered along dim 0 */
+    tensor(&p, 4, "g1", PD_F32, PT_TEMP, 2, s48, 768); /* a gathered along dim 1 */
+    tensor(&p, 5, "f", PD_F32, PT_TEMP, 2, s44, 0);    /* a frame tensor */
+    p.tensors[5].frame = 1;
+    int ab[] = {0, 1}, ca[] = {2, 0}, aa[] = {0, 0}, g0[] = {0, 3}, g1[] = {0, 4}, r1[] = {4, 0},
+        fc[] = {5, 2};
+    struct {
+        PlanInstrKind kind;
+        PlanCollKind op;
+        int dim, *args;
+        uint64_t want;
+    } cases[] = {
+        {PI_COPY, 0, 0, ab, 64},                  /* overlapping: through the staging */
+        {PI_COPY, 0, 0, ca, 0},                   /* apart: straight */
+        {PI_COPY, 0, 0, aa, 0},                   /* the same bytes: nothing */
+        {PI_COPY, 0, 0, fc, 64},                  /* a frame's: may overlap */
+        {PI_COLL, PC_ALL_GATHER, 0, g0, 0},       /* outermost: NCCL's own layout */
+        {PI_COLL, PC_ALL_GATHER, 1, g1, 128},     /* inner: the gathered chunks */
+        {PI_COLL, PC_REDUCE_SCATTER, 1, r1, 128}, /* inner: the blocks to reduce */
+        {PI_COLL, PC_REDUCE_SCATTER, 0, g0 + 0, 0},
+        {PI_COLL, PC_ALL_TO_ALL, 1, ca, 128},     /* sent and received blocks */
+        {PI_COLL, PC_ALL_REDUCE, 0, ca, 0},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    cases[7].args = (int[]){3, 0};
+    p.ninstrs = n;
+    p.instrs = calloc((size_t)n, sizeof(PlanInstr));
+    uint64_t most = 0;
+    for (int i = 0; i < n; i++) {
+        PlanInstr *in = &p.instrs[i];
+        in->kind = cases[i].kind, in->nargs = 2, in->args = cases[i].args;
+        in->coll.op = cases[i].op, in->coll.dim = cases[i].dim;
+        cr_expect_eq(plan_instr_scratch(&p, in, 1), cases[i].want, "case %d: %lu bytes, want %lu",
+                     i, (unsigned long)plan_instr_scratch(&p, in, 1),
+                     (unsigned long)cases[i].want);
+        most = cases[i].want > most ? cases[i].want : most;
+    }
+    cr_expect_eq(plan_scratch_bytes(&p, 1), most);
+    /* the CPU's: twice an all_to_all's input, a bucket's inputs */
+    cr_expect_eq(plan_instr_scratch(&p, &p.instrs[8], 0), 128);
+    int bucket[] = {0, 1, 2, 5};
+    p.instrs[9].args = bucket, p.instrs[9].nargs = 4;
+    cr_expect_eq(plan_instr_scratch(&p, &p.instrs[9], 0), 128);
+    cr_expect_eq(plan_instr_scratch(&p, &p.instrs[0], 0), 0);
+    for (int t = 0; t < p.ntensors; t++)
+        free(p.tensors[t].name), free(p.tensors[t].init);
+    free(p.tensors), free(p.instrs);
+}
