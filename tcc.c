@@ -37,7 +37,7 @@ typedef struct Options {
     const char *schedule;   /* --schedule=NAME: the train setting schedule */
     int verify;             /* --verify[=STEPS]: steps to compare, 0 when absent */
     int verify_native;      /* --verify=native[,STEPS]: the model's own precision, not f64 */
-    double verify_tol;      /* --verify-tol=X, 0: by dtype */
+    double verify_tol;      /* --verify-tol=X, 0: 1e-9, or per value in native mode */
     const char *gpu;        /* --gpu NAME: a row of passes/devices.c, or "cpu" */
     double device_memory;   /* --device-memory SIZE in bytes, 0 when absent */
     const char *sets[MAX_SETS]; /* --set KEY=VALUE: train settings */
@@ -84,8 +84,9 @@ static void usage(FILE *f)
             "                        each step's loss, step 1's gradients (to the scale of\n"
             "                        the whole gradient), then parameters and optimizer\n"
             "                        state; fail above --verify-tol (1e-9)\n"
-            "  --verify=native[,N]   the same in the model's own precision (tolerance by\n"
-            "                        dtype: 1e-4 for f32, 5e-2 for bf16)\n"
+            "  --verify=native[,N]   the same in the model's own precision: step 1's loss\n"
+            "                        and gradients, each within the rounding its chain of\n"
+            "                        operations carries (or --verify-tol)\n"
             "  --emit=ir             print the final graph IR (to -o FILE or stdout)\n"
             "  --emit=plan -o DIR    write the plan of one training step to DIR/plan.json\n"
             "  --emit=c              print the C source of the plan's kernels\n"
@@ -979,6 +980,34 @@ static Graph *passed(Ctx *c, Options *o, const char *mesh)
     return g;
 }
 
+/* --verify=native's tolerance of each value it judges (the one-device plan's
+ * loss and kept gradients "NAME:grad"): VERIFY_SIGMAS times the rounding the
+ * value's chain of operations carries (pass_rounding_error) on each side, so
+ * sqrt(2) of it in their difference. */
+#define VERIFY_SIGMAS 4.0
+
+static double *native_tolerances(Ctx *c, const Graph *g1, const Plan *one)
+{
+    char *stored = arena_alloc(c->arena, (size_t)g1->values.len + 1);
+    memset(stored, 0, (size_t)g1->values.len + 1);
+    for (int t = 0; t < one->ntensors; t++)
+        if (one->tensors[t].value >= 0 && one->tensors[t].value < g1->values.len)
+            stored[one->tensors[t].value] = 1;
+    double *e = pass_rounding_error(c->arena, g1, stored);
+    int *from = arena_alloc(c->arena, sizeof(int) * (size_t)(g1->values.len + 1));
+    double *tols = arena_alloc(c->arena, sizeof(double) * (size_t)(one->ntensors + 1));
+    for (int v = 0; v < g1->values.len; v++)
+        from[v] = v;
+    for (int i = 0; i < g1->ops.len; i++) /* a kept gradient: the value its update stores */
+        if (g1->ops.data[i]->kind == OP_UPDATE)
+            from[g1->ops.data[i]->args[0]->id] = g1->ops.data[i]->args[1]->id;
+    for (int t = 0; t < one->ntensors; t++) {
+        int v = one->tensors[t].value;
+        tols[t] = v >= 0 && v < g1->values.len ? VERIFY_SIGMAS * sqrt(2.0) * e[from[v]] : 0;
+    }
+    return tols;
+}
+
 static int verify_mesh(Ctx *c, Options *o, Graph *g)
 {
     Plan mesh, one;
@@ -1002,7 +1031,9 @@ static int verify_mesh(Ctx *c, Options *o, Graph *g)
            (long long)plan_mesh_size(&mesh), o->verify, o->verify > 1 ? "s" : "",
            o->verify_native ? (bf16 ? "in the model's precision (bf16)" : "in the model's precision")
                             : "in float64 (precision = f64)");
-    int rc = rt_verify(&mesh, &one, o->verify, 1, tol, NULL, stdout, err, sizeof err);
+    double *tols = o->verify_native && !(o->verify_tol > 0) ? native_tolerances(c, g1, &one) : NULL;
+    int rc = tols ? rt_verify_each(&mesh, &one, o->verify, 1, tols, NULL, stdout, err, sizeof err)
+                  : rt_verify(&mesh, &one, o->verify, 1, tol, NULL, stdout, err, sizeof err);
     if (rc < 0)
         fprintf(stderr, "tcc: error: --verify: %s\n", err);
     if (rc > 0) { /* every value compared: each microbatch's its own, so the step unrolled */

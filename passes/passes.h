@@ -216,6 +216,14 @@ int pass_memory_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p,
 double pass_memory_plan_peak(Arena *a, const Plan *p, const Graph *local, int s, int gpu,
                              double *cat);
 
+/* By value id of g (a graph after every pass, the one-device plan's): an
+ * estimate of the relative error rounding leaves in the value, the root of
+ * the sum of squares of the units its chain of operations rounds to
+ * (passes/rounding.c); 0 for a value no float op makes. stored (by value id,
+ * or NULL: all): whether the plan stores the value in its dtype, or computes
+ * it inside the kernel that reads it, in f32. */
+double *pass_rounding_error(Arena *a, const Graph *g, const char *stored);
+
 /* By value id of the per-device graph l: 1 for a parameter's gradient (what the
  * optimizer reads, and the reductions and sums of microbatch parts into it). */
 char *pass_gradient_values(Arena *a, const Graph *l);

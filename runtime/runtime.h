@@ -81,6 +81,12 @@ int rt_run_threads(int nranks, int (*fn)(RtWorld *w, void *arg, char *err, size_
  * are within tol, 1 when not, -1 with a message when a run fails. */
 int rt_verify(const Plan *mesh, const Plan *one, int steps, uint64_t seed, double tol,
               const char *cache_dir, FILE *report, char *err, size_t n);
+/* rt_verify with a tolerance per value: tols[t] for tensor t of `one` (its
+ * kept gradients, and its loss at tols[one->loss]). Judged are step 1's loss
+ * and gradients, each against its own tolerance; the later losses and the
+ * parameters and state after the steps are reported, not judged. */
+int rt_verify_each(const Plan *mesh, const Plan *one, int steps, uint64_t seed,
+                   const double *tols, const char *cache_dir, FILE *report, char *err, size_t n);
 /* The same with this process as one rank of w (mpi: every rank calls it);
  * rank 0 also runs the one-device reference, compares and reports; the other
  * ranks return 0 unless their own run fails. */
