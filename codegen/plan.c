@@ -536,9 +536,64 @@ static void find_fusions(Gen *gen, int flags)
     }
 }
 
+/* The op that runs op's work: op itself, or the kernel of the user it is
+ * fused into, and so on. */
+static const Op *runs_in(const Gen *gen, const Op **user, const Op *op)
+{
+    while (op->nres == 1 && gen->fused[op->res[0]->id] && user[op->res[0]->id])
+        op = user[op->res[0]->id];
+    return op;
+}
+
+/* By value id, the value whose tensor it takes (-1: its own): the
+ * optimizer's new parameter or state (an adamw or sgd result that only its
+ * update reads) is written straight into its target, whose kernel reads
+ * each element before it writes it, when nothing reads the target later:
+ * the update then moves nothing, and no temporary holds the new value. */
+static int *in_place_updates(Gen *gen)
+{
+    const Graph *g = gen->g;
+    int nv = g->values.len;
+    int *into = arena_alloc(gen->a, sizeof(int) * (size_t)(nv + 1));
+    int *uses = arena_alloc(gen->a, sizeof(int) * (size_t)(nv + 1));
+    int *last = arena_alloc(gen->a, sizeof(int) * (size_t)(nv + 1)); /* its last reader's run */
+    const Op **user = arena_alloc(gen->a, sizeof(Op *) * (size_t)(nv + 1));
+    for (int v = 0; v < nv; v++)
+        into[v] = -1, uses[v] = 0, last[v] = -1, user[v] = NULL;
+    for (int i = 0; i < g->ops.len; i++)
+        for (int j = 0; j < g->ops.data[i]->nargs; j++) {
+            uses[g->ops.data[i]->args[j]->id]++;
+            user[g->ops.data[i]->args[j]->id] = g->ops.data[i];
+        }
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *op = g->ops.data[i];
+        if (op->kind == OP_UPDATE || (gen->dead && gen->dead[op->id]))
+            continue;
+        int at = runs_in(gen, user, op)->id;
+        for (int j = 0; j < op->nargs; j++)
+            if (at > last[op->args[j]->id])
+                last[op->args[j]->id] = at;
+    }
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *up = g->ops.data[i];
+        if (up->kind != OP_UPDATE)
+            continue;
+        const Value *t = up->args[0], *v = up->args[1];
+        const Op *d = v->def;
+        if (!d || (d->kind != OP_ADAMW && d->kind != OP_SGD) || uses[v->id] != 1 ||
+            (t->def->kind != OP_PARAM && t->def->kind != OP_STATE) || t->dtype != v->dtype ||
+            t->rank != v->rank || memcmp(t->shape, v->shape, sizeof(int64_t) * (size_t)t->rank) ||
+            gen->fused[v->id] || last[t->id] > d->id || t->def->stage != d->stage)
+            continue;
+        into[v->id] = t->id;
+    }
+    return into;
+}
+
 /* Persistent tensors first (so a checkpoint is one range), then the rest. */
 static void place_values(Gen *gen)
 {
+    int *into = in_place_updates(gen);
     for (int pass = 0; pass < 3; pass++) {
         for (int i = 0; i < gen->g->ops.len; i++) {
             const Op *op = gen->g->ops.data[i];
@@ -554,6 +609,10 @@ static void place_values(Gen *gen)
                     continue;
                 if (op->kind == OP_RESHAPE) { /* same memory, another shape */
                     gen->tensor_of[v->id] = gen->tensor_of[op->args[0]->id];
+                    continue;
+                }
+                if (into[v->id] >= 0) { /* the optimizer's new value, in its target */
+                    gen->tensor_of[v->id] = gen->tensor_of[into[v->id]];
                     continue;
                 }
                 int t = new_tensor(gen, v->name, v->dtype, v->rank, v->shape, r);
@@ -674,6 +733,8 @@ static void copy(Gen *gen, const Op *op)
     in.args = arena_alloc(gen->a, sizeof(int) * 2);
     in.args[0] = gen_tensor(gen, op->args[0]);
     in.args[1] = gen_tensor(gen, op->args[1]);
+    if (op->kind == OP_UPDATE && in.args[0] == in.args[1])
+        return; /* written in place (in_place_updates) */
     VEC_PUSH(gen->a, gen->instrs, in);
 }
 

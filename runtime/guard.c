@@ -85,7 +85,8 @@ static int persistent_bytes(const Plan *p, const Persistent *ps, int t)
 /* Whether optimizer instruction i may write into a parameter or an optimizer
  * state: a copy's destination, a GEMM's C, a collective's outputs, and any
  * tensor of a kernel's (the plan does not say which a kernel writes; codegen's
- * update kernels only read them and write temporaries that a copy puts in). */
+ * optimizer kernels write parameters and state in place, or temporaries that
+ * a copy puts in). */
 static int writes_persistent(const Plan *p, const Persistent *ps, int i)
 {
     const PlanInstr *in = &p->instrs[i];

@@ -372,3 +372,48 @@ Test(codegen, adamw_is_priced_as_a_vector_loop_with_its_powf_once)
     cr_assert(w->ops == 0 && w->divs == 0 && w->vops > 64 * 128, "a vector loop: %g", w->vops);
     ctx_free(c);
 }
+
+/* The optimizer writes each parameter and its state in place: its kernel
+ * reads an element before it writes it, and nothing reads them later in
+ * the step, so no update is a copy and each kernel names a parameter or
+ * state tensor once (one argument for what it reads and writes: no two
+ * restrict pointers to the same bytes). The step's values are checked
+ * against float64 by the optimizer tests above. */
+static void in_place(const char *train)
+{
+    char src[1024];
+    snprintf(src, sizeof src, "%strain {\n%s\n}\n", OPT_MODEL, train);
+    Ctx *c = ctx_new(stderr);
+    Plan plan;
+    plan_of(c, src, 1, &plan);
+    int kernels = 0;
+    for (int i = 0; i < plan.ninstrs; i++) {
+        const PlanInstr *in = &plan.instrs[i];
+        if (in->phase != PH_OPT)
+            continue;
+        cr_assert_neq(in->kind, PI_COPY, "%s: instruction %d is a copy", train, i);
+        if (in->kind != PI_KERNEL || !strstr(plan.kernels[in->kernel].name, train[12] == 'a' ? "adamw" : "sgd"))
+            continue;
+        kernels++;
+        uint64_t size = 0;
+        int big = 0;
+        for (int a = 0; a < in->nargs; a++) /* the parameter: the largest tensor */
+            size = plan.tensors[in->args[a]].bytes > size ? plan.tensors[in->args[a]].bytes : size;
+        for (int a = 0; a < in->nargs; a++) {
+            const PlanTensor *t = &plan.tensors[in->args[a]];
+            big += t->role == PT_TEMP && t->bytes == size;
+            for (int b = a + 1; b < in->nargs; b++)
+                cr_assert_neq(in->args[a], in->args[b], "%s: tensor %s named twice", train, t->name);
+        }
+        cr_assert_eq(big, 1, "%s: %d temporaries of the parameter's size (the gradient only)",
+                     train, big);
+    }
+    cr_assert_eq(kernels, 2, "%s: one update kernel per parameter", train);
+    ctx_free(c);
+}
+
+Test(codegen, optimizer_updates_in_place)
+{
+    in_place("optimizer = adamw(lr = 0.01, weight_decay = 0.1)");
+    in_place("optimizer = sgd(lr = 0.1, momentum = 0.9)");
+}
