@@ -252,7 +252,7 @@ static void sgd(Gen *gen, const Op *op)
     Kernel *k = kb_new(gen, KP_POINTWISE, numel(p), ftype_of(op));
     int i = kb_idx(k, 0), z = kb_iconst(k, 0);
     int pv = kb_load(k, kb_arg(k, gen, T(gen, p)), i);
-    int g = kb_load(k, kb_arg(k, gen, T(gen, op->args[1])), i);
+    int g = operand(k, gen, op->args[1], op->res[0], i); /* may be computed here: clipped */
     int mom = kb_load(k, kb_arg(k, gen, T(gen, op->args[2])), i);
     int lr = kb_load(k, kb_arg(k, gen, T(gen, op->args[3])), z);
     int m = kf(k, KN_ADD, kf(k, KN_MUL, kb_const(k, ir_op_attr_float(op, "momentum", 0)), mom),
@@ -269,8 +269,9 @@ static void adamw(Gen *gen, const Op *op)
     int i = kb_idx(k, 0), z = kb_iconst(k, 0), one = kb_const(k, 1);
     double b1 = ir_op_attr_float(op, "beta1", 0.9), b2 = ir_op_attr_float(op, "beta2", 0.999);
     int ld[6];
-    for (int a = 0; a < 6; a++)
-        ld[a] = kb_load(k, kb_arg(k, gen, T(gen, op->args[a])), a < 4 ? i : z);
+    for (int a = 0; a < 6; a++) /* the gradient may be computed here: clipped */
+        ld[a] = a == 1 ? operand(k, gen, op->args[a], op->res[0], i)
+                       : kb_load(k, kb_arg(k, gen, T(gen, op->args[a])), a < 4 ? i : z);
     int g = ld[1], lr = ld[4], t = ld[5];
     int m = kf(k, KN_ADD, kf(k, KN_MUL, kb_const(k, b1), ld[2]), kf(k, KN_MUL, kb_const(k, 1 - b1), g));
     int v = kf(k, KN_ADD, kf(k, KN_MUL, kb_const(k, b2), ld[3]),
@@ -552,7 +553,7 @@ static void reduce(Gen *gen, const Op *op)
     Kernel *k = R.k;
     KReduce r = op->kind == OP_MAX ? KR_MAX : KR_SUM;
     int c, l = row_open(&R, &c);
-    int v = row_fold(&R, l, ld(&R, gen, x, at(&R, c)), r);
+    int v = row_fold(&R, l, operand(k, gen, x, x, at(&R, c)), r); /* x may be computed here */
     if (op->kind == OP_MEAN) /* over a split dim: the global count (localize.c) */
         v = kf(k, KN_DIV, v, kb_const(k, (double)ir_op_attr_int(op, "count", R.n)));
     kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), kb_idx(k, 0), v);

@@ -518,8 +518,18 @@ static void find_fusions(Gen *gen, int flags)
         /* a stage computes only its own ops; a value of an earlier piece of the schedule
          * is stored there (a microbatch's gradient is added into the sum in its own
          * backward, not read again by the last one) */
-        if (out && cg_fusable(user[v->id]) && user[v->id]->kind != OP_CONSTANT && (same || scalar) &&
-            user[v->id]->stage == op->stage && (scalar || user[v->id]->tick == op->tick))
+        /* the optimizer's kernel computes its gradient operand (the clipped gradient); a
+         * reduction over a dimension, each element of its input when that is one
+         * arithmetic op of loaded operands (a sum of squares): cheap in its loop */
+        const Op *u = user[v->id];
+        int grad_of_update = out && (u->kind == OP_ADAMW || u->kind == OP_SGD) && u->args[1] == v;
+        int reduced = (u->kind == OP_SUM || u->kind == OP_MEAN || u->kind == OP_MAX) &&
+                      u->args[0] == v && (op->kind == OP_MUL || op->kind == OP_ADD ||
+                                          op->kind == OP_SUB || op->kind == OP_NEG);
+        for (int j = 0; reduced && j < op->nargs; j++)
+            reduced = !gen->fused[op->args[j]->id];
+        if (out && (cg_fusable(u) || grad_of_update || reduced) && u->kind != OP_CONSTANT &&
+            (same || scalar || reduced) && u->stage == op->stage && (scalar || u->tick == op->tick))
             gen->fused[v->id] = 1;
     }
     gen->dead = arena_alloc(gen->a, (size_t)g->ops.len + 1);

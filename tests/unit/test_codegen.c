@@ -417,3 +417,30 @@ Test(codegen, optimizer_updates_in_place)
     in_place("optimizer = adamw(lr = 0.01, weight_decay = 0.1)");
     in_place("optimizer = sgd(lr = 0.1, momentum = 0.9)");
 }
+
+/* Gradient clipping adds no pass over the gradients: each gradient's square
+ * is computed inside the kernel that sums it, and its product with the clip
+ * scale inside the update's kernel (the values against float64: the
+ * clipping test above). */
+Test(codegen, clipping_squares_and_scales_inside_the_sum_and_update_kernels)
+{
+    char src[1024];
+    snprintf(src, sizeof src, "%strain {\noptimizer = adamw(lr = 0.01)\ngrad_clip = 0.5\n}\n",
+             OPT_MODEL);
+    Ctx *c = ctx_new(stderr);
+    Plan plan;
+    plan_of(c, src, 1, &plan);
+    int sums = 0, updates = 0;
+    for (int i = 0; i < plan.ninstrs; i++) {
+        const PlanInstr *in = &plan.instrs[i];
+        if (in->phase != PH_OPT || in->kind != PI_KERNEL)
+            continue;
+        const char *name = plan.kernels[in->kernel].name;
+        cr_assert_null(strstr(name, "_mul"), "a kernel of its own for a product: %s", name);
+        sums += strstr(name, "_sum") != NULL;
+        updates += strstr(name, "_adamw") != NULL;
+    }
+    cr_assert_eq(sums, 3, "w's square summed over two dimensions, b's over one: %d", sums);
+    cr_assert_eq(updates, 2);
+    ctx_free(c);
+}
