@@ -269,6 +269,8 @@ static int run_rank(const Job *J, RtWorld *w, char *err, size_t n)
     int rank = w ? rt_world_rank(w) : 0;
     if (w && !(all = rt_comm_split(w, 0, rank, err, n)))
         return -1;
+    if (all)
+        rt_comm_name(all, "world");
     int rc = open_rank(J, w, all, &rt, err, n);
     if (!rc) {
         rt_init_params(rt, J->o->seed);

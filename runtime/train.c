@@ -745,6 +745,7 @@ static int run_rank(const Job *J, RtWorld *w, Loop *L)
         L->rank = rt_world_rank(w), L->nranks = rt_world_size(w), L->lead = L->rank == 0;
         if (!(L->all = rt_comm_split(w, 0, L->rank, err, sizeof err)))
             return fail(L, "%s", err);
+        rt_comm_name(L->all, "world"); /* the agreements' */
     }
     if (!(L->rt = rt_open_device(J->p, J->kernels, J->device, NULL, err, sizeof err)))
         fail(L, "%s", err);
