@@ -204,14 +204,14 @@ static int parse_args(Options *o, int argc, char **argv, char *msg, size_t n)
         "--steps",         "--seed",         "--ckpt-every",     "--log-every",
         "--eval-every",    "--eval-batches", "--comm",           "--device",
         "--resume",        "--exact",        "--help",           "-h",
-        "--report-memory", "--keep",         "--skip-nonfinite", "--timeout",
-        NULL};
+        "--report-memory", "--keep",         "--skip-nonfinite", "--timeout"};
+    const size_t nknown = sizeof known / sizeof *known;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int w = 0;
-        while (known[w] && strcmp(a, known[w]))
+        size_t w = 0;
+        while (w < nknown && strcmp(a, known[w]))
             w++;
-        if (!known[w])
+        if (w == nknown)
             return failf(msg, n, "unknown option '%s' (see --help)", a);
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             o->help = 1;

@@ -711,8 +711,8 @@ Test(comm_threads, the_watchdog_names_the_absent_member, .timeout = 30)
     cr_assert(strstr(err, ": all_reduce in group dp (ranks 0 1 2): waited 1 s (the watchdog, "
                           "TCC_COMM_TIMEOUT or --timeout): not arrived: rank 1"),
               "%s", err);
-    cr_assert(strstr(seen, "not arrived: rank 1; broken 1") || strstr(seen, "stopped, rank"),
-              "%s", seen);
+    cr_assert(strstr(seen, "not arrived: rank 1; broken 1") || strstr(seen, "stopped, rank"), "%s",
+              seen);
     cr_assert_lt(took, 5.0, "took %.1f s", took);
 }
 
