@@ -422,7 +422,7 @@ static int run_cpu(Runtime *rt, int i, char *err, size_t n)
 
 int rt_run_instr(Runtime *rt, int i, int hook, char *err, size_t n)
 {
-    char msg[400], what[160];
+    char msg[640], what[160];
     if (hook && rt_guard_due(rt, i) && rt_guard_poison(rt, msg, sizeof msg))
         return plan_errorf(err, n, "step %" PRId64 ", TCC_TEST_NAN_GRAD: %s", rt->step_now, msg);
     if (rt->gpu ? run_gpu(rt, i, msg, sizeof msg) : run_cpu(rt, i, msg, sizeof msg))
@@ -477,7 +477,7 @@ int rt_step_begin(Runtime *rt, int64_t step, char *err, size_t n)
     for (float **t = rt->steps; *t; t++)
         **t = (float)step;
     rt->step_now = step;
-    if (prologue(rt, err, n))
+    if (rt_guard_stall(rt, err, n) || prologue(rt, err, n))
         return -1;
     return walk(rt, 0, rt->split[rt->stage], 0, err, n) || epilogue(rt, 0, err, n) ? -1 : 0;
 }
@@ -495,7 +495,8 @@ int rt_step(Runtime *rt, int64_t step, char *err, size_t n)
     for (float **t = rt->steps; *t; t++)
         **t = (float)step;
     rt->step_now = step;
-    if (prologue(rt, err, n) || walk(rt, 0, rt->p->ninstrs, 0, err, n))
+    if (rt_guard_stall(rt, err, n) || prologue(rt, err, n) ||
+        walk(rt, 0, rt->p->ninstrs, 0, err, n))
         return -1;
     return epilogue(rt, 1, err, n);
 }

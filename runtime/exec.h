@@ -45,6 +45,8 @@ struct Runtime {
     int *grad_param, *grad_tensor, *grad_at; /* by grad_at: where the optimizer first reads it */
     int64_t poison_step, poison_last; /* TCC_TEST_NAN_GRAD: a NaN into tensor poison_tensor */
     int poison_at, poison_tensor;     /* before instruction poison_at of those steps (-1: none) */
+    int64_t stall_step; /* TCC_TEST_STALL: world rank stall_rank (-1: none) stops at this step */
+    int stall_rank;
 };
 
 /* Whether this device's slab holds tensor t: always on one stage; on a
@@ -90,5 +92,9 @@ void rt_guard_close(Runtime *rt);
  * into element 0 of the gradient poison_tensor. 0 or -1. */
 int rt_guard_due(const Runtime *rt, int i);
 int rt_guard_poison(Runtime *rt, char *err, size_t n);
+/* The other test hook (TCC_TEST_STALL), at the start of a step: when it is due
+ * on this rank, wait until the world is broken (under mpirun: until the job
+ * ends), then -1 with a message; else 0. */
+int rt_guard_stall(Runtime *rt, char *err, size_t n);
 
 #endif

@@ -1,5 +1,6 @@
 /* guard.c: a step that can stop before its update.
- * Reads: the plan's instructions and tensors; the TCC_TEST_NAN_GRAD variable.
+ * Reads: the plan's instructions and tensors; the TCC_TEST_NAN_GRAD and
+ * TCC_TEST_STALL variables.
  * Writes: at open, where each stage's update starts (the split) and where the
  * optimizer first reads each gradient; during a step, the devices' agreement on
  * a non-finite loss or gradient norm, and the first non-finite gradient.
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int overlap(const PlanTensor *a, const PlanTensor *b)
 {
@@ -353,9 +355,44 @@ int rt_guard_poison(Runtime *rt, char *err, size_t n)
                : 0;
 }
 
+/* TCC_TEST_STALL=RANK:STEP: world rank RANK stops at the start of step STEP,
+ * outside any collective, as a rank that hangs would (test-only: the others'
+ * watchdog must name it). */
+static int read_stall(Runtime *rt, char *err, size_t n)
+{
+    const char *v = getenv("TCC_TEST_STALL");
+    char *end;
+    rt->stall_rank = -1;
+    if (!v || !*v)
+        return 0;
+    long long rank = strtoll(v, &end, 10), step = 0;
+    if (end != v && *end == ':')
+        step = strtoll(end + 1, &end, 10);
+    if (rank < 0 || rank > 1 << 30 || step < 1 || *end)
+        return plan_errorf(err, n, "TCC_TEST_STALL: expected RANK:STEP, got '%s'", v);
+    rt->stall_rank = (int)rank, rt->stall_step = step;
+    return 0;
+}
+
 int rt_guard_open(Runtime *rt, char *err, size_t n)
 {
-    return find_splits(rt, err, n) || find_grads(rt, err, n) || read_hook(rt, err, n) ? -1 : 0;
+    return find_splits(rt, err, n) || find_grads(rt, err, n) || read_hook(rt, err, n) ||
+                   read_stall(rt, err, n)
+               ? -1
+               : 0;
+}
+
+int rt_guard_stall(Runtime *rt, char *err, size_t n)
+{
+    struct timespec nap = {0, 10 * 1000 * 1000};
+    if (!rt->world || rt->step_now != rt->stall_step || rt_world_rank(rt->world) != rt->stall_rank)
+        return 0;
+    while (!rt_world_broken(rt->world)) /* mpi: MPI_Abort ends this process first */
+        nanosleep(&nap, NULL);
+    return plan_errorf(err, n,
+                       "step %" PRId64 ", TCC_TEST_STALL: rank %d stalled until the run "
+                       "failed",
+                       rt->step_now, rt->stall_rank);
 }
 
 void rt_guard_close(Runtime *rt)

@@ -132,6 +132,11 @@ static int make_group(Runtime *rt, const int8_t *axes, int naxes, char *err, siz
     *slot = rt_comm_split(rt->world, (int)color, (int)rt_block_index(rt, axes, naxes), err, n);
     if (!*slot)
         return -1;
+    char name[32] = "";
+    for (int i = 0; i < naxes; i++) /* "dp,tp": for the watchdog's messages */
+        snprintf(name + strlen(name), sizeof name - strlen(name), "%s%s", i ? "," : "",
+                 rt->p->axes[axes[i]].name);
+    rt_comm_name(*slot, name);
     rt_comm_account(*slot, &rt->mem);
     if (!rt->gpu) /* NCCL: the group's communicator, then its pipeline channels */
         return 0;
@@ -438,13 +443,11 @@ int rt_run_threads(int nranks, int (*fn)(RtWorld *w, void *arg, char *err, size_
     Rank *ranks = calloc((size_t)nranks, sizeof *ranks);
     pthread_t *th = calloc((size_t)nranks, sizeof *th);
     int rc = 0, started = 0;
-    const char *limit = getenv("TCC_COMM_TIMEOUT"); /* the watchdog, in seconds */
-    char *end = NULL;
-    double timeout = limit && *limit ? strtod(limit, &end) : 0;
+    double timeout = 0; /* the watchdog, in seconds */
     if (!hub || !ranks || !th)
         rc = plan_errorf(err, n, "out of memory starting %d ranks", nranks);
-    else if (limit && *limit && (*end || !(timeout > 0)))
-        rc = plan_errorf(err, n, "TCC_COMM_TIMEOUT=%s: expected a number of seconds > 0", limit);
+    else
+        rc = rt_comm_timeout(&timeout, err, n);
     rt_threads_hub_timeout(hub, timeout);
     for (int r = 0; !rc && r < nranks; r++, started++) {
         ranks[r] = (Rank){hub, r, 0, fn, arg, ""};

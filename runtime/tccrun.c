@@ -23,8 +23,9 @@
 
 static const char *USAGE =
     "usage: tccrun DIR [--steps N] [--seed S] [--print-every K] [--comm threads|mpi]\n"
-    "              [--report-memory] [--help]\n"
+    "              [--timeout S] [--report-memory] [--help]\n"
     "       tccrun DIR --verify ONE [--steps N] [--seed S] [--tol X] [--comm threads|mpi]\n"
+    "              [--timeout S]\n"
     "Runs N training steps (default: the train block's steps, else 10) of the plan\n"
     "DIR/plan.json on the CPU, with parameters initialised from seed S (default:\n"
     "the train block's seed, else 1) and one batch of random inputs\n"
@@ -32,6 +33,8 @@ static const char *USAGE =
     "--report-memory then prints each rank's slab (bytes touched) and other buffers.\n"
     "A plan for a mesh runs its ranks as threads of this process (--comm threads, the\n"
     "default) or one process each under mpirun (--comm mpi, the default there).\n"
+    "--timeout S: a collective or receive that waits S seconds fails the run, naming\n"
+    "the ranks that have not come (default: $TCC_COMM_TIMEOUT, else 300).\n"
     "--verify ONE: run N steps (default 3) of the mesh plan DIR and of the plan ONE\n"
     "(the same model on one device) from the same parameters and inputs, and compare\n"
     "the losses and every parameter and optimizer state; exit 1 when a relative\n"
@@ -110,6 +113,9 @@ static int parse_valued(Options *o, const char *a, const char *val, int *i)
         if (!val)
             return bad_value(a, "the one-device plan's directory", val);
         o->one = val;
+    } else if (!strcmp(a, "--timeout")) {
+        if (!val || rt_comm_set_timeout(val))
+            return bad_value(a, "a number of seconds > 0", val);
     } else if (!strcmp(a, "--tol")) {
         o->tol = val ? strtod(val, &end) : 0;
         if (!val || *end || end == val || !(o->tol > 0))
@@ -263,6 +269,8 @@ static int run_rank(const Job *J, RtWorld *w, char *err, size_t n)
     int rank = w ? rt_world_rank(w) : 0;
     if (w && !(all = rt_comm_split(w, 0, rank, err, n)))
         return -1;
+    if (all)
+        rt_comm_name(all, "world");
     int rc = open_rank(J, w, all, &rt, err, n);
     if (!rc) {
         rt_init_params(rt, J->o->seed);

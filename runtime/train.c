@@ -100,6 +100,9 @@ static void usage(const char *prog, FILE *f)
             "                      one process each (default: mpi under mpirun, else threads)\n"
             "  --device auto|cpu|cuda  where the plan runs (default auto: cuda when there is\n"
             "                      a GPU, else cpu); cuda: one GPU per process (its local rank)\n"
+            "  --timeout S         the watchdog: a collective or receive that waits S seconds\n"
+            "                      fails the run, naming the ranks that have not come\n"
+            "                      (default: $TCC_COMM_TIMEOUT, else 300)\n"
             "  --help              this text\n"
             "Without --data, the model trains on one fixed batch of random tokens.\n"
             "SIGTERM, SIGINT or SIGUSR1: every rank finishes its step, a checkpoint is\n"
@@ -109,14 +112,15 @@ static void usage(const char *prog, FILE *f)
 }
 
 static int die(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* One write of the whole line: under mpirun the lines of several ranks must not mix. */
 static int die(const char *prog, const char *fmt, ...)
 {
+    char msg[2048];
     va_list ap;
-    fprintf(stderr, "%s: error: ", prog);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "%s: error: %s\n", prog, msg);
     return 1;
 }
 
@@ -166,6 +170,9 @@ static int parse_one(Options *o, const char *a, const char *v, char *msg, size_t
         if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda"))
             return failf(msg, n, "--device expects 'auto', 'cpu' or 'cuda', got '%s'", v);
         o->device = v;
+    } else if (!strcmp(a, "--timeout")) {
+        if (rt_comm_set_timeout(v))
+            return failf(msg, n, "--timeout expects a number of seconds > 0, got '%s'", v);
     } else if (!strcmp(a, "--lr")) {
         char *end;
         o->lr = strtod(v, &end);
@@ -197,13 +204,14 @@ static int parse_args(Options *o, int argc, char **argv, char *msg, size_t n)
         "--steps",         "--seed",         "--ckpt-every",     "--log-every",
         "--eval-every",    "--eval-batches", "--comm",           "--device",
         "--resume",        "--exact",        "--help",           "-h",
-        "--report-memory", "--keep",         "--skip-nonfinite", NULL};
+        "--report-memory", "--keep",         "--skip-nonfinite", "--timeout"};
+    const size_t nknown = sizeof known / sizeof *known;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int w = 0;
-        while (known[w] && strcmp(a, known[w]))
+        size_t w = 0;
+        while (w < nknown && strcmp(a, known[w]))
             w++;
-        if (!known[w])
+        if (w == nknown)
             return failf(msg, n, "unknown option '%s' (see --help)", a);
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             o->help = 1;
@@ -737,6 +745,7 @@ static int run_rank(const Job *J, RtWorld *w, Loop *L)
         L->rank = rt_world_rank(w), L->nranks = rt_world_size(w), L->lead = L->rank == 0;
         if (!(L->all = rt_comm_split(w, 0, L->rank, err, sizeof err)))
             return fail(L, "%s", err);
+        rt_comm_name(L->all, "world"); /* the agreements' */
     }
     if (!(L->rt = rt_open_device(J->p, J->kernels, J->device, NULL, err, sizeof err)))
         fail(L, "%s", err);

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Tags go up to MPI's smallest guaranteed MPI_TAG_UB, on every backend. */
 #define COMM_MAX_TAG 32767
@@ -128,10 +129,59 @@ void rt_comm_release(RtComm *c)
     rt_account(c->account, -(int64_t)(c->scratch_bytes + sizeof(float) * c->wide_len));
     free(c->scratch);
     free(c->wide);
+    free(c->members);
     c->scratch = NULL;
     c->scratch_bytes = 0;
     c->wide = NULL;
     c->wide_len = 0;
+    c->members = NULL;
+}
+
+int rt_comm_member(const RtComm *c, int r)
+{
+    return c->members ? c->members[r] : r;
+}
+
+void rt_comm_describe(const RtComm *c, char *out, size_t n)
+{
+    int len = c->name[0]
+                  ? snprintf(out, n, "group %s (rank%s", c->name, c->size > 1 ? "s" : "")
+                  : snprintf(out, n, "a group of %d (rank%s", c->size, c->size > 1 ? "s" : "");
+    for (int r = 0; r < c->size && r < 8 && len >= 0 && (size_t)len < n; r++)
+        len += snprintf(out + len, n - (size_t)len, " %d", rt_comm_member(c, r));
+    if (len >= 0 && (size_t)len < n)
+        snprintf(out + len, n - (size_t)len, "%s)", c->size > 8 ? " ..." : "");
+}
+
+void rt_comm_name(RtComm *c, const char *name)
+{
+    snprintf(c->name, sizeof c->name, "%s", name);
+}
+
+/* s as a number of seconds > 0 (at most 1e9, which is forever here): 0, or -1. */
+static int seconds_of(const char *s, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*end || end == s || !(v > 0) || v > 1e9)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int rt_comm_timeout(double *seconds, char *err, size_t n)
+{
+    const char *v = getenv("TCC_COMM_TIMEOUT");
+    *seconds = 300;
+    if (v && *v && seconds_of(v, seconds))
+        return plan_errorf(err, n, "TCC_COMM_TIMEOUT=%s: expected a number of seconds > 0", v);
+    return 0;
+}
+
+int rt_comm_set_timeout(const char *seconds)
+{
+    double v;
+    return seconds_of(seconds, &v) || setenv("TCC_COMM_TIMEOUT", seconds, 1) ? -1 : 0;
 }
 
 /* Room for len floats in the comm's f32 buffer (kept until rt_comm_release). */
@@ -177,6 +227,11 @@ int rt_world_size(const RtWorld *w)
 const char *rt_world_backend(const RtWorld *w)
 {
     return w->ops->name;
+}
+
+int rt_world_broken(const RtWorld *w)
+{
+    return w->ops->world_broken(w);
 }
 
 void rt_world_close(RtWorld *w)

@@ -6,7 +6,11 @@
  * Every call is collective over its group (each member makes the same calls in
  * the same order), blocking, and returns 0 or -1 with a one-line message.
  * Sums are deterministic: every member gets bitwise the same result, and the
- * same inputs give the same result run to run. */
+ * same inputs give the same result run to run.
+ * No hangs: every wait (a collective, a recv) has a watchdog. A wait longer
+ * than the timeout (rt_comm_timeout) fails, naming the call, the group and the
+ * members that have not come, and breaks the world (rt_world_broken): every
+ * later call fails at once. */
 #ifndef TCC_COMM_H
 #define TCC_COMM_H
 
@@ -43,7 +47,7 @@ RtWorld *rt_world_threads(RtThreadsHub *hub, int rank);
 /* No hangs: a rank whose work failed marks the hub, and every other rank's
  * wait in a collective or recv then fails within 100 ms with "stopped, rank R
  * failed". A wait longer than the hub's timeout (default 300 s) fails too,
- * naming what it waited for, and marks the hub with its own rank. */
+ * naming the members it waited for, and marks the hub with its own rank. */
 void rt_threads_fail(RtThreadsHub *hub, int rank);
 int rt_threads_failed(RtThreadsHub *hub); /* the marked rank, or -1 */
 void rt_threads_hub_timeout(RtThreadsHub *hub, double seconds);
@@ -52,9 +56,26 @@ void rt_threads_hub_timeout(RtThreadsHub *hub, double seconds);
  * 1 when this process was started by mpirun/srun (an MPI launcher's
  * environment variables are set), else 0. */
 int rt_mpi_launched(void);
-/* MPI_Init (once per process) and the world of MPI_COMM_WORLD. NULL with a
- * message when MPI is not available or fails. */
+/* MPI_Init (once per process) and the world of MPI_COMM_WORLD, its watchdog
+ * set to rt_comm_timeout. NULL with a message when MPI is not available or
+ * fails, or the timeout is not a number. A wait of this world that lasts the
+ * timeout asks the other members where they are, and fails with what they
+ * said (those that do not answer are busy outside MPI, stopped or gone); any
+ * failed MPI call breaks the world too. Closing a broken world ends the whole
+ * job (MPI_Abort, status 1) instead of MPI_Finalize, which would wait for the
+ * ranks that hang. */
 RtWorld *rt_world_mpi(char *err, size_t n);
+
+/* ---- the watchdog ----
+ * The seconds a wait may last: TCC_COMM_TIMEOUT when set (a number > 0, else
+ * -1 and a message), else 300. */
+int rt_comm_timeout(double *seconds, char *err, size_t n);
+/* The commands' --timeout S: TCC_COMM_TIMEOUT=S for this process. -1 when S is
+ * not a number of seconds > 0. */
+int rt_comm_set_timeout(const char *seconds);
+/* 1 when w is broken (threads: a rank failed or a wait timed out; mpi: a wait
+ * of this process timed out or an MPI call failed): every later call fails. */
+int rt_world_broken(const RtWorld *w);
 
 int rt_world_rank(const RtWorld *w);
 int rt_world_size(const RtWorld *w);
@@ -66,6 +87,9 @@ void rt_world_close(RtWorld *w);
  * group, ordered by key (ties: by world rank). */
 RtComm *rt_comm_split(RtWorld *w, int color, int key, char *err, size_t n);
 void rt_comm_free(RtComm *c); /* c may be NULL */
+/* A name for c in messages, e.g. the mesh axes its members differ along
+ * ("dp", "dp,tp"); at most 31 bytes are kept. */
+void rt_comm_name(RtComm *c, const char *name);
 int rt_comm_rank(const RtComm *c);
 int rt_comm_size(const RtComm *c);
 

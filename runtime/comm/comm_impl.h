@@ -13,6 +13,7 @@ typedef struct RtCommOps {
     RtComm *(*split)(RtWorld *w, int color, int key, char *err, size_t n);
     void (*comm_free)(RtComm *c);
     void (*world_close)(RtWorld *w);
+    int (*world_broken)(const RtWorld *w);
     /* max: 0 sums, 1 takes the maximum */
     int (*all_reduce)(RtComm *c, void *buf, size_t count, PlanDType dt, int max, char *err,
                       size_t n);
@@ -42,12 +43,20 @@ struct RtComm {
     float *wide;    /* bf16 reductions: their f32 copies (comm.c), freed with scratch */
     size_t wide_len;
     RtAccount *account; /* where its buffers are counted, or NULL */
+    int *members;       /* the world rank of each member (the backend's, freed with the
+                           scratch); NULL: member r is world rank r */
+    char name[32];      /* rt_comm_name's, for messages; "" when none was given */
 };
 
 /* The comm's scratch buffer with room for at least bytes (at least 1), kept
  * until the next call or rt_comm_free. NULL and a message when out of memory. */
 void *rt_comm_scratch(RtComm *c, size_t bytes, char *err, size_t n);
-/* Frees the scratch buffer (the backends' comm_free call it). */
+/* Frees the scratch buffer and the members (the backends' comm_free call it). */
 void rt_comm_release(RtComm *c);
+/* The world rank of member r of c. */
+int rt_comm_member(const RtComm *c, int r);
+/* "group dp (ranks 0 2)": c's name and its members' world ranks (the first 8,
+ * then "..."), for messages. */
+void rt_comm_describe(const RtComm *c, char *out, size_t n);
 
 #endif

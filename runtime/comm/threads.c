@@ -231,14 +231,16 @@ static int tick(TComm *t, pthread_cond_t *cv, double *since, const char *op,
         return plan_errorf(err, n, "rank %d: %s: stopped, rank %d failed", t->base.world_rank, op,
                            failed - 1);
     if (hub && waited >= hub->timeout) {
-        char what[256];
+        char what[256], group[128];
         why(t, arg, what, sizeof what);
+        rt_comm_describe(&t->base, group, sizeof group);
         unlock(&g->mu); /* the hub's lock is never taken under a group's */
         hub_fail(hub, t->base.world_rank);
         lock(&g->mu);
         return plan_errorf(err, n,
-                           "rank %d: %s: waited %.0f s (the watchdog, TCC_COMM_TIMEOUT): %s",
-                           t->base.world_rank, op, waited, what);
+                           "rank %d: %s in %s: waited %g s (the watchdog, TCC_COMM_TIMEOUT or "
+                           "--timeout): %s",
+                           t->base.world_rank, op, group, hub->timeout, what);
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -251,16 +253,23 @@ static int tick(TComm *t, pthread_cond_t *cv, double *since, const char *op,
     return 0;
 }
 
-/* The members of t's group that have not reached barrier generation *gen. */
+/* The world ranks of the members of t's group that have not reached barrier
+ * generation *gen (the first 8, then how many more). */
 static void absent(TComm *t, const void *gen, char *out, size_t n)
 {
     Group *g = t->g;
-    size_t at = (size_t)snprintf(out, n, "members");
-    for (int j = 0; j < g->size && at < n; j++)
-        if (g->slot[j].at != *(const unsigned long *)gen + 1)
-            at += (size_t)snprintf(out + at, n - at, " %d", j);
-    if (at < n)
-        snprintf(out + at, n - at, " of the group of %d have not come", g->size);
+    size_t at = (size_t)snprintf(out, n, "not arrived:");
+    int shown = 0, more = 0;
+    for (int j = 0; j < g->size; j++) {
+        if (g->slot[j].at == *(const unsigned long *)gen + 1)
+            continue;
+        if (shown < 8 && at < n)
+            at += (size_t)snprintf(out + at, n - at, "%s rank %d", shown ? "," : "",
+                                   rt_comm_member(&t->base, j));
+        shown < 8 ? shown++ : more++;
+    }
+    if (more && at < n)
+        snprintf(out + at, n - at, " and %d more", more);
 }
 
 /* Wait until every member of t's group has come here: 0, or -1 with a message
@@ -520,8 +529,7 @@ static Msg *take(Group *g, size_t q, int tag)
 static void no_message(TComm *t, const void *arg, char *out, size_t n)
 {
     const int *pt = arg;
-    snprintf(out, n, "no message from member %d with tag %d (world rank %d waits)", pt[0], pt[1],
-             t->base.world_rank);
+    snprintf(out, n, "no message from rank %d with tag %d", rt_comm_member(&t->base, pt[0]), pt[1]);
 }
 
 static int t_recv(RtComm *c, void *buf, size_t bytes, int peer, int tag, char *err, size_t n)
@@ -558,13 +566,45 @@ static int before(int kj, int j, int k, int me)
     return kj < k || (kj == k && j < me);
 }
 
+/* Members of a new group: their (key, world rank), to be sorted. */
+typedef struct Member {
+    int key, rank;
+} Member;
+
+static int member_order(const void *a, const void *b)
+{
+    const Member *x = a, *y = b;
+    return before(x->key, x->rank, y->key, y->rank) ? -1 : before(y->key, y->rank, x->key, x->rank);
+}
+
+/* The world ranks of the members of color, in their order in the new group
+ * (g's slots hold every rank's color and key); NULL when out of memory. */
+static int *members_of(const Group *g, int color, int size)
+{
+    Member *m = malloc((size_t)size * sizeof *m);
+    int *ranks = malloc((size_t)size * sizeof *ranks), k = 0;
+    for (int j = 0; m && ranks && j < g->size; j++)
+        if (g->slot[j].color == color)
+            m[k++] = (Member){g->slot[j].key, j};
+    if (m && ranks) {
+        qsort(m, (size_t)size, sizeof *m, member_order);
+        for (int j = 0; j < size; j++)
+            ranks[j] = m[j].rank;
+    } else {
+        free(ranks);
+        ranks = NULL;
+    }
+    free(m);
+    return ranks;
+}
+
 /* Collective over the world: publish (color, key); the lowest world rank of each
  * color makes its group and publishes it; each member finds its rank by key. */
 static RtComm *t_split(RtWorld *w, int color, int key, char *err, size_t n)
 {
     TWorld *tw = (TWorld *)w;
     Group *g = tw->all.g;
-    int me = w->rank, leader = me, size = 0, rank = 0;
+    int me = w->rank, leader = me, size = 0, rank = 0, *members = NULL;
     TComm *t = calloc(1, sizeof *t);
     g->slot[me].color = color;
     g->slot[me].key = key;
@@ -585,21 +625,22 @@ static RtComm *t_split(RtWorld *w, int color, int key, char *err, size_t n)
     }
     if (leader == me)
         g->slot[me].made = group_new(tw->hub, size);
+    members = members_of(g, color, size);
     if (barrier(&tw->all, "comm_split", err, n)) {
-        free(t);
+        free(t), free(members);
         return NULL;
     }
     Group *made = g->slot[leader].made;
     if (barrier(&tw->all, "comm_split", err, n)) { /* nobody reads the slots any more */
-        free(t);
+        free(t), free(members);
         return NULL;
     }
-    if (!made) {
-        free(t);
+    if (!made || !members) {
+        free(t), free(members);
         plan_errorf(err, n, "rank %d: comm_split: out of memory for a group of %d", me, size);
         return NULL;
     }
-    t->base = (RtComm){&threads_ops, rank, size, me, NULL, 0, NULL, 0, NULL};
+    t->base = (RtComm){&threads_ops, rank, size, me, NULL, 0, NULL, 0, NULL, members, ""};
     t->g = made;
     t->owns = 1;
     return &t->base;
@@ -704,8 +745,9 @@ RtWorld *rt_world_threads(RtThreadsHub *hub, int rank)
     }
     w->base = (RtWorld){&threads_ops, rank, hub->nranks};
     w->hub = hub;
-    w->all.base = (RtComm){&threads_ops, rank, hub->nranks, rank, NULL, 0, NULL, 0, NULL};
+    w->all.base = (RtComm){&threads_ops, rank, hub->nranks, rank, NULL, 0, NULL, 0, NULL, NULL, ""};
     w->all.g = hub->world;
+    rt_comm_name(&w->all.base, "world");
     return &w->base;
 }
 
@@ -721,11 +763,17 @@ static void t_world_close(RtWorld *w)
     hub_unref(hub);
 }
 
+static int t_world_broken(const RtWorld *w)
+{
+    return rt_threads_failed(((const TWorld *)w)->hub) >= 0;
+}
+
 static const RtCommOps threads_ops = {
     .name = "threads",
     .split = t_split,
     .comm_free = t_comm_free,
     .world_close = t_world_close,
+    .world_broken = t_world_broken,
     .all_reduce = t_all_reduce,
     .all_gather = t_all_gather,
     .reduce_scatter = t_reduce_scatter,

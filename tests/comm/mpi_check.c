@@ -398,7 +398,51 @@ __attribute__((noinline)) static void check_refusals(Ctx *c)
     rt_comm_free(all);
 }
 
-int main(void)
+/* ---- the watchdog: mpi_check watchdog|watchdog-recv DIR, TCC_COMM_TIMEOUT=1, 4 ranks ----
+ * watchdog: ranks 0-2 all-reduce over the world's group "all" while rank 3 is
+ * busy outside MPI for 4 timeouts: rank 0 (the lowest) names rank 3, which does
+ * not answer, after a timeout and the second it gives the answers; ranks 1 and
+ * 2 leave the report to rank 0 for a timeout more, then make their own.
+ * watchdog-recv: ranks 0 and 1 each wait for a message from the other (a
+ * deadlock): each names the other and what it waits for, a timeout later (the
+ * other waits too). Every rank then writes to DIR/rank.R what its call returned,
+ * whether it took 2.5 timeouts or more, whether the world is broken and whether
+ * a later call is refused at once (a file: what a process prints may be lost
+ * when the job is killed); closing the world then ends the job (MPI_Abort). */
+__attribute__((noinline)) static void check_watchdog(Ctx *c, int recv, const char *dir)
+{
+    char err[512] = "none", late[512] = "", path[4096];
+    float f[4] = {0};
+    RtComm *all = rt_comm_split(c->w, 0, c->rank, err, sizeof err);
+    if (!all) {
+        fprintf(stderr, "mpi_check: %s\n", err);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    rt_comm_name(all, "all");
+    int rc = 0;
+    double t0 = MPI_Wtime();
+    if (recv && c->rank < 2)
+        rc = rt_comm_recv(all, f, sizeof f, 1 - c->rank, 5 + c->rank, err, sizeof err);
+    else if (!recv && c->rank < 3)
+        rc = rt_comm_all_reduce(all, f, 4, PD_F32, err, sizeof err);
+    else if (!recv)
+        nanosleep(&(struct timespec){4, 0}, NULL);
+    double took = MPI_Wtime() - t0;
+    int refused = rc && rt_comm_barrier(all, late, sizeof late) && strstr(late, ": stopped: ");
+    snprintf(path, sizeof path, "%s/rank.%d", dir, c->rank);
+    FILE *out = fopen(path, "w");
+    if (out && rc)
+        fprintf(out, "on rank %d: %s; took %s 2.5 timeouts, broken %d, a later call refused %d\n",
+                c->rank, err, took >= 2.5 ? ">=" : "<", rt_world_broken(c->w), refused);
+    else if (out)
+        fprintf(out, "on rank %d: no wait\n", c->rank);
+    if (!out || fclose(out))
+        fprintf(stderr, "mpi_check: %s: cannot write\n", path);
+    must(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    rt_comm_free(all);
+}
+
+int main(int argc, char **argv)
 {
     Ctx c = {0};
     char err[512] = "";
@@ -416,6 +460,11 @@ int main(void)
     CHECK(&c, mpi_rank == c.rank && !strcmp(rt_world_backend(c.w), "mpi"), "rank %d backend %s",
           c.rank, rt_world_backend(c.w));
     verdict(&c, "world of %d ranks", c.size);
+    if (argc > 2 && c.size == 4 && !strncmp(argv[1], "watchdog", 8)) {
+        check_watchdog(&c, !strcmp(argv[1], "watchdog-recv"), argv[2]);
+        rt_world_close(c.w); /* broken: MPI_Abort */
+        return 1;
+    }
     check_world(&c);
     if (c.size == 4)
         check_mesh(&c);

@@ -681,8 +681,9 @@ Test(comm_threads, a_failed_rank_stops_the_others, .timeout = 30)
     cr_assert_lt(took, 5.0, "the others took %.1f s to stop", took);
 }
 
-/* Rank 1 never comes to the all-reduce (it returns at once, as a rank whose
- * program lacks the collective would): the watchdog names it. */
+/* Rank 1 never comes to the all-reduce over the group named "dp" (it returns
+ * at once, as a rank whose program lacks the collective would): the watchdog
+ * names it, and the group; the world is broken. */
 static int absent_rank(RtWorld *w, void *arg, char *err, size_t n)
 {
     char *seen = arg;
@@ -690,9 +691,10 @@ static int absent_rank(RtWorld *w, void *arg, char *err, size_t n)
     RtComm *c = rt_comm_split(w, 0, rt_world_rank(w), err, n);
     if (!c)
         return -1;
+    rt_comm_name(c, "dp");
     int rc = rt_world_rank(w) == 1 ? 0 : rt_comm_all_reduce(c, x, 4, PD_F32, err, n);
     if (rc && rt_world_rank(w) == 0)
-        snprintf(seen, 512, "%s", err);
+        snprintf(seen, 512, "%s; broken %d", err, rt_world_broken(w));
     rt_comm_free(c);
     return rc;
 }
@@ -706,12 +708,49 @@ Test(comm_threads, the_watchdog_names_the_absent_member, .timeout = 30)
     double took = wall_s() - t0;
     unsetenv("TCC_COMM_TIMEOUT");
     cr_assert_neq(rc, 0);
-    cr_assert(strstr(err, "all_reduce: waited 1 s (the watchdog, TCC_COMM_TIMEOUT): members 1 of "
-                          "the group of 3 have not come"),
+    cr_assert(strstr(err, ": all_reduce in group dp (ranks 0 1 2): waited 1 s (the watchdog, "
+                          "TCC_COMM_TIMEOUT or --timeout): not arrived: rank 1"),
               "%s", err);
-    cr_assert(strstr(seen, "members 1 of the group of 3") || strstr(seen, "stopped, rank"), "%s",
+    cr_assert(strstr(seen, "not arrived: rank 1; broken 1") || strstr(seen, "stopped, rank"), "%s",
               seen);
     cr_assert_lt(took, 5.0, "took %.1f s", took);
+}
+
+/* Ranks 7 and 9 of 10 never come (the group has no name; its members are in
+ * reverse order): the message lists the first 8 members, then "...". Rank 3
+ * waits for a message that rank 4 never sends. */
+static int absent_of_ten(RtWorld *w, void *arg, char *err, size_t n)
+{
+    int me = rt_world_rank(w), rc = 0;
+    float x[4] = {0};
+    RtComm *c = rt_comm_split(w, 0, -me, err, n);
+    if (!c)
+        return -1;
+    if (arg && me == 3)
+        rc = rt_comm_recv(c, x, sizeof x, rt_comm_size(c) - 1 - 4, 5, err, n);
+    else if (!arg && me != 7 && me != 9)
+        rc = rt_comm_all_reduce(c, x, 4, PD_F32, err, n);
+    rt_comm_free(c);
+    return rc;
+}
+
+Test(comm_threads, the_watchdog_names_members_by_world_rank, .timeout = 30)
+{
+    char err[512] = "";
+    setenv("TCC_COMM_TIMEOUT", "0.5", 1);
+    int rc = rt_run_threads(10, absent_of_ten, NULL, err, sizeof err);
+    cr_assert_neq(rc, 0);
+    cr_assert(strstr(err, ": all_reduce in a group of 10 (ranks 9 8 7 6 5 4 3 2 ...): waited 0.5 s "
+                          "(the watchdog, TCC_COMM_TIMEOUT or --timeout): not arrived: rank 9, "
+                          "rank 7"),
+              "%s", err);
+    rc = rt_run_threads(10, absent_of_ten, err, err, sizeof err);
+    unsetenv("TCC_COMM_TIMEOUT");
+    cr_assert_neq(rc, 0);
+    cr_assert(strstr(err, "rank 3: recv in a group of 10 (ranks 9 8 7 6 5 4 3 2 ...): waited 0.5 s "
+                          "(the watchdog, TCC_COMM_TIMEOUT or --timeout): no message from rank 4 "
+                          "with tag 5"),
+              "%s", err);
 }
 
 Test(comm_threads, a_bad_timeout_is_refused)
@@ -722,4 +761,23 @@ Test(comm_threads, a_bad_timeout_is_refused)
     unsetenv("TCC_COMM_TIMEOUT");
     cr_assert_neq(rc, 0);
     cr_assert(strstr(err, "TCC_COMM_TIMEOUT=soon: expected a number of seconds > 0"), "%s", err);
+}
+
+/* The commands' --timeout S sets TCC_COMM_TIMEOUT, which both backends read:
+ * a number of seconds > 0, else refused; unset, 300. */
+Test(comm_threads, the_timeout_setting)
+{
+    static const char *const bad[] = {"0", "-1", "soon", "", "2s", "nan", "inf", "1e10"};
+    char err[512] = "";
+    double s = 0;
+    unsetenv("TCC_COMM_TIMEOUT");
+    cr_assert_eq(rt_comm_timeout(&s, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(s, 300);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_assert_eq(rt_comm_set_timeout(bad[i]), -1, "'%s' was taken", bad[i]);
+    cr_assert_null(getenv("TCC_COMM_TIMEOUT"));
+    cr_assert_eq(rt_comm_set_timeout("2.5"), 0);
+    cr_assert_eq(rt_comm_timeout(&s, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(s, 2.5);
+    unsetenv("TCC_COMM_TIMEOUT");
 }
