@@ -123,9 +123,24 @@ static int unary(Kernel *k, OpKind kind, int x)
     }
 }
 
+/* a > b is b < a, a >= b is b <= a: the comparison's 0 or 1 (int), made a
+ * float when the operands are, as the result has their dtype. */
+static int compare(Kernel *k, OpKind kind, KType t, int a, int b)
+{
+    int swap = kind == OP_GT || kind == OP_GE;
+    KNodeKind n = kind == OP_LT || kind == OP_GT ? KN_LT
+                : kind == OP_LE || kind == OP_GE ? KN_LE
+                : kind == OP_EQ                  ? KN_EQ
+                                                 : KN_NE;
+    int c = kb_node(k, n, KT_INT, swap ? b : a, swap ? a : b, 0);
+    return t == KT_INT ? c : kb_node(k, KN_TOFLOAT, KT_FLOAT, c, 0, 0);
+}
+
 static int binary(Kernel *k, OpKind kind, int a, int b)
 {
     KType t = k->nodes.data[a].type == KT_INT && k->nodes.data[b].type == KT_INT ? KT_INT : KT_FLOAT;
+    if (kind != OP_ADD && kind != OP_SUB && kind != OP_MUL && kind != OP_DIV)
+        return compare(k, kind, t, a, b);
     KNodeKind n = kind == OP_ADD ? KN_ADD : kind == OP_SUB ? KN_SUB : kind == OP_MUL ? KN_MUL
                 : t == KT_INT ? KN_IDIV : KN_DIV;
     return kb_node(k, n, t, a, b, 0);
@@ -159,7 +174,9 @@ static int pw_expr(Kernel *k, Gen *gen, const Op *op, const Value *out, int i)
     int y = op->nargs > 1 ? operand(k, gen, op->args[1], out, i) : -1;
     switch (op->kind) {
     case OP_CONSTANT: return kb_const(k, ir_op_attr_float(op, "value", 0));
-    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: return binary(k, op->kind, x, y);
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_LT: case OP_LE: case OP_GT:
+    case OP_GE: case OP_EQ: case OP_NE:
+        return binary(k, op->kind, x, y);
     case OP_CAST:
         return op->res[0]->dtype == DT_I32 ? kb_node(k, KN_TOINT, KT_INT, x, 0, 0)
                : k->nodes.data[x].type == KT_INT ? kb_node(k, KN_TOFLOAT, KT_FLOAT, x, 0, 0)
@@ -203,7 +220,8 @@ int cg_fusable(const Op *op)
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_EXP: case OP_LOG:
     case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU:
     case OP_SILU: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CONSTANT:
-    case OP_STOP_GRAD: case OP_ERF:
+    case OP_STOP_GRAD: case OP_ERF: case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ:
+    case OP_NE:
         return 1;
     default: return 0;
     }
@@ -861,6 +879,7 @@ int cg_op_kernels(Gen *gen, const Op *op)
     case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID:
     case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_EXPAND: case OP_GELU_GRAD:
     case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CLIP_SCALE: case OP_STOP_GRAD: case OP_ERF:
+    case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ: case OP_NE:
         pointwise(gen, op);
         return 0;
     case OP_LR: learning_rate(gen, op); return 0;

@@ -237,8 +237,50 @@ overflow:
     return ERRV;
 }
 
+/* The spelling of a binary operator, for messages. */
+static const char *op_text(int op)
+{
+    switch (op) {
+    case '+': return "+";
+    case '-': return "-";
+    case '*': return "*";
+    case '/': return "/";
+    case '%': return "%";
+    case '@': return "@";
+    case '<': return "<";
+    case '>': return ">";
+    case OPC_LE: return "<=";
+    case OPC_GE: return ">=";
+    case OPC_EQ: return "==";
+    default: return "!=";
+    }
+}
+
+static int is_compare(int op)
+{
+    return op == '<' || op == '>' || op == OPC_LE || op == OPC_GE || op == OPC_EQ || op == OPC_NE;
+}
+
+/* A comparison of two numbers is a flag (two integers compare exactly; a NaN
+ * is unequal to everything). */
+static Val compare_nums(int op, Val a, Val b)
+{
+    double x = num(a), y = num(b);
+    int c = a.k == V_INT && b.k == V_INT ? (a.i > b.i) - (a.i < b.i) : (x > y) - (x < y);
+    int r = x != x || y != y ? op == OPC_NE
+            : op == '<'      ? c < 0
+            : op == '>'      ? c > 0
+            : op == OPC_LE   ? c <= 0
+            : op == OPC_GE   ? c >= 0
+            : op == OPC_EQ   ? c == 0
+                             : c != 0;
+    return (Val){V_BOOL, r, 0, NULL, NULL, NULL, 0};
+}
+
 static Val eval_num_bin(Lower *L, int op, Val a, Val b, Loc loc)
 {
+    if (is_compare(op))
+        return compare_nums(op, a, b);
     if (a.k == V_INT && b.k == V_INT && op != '@')
         return eval_int_bin(L, op, a.i, b.i, loc);
     double x = num(a), y = num(b);
@@ -266,6 +308,12 @@ static OpKind bin_op(int op)
     case '*': return OP_MUL;
     case '/': return OP_DIV;
     case '@': return OP_MATMUL;
+    case '<': return OP_LT;
+    case '>': return OP_GT;
+    case OPC_LE: return OP_LE;
+    case OPC_GE: return OP_GE;
+    case OPC_EQ: return OP_EQ;
+    case OPC_NE: return OP_NE;
     }
     return OP_COUNT;
 }
@@ -288,13 +336,13 @@ static Val eval_bin(Lower *L, Expr *e)
     int ok = (a.k == V_TENSOR || is_num(a)) && (b.k == V_TENSOR || is_num(b));
     OpKind k = bin_op(e->op);
     if (!ok || k == OP_COUNT || (k == OP_MATMUL && (a.k != V_TENSOR || b.k != V_TENSOR))) {
-        err(L, e->loc, "operator '%c' cannot take %s and %s", e->op, kind_name(a.k),
+        err(L, e->loc, "operator '%s' cannot take %s and %s", op_text(e->op), kind_name(a.k),
             kind_name(b.k));
         return ERRV;
     }
     DType dt = a.k == V_TENSOR ? a.t->dtype : b.t->dtype;
     if (!ir_dtype_is_float(dt) && (is_num(a) || is_num(b))) {
-        err(L, e->loc, "operator '%c' cannot mix a number with an %s tensor", e->op,
+        err(L, e->loc, "operator '%s' cannot mix a number with an %s tensor", op_text(e->op),
             ir_dtype_name(dt));
         return ERRV;
     }

@@ -801,7 +801,13 @@ static int infer_rule(Infer *in)
     case OP_SUB:
     case OP_MUL:
     case OP_DIV:
-        return infer_broadcast(in);
+    case OP_LT:
+    case OP_LE:
+    case OP_GT:
+    case OP_GE:
+    case OP_EQ:
+    case OP_NE:
+        return infer_broadcast(in); /* a comparison's 0 or 1 has its operands' dtype */
     case OP_NEG:
     case OP_STOP_GRAD:
     case OP_MB_SUM:

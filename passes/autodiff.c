@@ -373,6 +373,8 @@ static void vjp(AD *ad, const Op *op, Value *dy)
     switch (op->kind) {
     case OP_INPUT: case OP_PARAM: case OP_CONSTANT: return;
     case OP_STOP_GRAD: return; /* a constant to the gradient: nothing flows back */
+    case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ: case OP_NE:
+        return; /* piecewise constant: mark_needs gave the result no gradient */
     case OP_MB_SUM: accumulate(ad, op->args[0], dy); return; /* each microbatch's x: dy */
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: vjp_arith(ad, op, dy); return;
     case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH:
@@ -393,9 +395,16 @@ static void vjp(AD *ad, const Op *op, Value *dy)
     }
 }
 
+/* A comparison: its 0 or 1 is piecewise constant in its operands. */
+static int is_compare(OpKind k)
+{
+    return k == OP_LT || k == OP_LE || k == OP_GT || k == OP_GE || k == OP_EQ || k == OP_NE;
+}
+
 /* Which values depend on a parameter: only those need gradients. A value of
- * an integer type (a cast to i32) is piecewise constant in everything, so its
- * gradient is zero and none flows through it. */
+ * an integer type (a cast to i32) or a comparison's result (a mask, float or
+ * not) is piecewise constant in everything, so its gradient is zero and none
+ * flows through it. */
 static void mark_needs(AD *ad, int nops)
 {
     for (int i = 0; i < nops; i++) {
@@ -403,6 +412,7 @@ static void mark_needs(AD *ad, int nops)
         int need = op->kind == OP_PARAM;
         for (int j = 0; j < op->nargs; j++)
             need |= ad->needs[op->args[j]->id];
+        need &= !is_compare(op->kind);
         for (int j = 0; j < op->nres; j++)
             ad->needs[op->res[j]->id] = (char)(need && ir_dtype_is_float(op->res[j]->dtype));
     }

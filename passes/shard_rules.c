@@ -310,7 +310,7 @@ static void op_factors(const Op *op, Factors *f)
     case OP_RESHAPE: fac_reshape(op, f); break;
     case OP_SUM_TO: fac_sum_to(op, f); break;
     case OP_SLICE: case OP_PAD: case OP_CONCAT: fac_along(op, f); break;
-    default: fac_elementwise(op, f); break; /* unary math, cast, optimizer ops */
+    default: fac_elementwise(op, f); break; /* unary math, comparisons, cast, optimizer ops */
     }
 }
 

@@ -143,14 +143,30 @@ static double unary(OpKind k, double x)
     }
 }
 
+static double binary(OpKind k, double a, double b)
+{
+    switch (k) {
+    case OP_ADD: return a + b;
+    case OP_SUB: return a - b;
+    case OP_MUL: return a * b;
+    case OP_DIV: return a / b;
+    case OP_LT: return a < b;
+    case OP_LE: return a <= b;
+    case OP_GT: return a > b;
+    case OP_GE: return a >= b;
+    case OP_EQ: return a == b;
+    case OP_NE: return a != b;
+    default: UNREACHABLE();
+    }
+}
+
 static void run_binary(Interp *in, const Op *op)
 {
     const Value *o = op->res[0];
     for (int64_t i = 0, n = interp_numel(o); i < n; i++) {
         double a = ARG(0)[bcast_index(op->args[0], o, i)];
         double b = ARG(1)[bcast_index(op->args[1], o, i)];
-        OUT[i] = op->kind == OP_ADD ? a + b : op->kind == OP_SUB ? a - b
-               : op->kind == OP_MUL ? a * b : a / b;
+        OUT[i] = binary(op->kind, a, b);
     }
 }
 
@@ -622,7 +638,10 @@ static int run_op(Interp *in, const Op *op)
         for (int64_t i = 0; i < n; i++)
             OUT[i] = ir_op_attr_float(op, "value", 0);
         return 0;
-    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: run_binary(in, op); return 0;
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_LT: case OP_LE: case OP_GT:
+    case OP_GE: case OP_EQ: case OP_NE:
+        run_binary(in, op);
+        return 0;
     case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH:
     case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_STOP_GRAD:
     case OP_ERF: case OP_MB_SUM: /* a graph of one microbatch: the interpreter runs that one */

@@ -29,6 +29,19 @@
     "h = tanh(a * b)\n" \
     "loss = sum(sum(h * stop_gradient(h) * r)) + sum(stop_gradient(b * b)) * 5.0\n"
 
+/* Comparisons as masks (issue 19): of floats against floats, numbers and a
+ * broadcast vector, of i32 ids, each form once; a masked mean, whose mask
+ * depends on a parameter but passes no gradient. */
+#define PROG_COMPARISONS \
+    "input r : f32[3, 7]\n" \
+    "input t : i32[3, 7]\n" \
+    "input u : i32[7]\n" \
+    "param a : f32[3, 7] = normal(1)\n" \
+    "param b : f32[7] = normal(1)\n" \
+    "keep = cast(t == u, f32) + cast(t != u, f32) * (a > b)\n" \
+    "m = (a >= 0.0) * (a < b) + (a <= -0.5) - (b == b) * (b != a)\n" \
+    "loss = sum(sum(a * keep * r + m * a * b * r)) / sum(sum(keep + 1.0))\n"
+
 #define PROG_MATMUL_SHARED_AND_BATCHED \
     "input r : f32[2, 3, 5]\n" \
     "param x : f32[2, 3, 4] = normal(1)\n" \

@@ -7,7 +7,8 @@
  * checked on parameters, state and outputs. In float64 the only differences are summation order:
  * |x - ref| <= 1e-9 (max|ref| + |ref|). In float32 (the step number is f32 in
  * every model) errors grow like sqrt(n) eps32 ~ 1e-6 per reduction
- * and chain through a few ops: 2e-4 (max|ref| + |ref|) leaves margin. */
+ * and chain through a few ops: 2e-4 (max|ref| + |ref|) leaves margin. Ids
+ * and masks of ids (i32) must be equal. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -106,12 +107,12 @@ static void one_step(Ctx *c, Graph *g, int flags, int wide, int64_t vocab)
     int compared = 0;
     for (int i = 0; i < plan.ntensors; i++) {
         const PlanTensor *t = &plan.tensors[i];
-        if (t->value < 0 || t->dtype == PD_I32)
+        if (t->value < 0)
             continue;
         if (!(flags & CG_KEEP_VALUES) && t->role == PT_TEMP && !is_output(g, t->value))
             continue;
-        /* the step number is f32 even in a float64 model */
-        double tol = wide && t->dtype == PD_F64 ? 1e-9 : 2e-4;
+        /* the step number is f32 even in a float64 model; ids (i32) are exact */
+        double tol = t->dtype == PD_I32 ? 0 : wide && t->dtype == PD_F64 ? 1e-9 : 2e-4;
         const double *ref = in->buf[t->value];
         double big = 0;
         for (int64_t j = 0; j < numel(t); j++)
@@ -129,13 +130,14 @@ static void one_step(Ctx *c, Graph *g, int flags, int wide, int64_t vocab)
     rt_close(rt);
 }
 
-/* Compile src (f32 replaced by f64 when wide) and check one step with every
- * value kept, then with fusion and memory reuse. */
+/* Compile src (f32 replaced by f64 when wide, in types and casts) and check
+ * one step with every value kept, then with fusion and memory reuse. */
 static void check_step(const char *src, int wide, int optimize, int64_t vocab)
 {
     char *text = strdup(src);
-    for (char *p = text; wide && (p = strstr(p, "f32[")); p += 4)
-        memcpy(p, "f64[", 4);
+    for (char *p = text; wide && (p = strstr(p, "f32")); p += 3)
+        if (p[3] == '[' || p[3] == ')')
+            memcpy(p, "f64", 3);
     Ctx *c = ctx_new(stderr);
     Graph *g = fe_compile(c, "t.tdl", text, strlen(text));
     cr_assert_not_null(g);
@@ -160,6 +162,8 @@ STEP_TEST(arithmetic_with_broadcasting, PROG_ARITHMETIC_WITH_BROADCASTING)
 STEP_TEST(unary_functions, PROG_UNARY_FUNCTIONS)
 
 STEP_TEST(stop_gradient, PROG_STOP_GRADIENT)
+
+STEP_TEST(comparisons, PROG_COMPARISONS)
 
 STEP_TEST(matmul_shared_and_batched, PROG_MATMUL_SHARED_AND_BATCHED)
 

@@ -180,6 +180,22 @@ Test(shape, broadcast_mismatch_names_both_types)
     EXPECT(OPN(OP_DIV, in("i32[3]"), in("f32[3]")), "error: dtype mismatch: i32 and f32");
 }
 
+/* Issue 19: a comparison is a broadcasting op whose 0 or 1 keeps the
+ * operands' dtype (a float mask multiplies and sums as it is; i32 ids give
+ * i32); operands of two dtypes are refused as for add. */
+Test(shape, comparisons_broadcast_and_keep_the_operands_dtype)
+{
+    static const OpKind kinds[] = {OP_LT, OP_LE, OP_GT, OP_GE, OP_EQ, OP_NE};
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        EXPECT(OPN(kinds[i], in("f32[3,1,6]"), in("f32[5,1]")), "f32[3,5,6]");
+        EXPECT(OPN(kinds[i], in("bf16[4]"), in("bf16[]")), "bf16[4]");
+        EXPECT(OPN(kinds[i], in("i32[2,7]"), in("i32[7]")), "i32[2,7]");
+        EXPECT(OPN(kinds[i], in("i32[3]"), in("f32[3]")), "error: dtype mismatch: i32 and f32");
+        EXPECT(OPN(kinds[i], in("f32[4,8]"), in("f32[5,8]")),
+               "error: shapes f32[4,8] and f32[5,8] do not broadcast");
+    }
+}
+
 Test(shape, neg_takes_any_dtype)
 {
     EXPECT(OPN(OP_NEG, in("i32[3,5]")), "i32[3,5]");
