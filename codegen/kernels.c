@@ -163,6 +163,19 @@ static int pointwise_grad(Kernel *k, OpKind kind, int x, int dy)
     }
 }
 
+/* c != 0 as an int node (a NaN is nonzero); a comparison computed here is its
+ * own 0 or 1. */
+static int truth(Kernel *k, int c)
+{
+    const KNode *n = &k->nodes.data[c];
+    int cmp = n->kind == KN_TOFLOAT ? n->a : c;
+    KNodeKind ck = k->nodes.data[cmp].kind;
+    if (ck == KN_LT || ck == KN_LE || ck == KN_EQ || ck == KN_NE)
+        return cmp;
+    int zero = n->type == KT_INT ? kb_iconst(k, 0) : kb_const(k, 0);
+    return kb_node(k, KN_NE, KT_INT, c, zero, 0);
+}
+
 /* Elementwise ops, casts, expand and constants: one store per element. */
 static int operand(Kernel *k, Gen *gen, const Value *v, const Value *out, int i);
 
@@ -172,6 +185,7 @@ static int pw_expr(Kernel *k, Gen *gen, const Op *op, const Value *out, int i)
 {
     int x = op->nargs > 0 ? operand(k, gen, op->args[0], out, i) : -1;
     int y = op->nargs > 1 ? operand(k, gen, op->args[1], out, i) : -1;
+    int z = op->nargs > 2 ? operand(k, gen, op->args[2], out, i) : -1;
     switch (op->kind) {
     case OP_CONSTANT: return kb_const(k, ir_op_attr_float(op, "value", 0));
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_LT: case OP_LE: case OP_GT:
@@ -182,6 +196,7 @@ static int pw_expr(Kernel *k, Gen *gen, const Op *op, const Value *out, int i)
                : k->nodes.data[x].type == KT_INT ? kb_node(k, KN_TOFLOAT, KT_FLOAT, x, 0, 0)
                                                  : x;
     case OP_EXPAND: case OP_STOP_GRAD: return x;
+    case OP_WHERE: return kb_node(k, KN_SELECT, k->nodes.data[y].type, truth(k, x), y, z);
     case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD:
         return pointwise_grad(k, op->kind, x, y);
     case OP_CLIP_SCALE: {
@@ -221,7 +236,7 @@ int cg_fusable(const Op *op)
     case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU:
     case OP_SILU: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CONSTANT:
     case OP_STOP_GRAD: case OP_ERF: case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ:
-    case OP_NE:
+    case OP_NE: case OP_WHERE:
         return 1;
     default: return 0;
     }
@@ -879,7 +894,7 @@ int cg_op_kernels(Gen *gen, const Op *op)
     case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID:
     case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_EXPAND: case OP_GELU_GRAD:
     case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CLIP_SCALE: case OP_STOP_GRAD: case OP_ERF:
-    case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ: case OP_NE:
+    case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ: case OP_NE: case OP_WHERE:
         pointwise(gen, op);
         return 0;
     case OP_LR: learning_rate(gen, op); return 0;

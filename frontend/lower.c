@@ -424,6 +424,7 @@ static const OpSpec op_specs[] = {
     {"silu", OP_SILU, 1, 1, {{0}}},
     {"erf", OP_ERF, 1, 1, {{0}}},
     {"stop_gradient", OP_STOP_GRAD, 1, 1, {{0}}},
+    {"where", OP_WHERE, 3, 3, {{0}}},
     {"matmul", OP_MATMUL, 2, 2, {{0}}},
     {"softmax", OP_SOFTMAX, 1, 1, {{"dim", K_INT}}},
     {"layernorm", OP_LAYERNORM, 3, 3, {{"eps", K_FLOAT}}},
@@ -664,6 +665,42 @@ static Val call_op(Lower *L, const OpSpec *s, Expr *e)
     return vtensor(emit(L, s->op, t, nt, attrs, na, e->loc));
 }
 
+/* where(c, a, b): c a tensor; a or b may be a number, a constant of the
+ * other's dtype, or of c's float dtype when both are numbers. */
+static Val call_where(Lower *L, Expr *e)
+{
+    Val v[3];
+    if (e->args.len != 3) {
+        err(L, e->loc, "'where' takes 3 arguments (c, a, b), got %d", e->args.len);
+        return ERRV;
+    }
+    for (int i = 0; i < 3; i++) {
+        Expr *a = e->args.data[i];
+        if (a->kind == E_KWARG) {
+            err(L, a->loc, "'where' takes no keyword arguments");
+            return ERRV;
+        }
+        v[i] = eval(L, a);
+        if (v[i].k == V_ERR)
+            return ERRV;
+        if (v[i].k != V_TENSOR && (i == 0 || !is_num(v[i]))) {
+            err(L, a->loc, "argument %d of 'where' must be a tensor%s, got %s", i + 1,
+                i ? " or a number" : "", kind_name(v[i].k));
+            return ERRV;
+        }
+    }
+    Value *t = v[1].k == V_TENSOR ? v[1].t : v[2].k == V_TENSOR ? v[2].t : v[0].t;
+    if (!ir_dtype_is_float(t->dtype) && (is_num(v[1]) || is_num(v[2]))) {
+        err(L, e->loc, "'where' cannot mix a number with an %s tensor", ir_dtype_name(t->dtype));
+        return ERRV;
+    }
+    Value *args[3] = {v[0].t, as_tensor(L, v[1], t->dtype, e->loc),
+                      as_tensor(L, v[2], t->dtype, e->loc)};
+    if (!args[1] || !args[2])
+        return ERRV;
+    return vtensor(emit(L, OP_WHERE, args, 3, NULL, 0, e->loc));
+}
+
 /* sqrt, exp and log of a number fold to a number; of a tensor they are ops.
  * Returns 1 and sets *out when it handled the call (one positional argument). */
 static int call_math(Lower *L, Expr *e, Val *out)
@@ -714,6 +751,8 @@ static Val eval_call(Lower *L, Expr *e)
     if (blk)
         return call_block(L, blk, e);
     const OpSpec *s = find_spec(e->name);
+    if (s && s->op == OP_WHERE)
+        return call_where(L, e);
     if (s)
         return call_op(L, s, e);
     err(L, e->loc, "unknown function '%s'", e->name);

@@ -261,6 +261,32 @@ static int infer_broadcast(Infer *in)
     return set_result(in, a->dtype, r, out);
 }
 
+/* where(c, a, b): a and b of one dtype, c of any (a mask, ids); the three
+ * shapes broadcast together. */
+static int infer_where(Infer *in)
+{
+    const Value *c = arg(in, 0), *a = arg(in, 1), *b = arg(in, 2);
+    if (same_dtype(in, a, b) != 0)
+        return -1;
+    int r = c->rank > a->rank ? c->rank : a->rank;
+    r = b->rank > r ? b->rank : r;
+    int64_t out[IR_MAX_RANK];
+    for (int i = 0; i < r; i++) {
+        int64_t d = 1;
+        for (int k = 0; k < 3; k++) {
+            const Value *v = arg(in, k);
+            int j = i - (r - v->rank);
+            int64_t s = j >= 0 ? v->shape[j] : 1;
+            if (s != 1 && d != 1 && s != d)
+                return fail(in, "shapes %s, %s and %s do not broadcast", ts(c).s, ts(a).s,
+                            ts(b).s);
+            d = s == 1 ? d : s;
+        }
+        out[i] = d;
+    }
+    return set_result(in, a->dtype, r, out);
+}
+
 static int infer_unary(Infer *in, int any_dtype)
 {
     if (!any_dtype && need_float(in, arg(in, 0)) != 0)
@@ -808,6 +834,8 @@ static int infer_rule(Infer *in)
     case OP_EQ:
     case OP_NE:
         return infer_broadcast(in); /* a comparison's 0 or 1 has its operands' dtype */
+    case OP_WHERE:
+        return infer_where(in);
     case OP_NEG:
     case OP_STOP_GRAD:
     case OP_MB_SUM:

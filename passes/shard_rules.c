@@ -283,6 +283,8 @@ static void op_factors(const Op *op, Factors *f)
     case OP_ADD: case OP_SUB: fac_elementwise(op, f); f->lin = 3, f->lin_all = 1; break;
     case OP_MUL: fac_elementwise(op, f); f->lin = 3; break;
     case OP_DIV: fac_elementwise(op, f); f->lin = 1; break;
+    case OP_WHERE: /* where(c, sum a_i, sum b_i) = sum where(c, a_i, b_i); c whole */
+        fac_elementwise(op, f); f->lin = 6, f->lin_all = 1; break;
     case OP_NEG: case OP_STOP_GRAD: case OP_MB_SUM: fac_elementwise(op, f); f->lin = 1, f->lin_all = 1; break;
     case OP_EXPAND: fac_elementwise(op, f); f->lin = 1, f->lin_all = 1; break;
     case OP_CAST: /* widening is exact: a partial sum is summed after it, in the wider type */

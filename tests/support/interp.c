@@ -170,6 +170,17 @@ static void run_binary(Interp *in, const Op *op)
     }
 }
 
+/* where(c, a, b): a where c is nonzero (a NaN included), else b; broadcast. */
+static void run_where(Interp *in, const Op *op)
+{
+    const Value *o = op->res[0];
+    for (int64_t i = 0, n = interp_numel(o); i < n; i++) {
+        double c = ARG(0)[bcast_index(op->args[0], o, i)];
+        OUT[i] = c != 0 ? ARG(1)[bcast_index(op->args[1], o, i)]
+                        : ARG(2)[bcast_index(op->args[2], o, i)];
+    }
+}
+
 /* a[...,M,K] x b[K,N] (b shared) or b[...,K,N] (batched). */
 static void run_matmul(Interp *in, const Op *op)
 {
@@ -642,6 +653,7 @@ static int run_op(Interp *in, const Op *op)
     case OP_GE: case OP_EQ: case OP_NE:
         run_binary(in, op);
         return 0;
+    case OP_WHERE: run_where(in, op); return 0;
     case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH:
     case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_STOP_GRAD:
     case OP_ERF: case OP_MB_SUM: /* a graph of one microbatch: the interpreter runs that one */

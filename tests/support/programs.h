@@ -42,6 +42,20 @@
     "m = (a >= 0.0) * (a < b) + (a <= -0.5) - (b == b) * (b != a)\n" \
     "loss = sum(sum(a * keep * r + m * a * b * r)) / sum(sum(keep + 1.0))\n"
 
+/* where (issue 19): a mask or i32 ids as the condition, operands that
+ * broadcast ([3,1] against [3,7], [7]), numbers as either branch or both;
+ * the gradient reaches each branch where it is chosen, summed back to its
+ * shape, and none the condition. */
+#define PROG_WHERE \
+    "input r : f32[3, 7]\n" \
+    "input t : i32[3, 7]\n" \
+    "param a : f32[3, 7] = normal(1)\n" \
+    "param b : f32[7] = normal(1)\n" \
+    "param c : f32[3, 1] = normal(1)\n" \
+    "y = where(a > b, a * b, c) + where(a > 0.0, a, 0.0) + where(t, b, a * 2.0)\n" \
+    "z = where(b < 0.5, 1.0, -1.0) * tanh(a) + where(c, 0.5, a)\n" \
+    "loss = sum(sum((y + z) * r))\n"
+
 #define PROG_MATMUL_SHARED_AND_BATCHED \
     "input r : f32[2, 3, 5]\n" \
     "param x : f32[2, 3, 4] = normal(1)\n" \

@@ -165,6 +165,8 @@ STEP_TEST(stop_gradient, PROG_STOP_GRADIENT)
 
 STEP_TEST(comparisons, PROG_COMPARISONS)
 
+STEP_TEST(where, PROG_WHERE)
+
 STEP_TEST(matmul_shared_and_batched, PROG_MATMUL_SHARED_AND_BATCHED)
 
 STEP_TEST(softmax_over_each_dim, PROG_SOFTMAX_OVER_EACH_DIM)

@@ -196,6 +196,28 @@ Test(shape, comparisons_broadcast_and_keep_the_operands_dtype)
     }
 }
 
+/* where(c, a, b): the three shapes broadcast together; a and b share a dtype,
+ * which the result has; c may have any dtype. */
+Test(shape, where_broadcasts_three_operands)
+{
+    EXPECT(OPN(OP_WHERE, in("f32[3,5]"), in("f32[5]"), in("f32[]")), "f32[3,5]");
+    EXPECT(OPN(OP_WHERE, in("i32[4,1,1]"), in("bf16[1,6]"), in("bf16[5,1]")), "bf16[4,5,6]");
+    EXPECT(OPN(OP_WHERE, in("f32[]"), in("i32[2]"), in("i32[2]")), "i32[2]");
+    EXPECT(OPN(OP_WHERE, in("f64[7]"), in("f32[1]"), in("f32[7,1]")), "f32[7,7]");
+    EXPECT(OPN(OP_WHERE, in("f32[0,3]"), in("f32[1]"), in("f32[2,1,3]")), "f32[2,0,3]");
+}
+
+Test(shape, where_errors)
+{
+    EXPECT(OPN(OP_WHERE, in("f32[3]"), in("f32[3]"), in("bf16[3]")),
+           "error: dtype mismatch: f32 and bf16");
+    EXPECT(OPN(OP_WHERE, in("f32[4]"), in("f32[3]"), in("f32[3]")),
+           "error: shapes f32[4], f32[3] and f32[3] do not broadcast");
+    EXPECT(OPN(OP_WHERE, in("f32[3]"), in("f32[2,3]"), in("f32[3,3]")),
+           "error: shapes f32[3], f32[2,3] and f32[3,3] do not broadcast");
+    EXPECT(OPN(OP_WHERE, in("f32[3]"), in("f32[3]")), "error: 'where' takes 3 operands, got 2");
+}
+
 Test(shape, neg_takes_any_dtype)
 {
     EXPECT(OPN(OP_NEG, in("i32[3,5]")), "i32[3,5]");
