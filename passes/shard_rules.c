@@ -113,6 +113,20 @@ static void fac_rowwise(const Op *op, Factors *f, int dim)
             f->in[a][d] = (int8_t)(op->args[a]->rank == op->args[0]->rank ? d : -1);
 }
 
+/* max_grad(x, dy): dy has x's shape without dim (or with it as 1 under
+ * keepdim), so its dimensions share x's factors, split as x's rows are. */
+static void fac_max_grad(const Op *op, Factors *f)
+{
+    const Value *x = op->args[0];
+    int dim = norm_dim(op, x->rank), keep = ir_op_attr_int(op, "keepdim", 0) != 0, r = 0;
+    fac_rowwise(op, f, dim);
+    memset(f->in[1], -1, sizeof f->in[1]);
+    for (int d = 0; d < x->rank && r < op->args[1]->rank; d++)
+        if (d != dim || keep)
+            f->in[1][r++] = (int8_t)(d == dim ? -1 : f->in[0][d]);
+    f->lin = 2;
+}
+
 /* layernorm(x, g, b), rmsnorm(x, g), and their grads (x, g, dy): the last dim
  * whole; the weight grads sum the rows (partial over the row axes). */
 static void fac_norm(const Op *op, Factors *f)
@@ -296,12 +310,11 @@ static void op_factors(const Op *op, Factors *f)
     case OP_MATMUL: fac_matmul(op, f); break;
     case OP_SUM: case OP_MEAN: case OP_MAX: fac_reduce(op, f); break;
     case OP_SOFTMAX: fac_rowwise(op, f, norm_dim(op, op->args[0]->rank)); break;
-    case OP_SOFTMAX_GRAD: case OP_MAX_GRAD:
+    case OP_SOFTMAX_GRAD:
         fac_rowwise(op, f, norm_dim(op, op->args[0]->rank));
         f->lin = 2;
-        if (op->kind == OP_MAX_GRAD) /* dy has the reduced shape: keep it whole */
-            memset(f->in[1], -1, sizeof f->in[1]);
         break;
+    case OP_MAX_GRAD: fac_max_grad(op, f); break;
     case OP_LAYERNORM: case OP_RMSNORM: case OP_LAYERNORM_GRAD: case OP_RMSNORM_GRAD:
         fac_norm(op, f); break;
     case OP_ROPE: case OP_ATTENTION: case OP_ATTENTION_GRAD: fac_heads(op, f); break;
