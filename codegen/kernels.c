@@ -611,6 +611,27 @@ static void max_grad(Gen *gen, const Op *op)
     kb_finish(gen, k);
 }
 
+/* The index of the first maximum of each row, as max_grad finds it: the max
+ * m, then the least c with x[c] == m (a KR_MIN over c or n), stored as i32;
+ * n (a row of NaNs only) becomes 0. The index rides in the float type, exact
+ * up to 2^24 in f32: a longer row computes in f64. */
+static void argmax(Gen *gen, const Op *op)
+{
+    const Value *x = op->args[0];
+    Row R = row_begin(gen, op, x, norm_dim(ir_op_attr_int(op, "dim", -1), x->rank));
+    Kernel *k = R.k;
+    if (R.n > (INT64_C(1) << 24))
+        k->ftype = DT_F64;
+    int m = row_max(&R, gen, x), c, l = row_open(&R, &c);
+    int is_max = kb_node(k, KN_EQ, KT_INT, ld(&R, gen, x, at(&R, c)), m, 0);
+    int where = kb_node(k, KN_SELECT, KT_FLOAT, is_max, kb_node(k, KN_TOFLOAT, KT_FLOAT, c, 0, 0),
+                        kb_const(k, (double)R.n));
+    int first = kb_node(k, KN_TOINT, KT_INT, row_fold(&R, l, where, KR_MIN), 0, 0);
+    first = ki(k, KN_MUL, first, kb_node(k, KN_LT, KT_INT, first, kb_iconst(k, R.n), 0));
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), kb_idx(k, 0), first);
+    kb_finish(gen, k);
+}
+
 /* The row's mean (0 for rmsnorm) and 1 / sqrt(var + eps). */
 static void norm_stats(Row *R, Gen *gen, const Op *op, const Value *x, int ln, int *mean, int *rs)
 {
@@ -909,6 +930,7 @@ int cg_op_kernels(Gen *gen, const Op *op)
     case OP_SOFTMAX_GRAD: softmax_grad(gen, op); return 0;
     case OP_SUM: case OP_MEAN: case OP_MAX: reduce(gen, op); return 0;
     case OP_MAX_GRAD: max_grad(gen, op); return 0;
+    case OP_ARGMAX: argmax(gen, op); return 0;
     case OP_LAYERNORM: case OP_RMSNORM: norm(gen, op); return 0;
     case OP_LAYERNORM_GRAD: case OP_RMSNORM_GRAD: norm_grad(gen, op); return 0;
     case OP_CROSS_ENTROPY: cross_entropy(gen, op); return 0;

@@ -359,7 +359,9 @@ static int infer_norm(Infer *in)
     return same_as(in, x);
 }
 
-/* sum, mean, max: remove attr dim, or keep it as size 1 with keepdim. */
+/* sum, mean, max, argmax: remove attr dim, or keep it as size 1 with keepdim.
+ * argmax's result is the i32 index along dim, which must be a non-empty
+ * dimension whose indices fit i32. */
 static int infer_reduce(Infer *in)
 {
     const Value *x = arg(in, 0);
@@ -370,6 +372,10 @@ static int infer_reduce(Infer *in)
     int dim;
     if (attr_dim(in, x->rank, &dim) || attr_bool(in, "keepdim"))
         return -1;
+    int arg = in->op->kind == OP_ARGMAX;
+    if (arg && (x->shape[dim] < 1 || x->shape[dim] > INT32_MAX))
+        return fail(in, "'argmax' over dimension %d of %s: its size must be in 1..2^31-1", dim,
+                    ts(x).s);
     int keep = ir_op_attr_int(in->op, "keepdim", 0) != 0;
     int64_t out[IR_MAX_RANK];
     int r = 0;
@@ -379,7 +385,7 @@ static int infer_reduce(Infer *in)
         else if (keep)
             out[r++] = 1;
     }
-    return set_result(in, x->dtype, r, out);
+    return set_result(in, arg ? DT_I32 : x->dtype, r, out);
 }
 
 /* table[V,D] gathered at ids i32[...] -> [...,D] */
@@ -863,6 +869,7 @@ static int infer_rule(Infer *in)
     case OP_SUM:
     case OP_MEAN:
     case OP_MAX:
+    case OP_ARGMAX:
         return infer_reduce(in);
     case OP_EMBED:
         return infer_embed(in);

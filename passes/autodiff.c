@@ -388,7 +388,7 @@ static void vjp(AD *ad, const Op *op, Value *dy)
     switch (op->kind) {
     case OP_INPUT: case OP_PARAM: case OP_CONSTANT: return;
     case OP_STOP_GRAD: return; /* a constant to the gradient: nothing flows back */
-    case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ: case OP_NE:
+    case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ: case OP_NE: case OP_ARGMAX:
         return; /* piecewise constant: mark_needs gave the result no gradient */
     case OP_MB_SUM: accumulate(ad, op->args[0], dy); return; /* each microbatch's x: dy */
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: vjp_arith(ad, op, dy); return;
@@ -412,12 +412,13 @@ static void vjp(AD *ad, const Op *op, Value *dy)
 }
 
 /* Whether a gradient flows from op's result back to its operand j: not from a
- * comparison's 0 or 1 (piecewise constant in its operands), nor to where's
- * condition. */
+ * comparison's 0 or 1 or an argmax (piecewise constant in their operands),
+ * nor to where's condition. */
 static int passes_grad(const Op *op, int j)
 {
     switch (op->kind) {
-    case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ: case OP_NE: return 0;
+    case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ: case OP_NE: case OP_ARGMAX:
+        return 0;
     case OP_WHERE: return j > 0;
     default: return 1;
     }

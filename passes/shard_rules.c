@@ -99,8 +99,9 @@ static void fac_reduce(const Op *op, Factors *f)
 {
     int dim = norm_dim(op, op->args[0]->rank);
     int keep = ir_op_attr_int(op, "keepdim", 0) != 0;
-    fac_rows(op, f, op->kind == OP_MAX ? dim : -1, dim, keep);
-    if (op->kind != OP_MAX)
+    int whole = op->kind == OP_MAX || op->kind == OP_ARGMAX; /* no partial max or index */
+    fac_rows(op, f, whole ? dim : -1, dim, keep);
+    if (!whole)
         f->lin = 1, f->lin_all = 1;
 }
 
@@ -308,7 +309,7 @@ static void op_factors(const Op *op, Factors *f)
     case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD:
         fac_elementwise(op, f); f->lin = 2; break;
     case OP_MATMUL: fac_matmul(op, f); break;
-    case OP_SUM: case OP_MEAN: case OP_MAX: fac_reduce(op, f); break;
+    case OP_SUM: case OP_MEAN: case OP_MAX: case OP_ARGMAX: fac_reduce(op, f); break;
     case OP_SOFTMAX: fac_rowwise(op, f, norm_dim(op, op->args[0]->rank)); break;
     case OP_SOFTMAX_GRAD:
         fac_rowwise(op, f, norm_dim(op, op->args[0]->rank));

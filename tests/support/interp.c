@@ -253,6 +253,26 @@ static void run_reduce(Interp *in, const Op *op)
         }
 }
 
+/* The index of the first maximum along dim; NaNs are skipped (as fmax does),
+ * and a row of NaNs only gives 0. */
+static void run_argmax(Interp *in, const Op *op)
+{
+    const Value *x = op->args[0];
+    int64_t outer, n, inner;
+    around(x, norm_dim((int)ir_op_attr_int(op, "dim", -1), x->rank), &outer, &n, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < inner; j++) {
+            const double *p = ARG(0) + o * n * inner + j;
+            double m = -INFINITY;
+            int64_t first = 0;
+            for (int64_t i = 0; i < n; i++)
+                m = fmax(m, p[i * inner]);
+            for (int64_t i = n - 1; i >= 0; i--)
+                first = p[i * inner] == m ? i : first;
+            OUT[o * inner + j] = (double)first;
+        }
+}
+
 static int run_embed(Interp *in, const Op *op)
 {
     const Value *t = op->args[0];
@@ -667,6 +687,7 @@ static int run_op(Interp *in, const Op *op)
     case OP_SOFTMAX: run_softmax(in, op); return 0;
     case OP_LAYERNORM: case OP_RMSNORM: run_norm(in, op); return 0;
     case OP_SUM: case OP_MEAN: case OP_MAX: run_reduce(in, op); return 0;
+    case OP_ARGMAX: run_argmax(in, op); return 0;
     case OP_EMBED: return run_embed(in, op);
     case OP_ROPE: run_rope(in, op); return 0;
     case OP_ATTENTION: run_attention(in, op); return 0;

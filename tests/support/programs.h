@@ -56,6 +56,21 @@
     "z = where(b < 0.5, 1.0, -1.0) * tanh(a) + where(c, 0.5, a)\n" \
     "loss = sum(sum((y + z) * r))\n"
 
+/* argmax (issue 19) as routing: each token's expert (the gate's argmax) picks
+ * its row of a table by embed, which trains that row and not the gate; and
+ * over dim 0 with keepdim, of a relu whose all-zero columns tie (the first
+ * wins), as a weight. */
+#define PROG_ARGMAX \
+    "input x : f32[3, 5, 4]\n" \
+    "input r : f32[3, 5, 6]\n" \
+    "param g : f32[4, 3] = normal(1)\n" \
+    "param e : f32[3, 6] = normal(1)\n" \
+    "param w : f32[4, 6] = normal(1)\n" \
+    "k = argmax(x @ g)\n" \
+    "j = argmax(relu(x @ w), dim = 0, keepdim)\n" \
+    "h = x @ w + embed(e, k)\n" \
+    "loss = sum(sum(sum(h * r * (cast(j, f32) + 1.0))))\n"
+
 #define PROG_MATMUL_SHARED_AND_BATCHED \
     "input r : f32[2, 3, 5]\n" \
     "param x : f32[2, 3, 4] = normal(1)\n" \

@@ -167,6 +167,8 @@ STEP_TEST(comparisons, PROG_COMPARISONS)
 
 STEP_TEST(where, PROG_WHERE)
 
+STEP_TEST(argmax, PROG_ARGMAX)
+
 STEP_TEST(matmul_shared_and_batched, PROG_MATMUL_SHARED_AND_BATCHED)
 
 STEP_TEST(softmax_over_each_dim, PROG_SOFTMAX_OVER_EACH_DIM)
@@ -305,6 +307,70 @@ Test(codegen, tiny_gpt_training_is_deterministic_and_learns)
     cr_assert(a[49] < 0.85 * a[0], "the loss should fall on a fixed batch: %g -> %g", a[0], a[49]);
     remove_cache();
     ctx_free(c);
+}
+
+/* Issue 19: argmax takes the first of equal maxima, skips NaNs as max does,
+ * and gives 0 for a row of NaNs only, in the kernel as in the reference. */
+Test(codegen, issue19_argmax_takes_the_first_maximum_and_skips_nans)
+{
+    const char *src = "input x : f32[4, 6]\nk = argmax(x)\nloss = sum(cast(k, f32))\n"
+                      "output loss\noutput k\n";
+    const float x[24] = {NAN, 1, 3, NAN, 3, 2, NAN, NAN, NAN, NAN, NAN, NAN,
+                         -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                         1, 5, 5, 0, -1, 5};
+    const int32_t want[4] = {2, 0, 0, 1};
+    Ctx *c = ctx_new(stderr);
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    cr_assert_not_null(g);
+    Plan plan;
+    cr_assert_eq(cg_build_plan(c, g, 0, &plan), 0);
+    make_cache();
+    char err[512];
+    Runtime *rt = rt_open(&plan, cache, err, sizeof err);
+    cr_assert_not_null(rt, "%s", err);
+    int tx = rt_find_tensor(&plan, "x"), tk = rt_find_tensor(&plan, "k");
+    cr_assert(tx >= 0 && tk >= 0);
+    memcpy(rt_tensor_data(rt, tx), x, sizeof x);
+    cr_assert_eq(rt_step(rt, 1, err, sizeof err), 0, "%s", err);
+    const int32_t *k = rt_tensor_data(rt, tk);
+    Interp *in = interp_new(g);
+    for (int i = 0; i < 24; i++)
+        in->buf[g->ops.data[0]->res[0]->id][i] = x[i];
+    cr_assert_eq(interp_run(in), 0, "%s", in->err);
+    for (int r = 0; r < 4; r++) {
+        cr_assert_eq(k[r], want[r], "row %d: kernel %d, want %d", r, k[r], want[r]);
+        cr_assert_eq(in->buf[g->outputs.data[1]->id][r], want[r], "row %d: reference %g", r,
+                     in->buf[g->outputs.data[1]->id][r]);
+    }
+    interp_free(in);
+    rt_close(rt);
+    remove_cache();
+    ctx_free(c);
+}
+
+/* argmax carries the index in the kernel's float type, exact up to 2^24 in
+ * f32: a longer row computes in f64. */
+static DType argmax_ftype(int64_t n)
+{
+    Ctx *c = ctx_new(stderr);
+    char *src = arena_printf(c->arena, "input x : f32[2, %lld]\nloss = sum(cast(argmax(x), f32))\n",
+                             (long long)n);
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    cr_assert_not_null(g);
+    Plan plan;
+    Kernel **ks;
+    cr_assert_eq(cg_build_plan_ir(c, g, 0, &plan, &ks), 0);
+    DType ft = DT_COUNT;
+    for (int i = 0; i < plan.nkernels; i++)
+        ft = strstr(plan.kernels[i].name, "argmax") ? ks[i]->ftype : ft;
+    ctx_free(c);
+    return ft;
+}
+
+Test(codegen, issue19_argmax_of_a_row_past_2_to_the_24_computes_in_f64)
+{
+    cr_assert_eq(argmax_ftype(INT64_C(1) << 24), DT_F32);
+    cr_assert_eq(argmax_ftype((INT64_C(1) << 24) + 1), DT_F64);
 }
 
 /* The work a kernel's C rendering does per call (cg_c_work, kept in its

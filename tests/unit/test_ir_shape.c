@@ -366,6 +366,25 @@ Test(shape, reduction_errors)
     EXPECT(ai(OPN(OP_SUM, in("f32[3]")), "keepdim", 1), "error: 'keepdim' must be true or false");
 }
 
+/* argmax: as max, with the i32 index along dim as its result. */
+Test(shape, argmax_gives_the_i32_index)
+{
+    EXPECT(OPN(OP_ARGMAX, in("f32[3,5,7]")), "i32[3,5]");
+    EXPECT(ab(ai(OPN(OP_ARGMAX, in("bf16[3,5,7]")), "dim", 1), "keepdim", 1), "i32[3,1,7]");
+    EXPECT(ai(OPN(OP_ARGMAX, in("f64[4]")), "dim", -1), "i32[]");
+}
+
+Test(shape, argmax_errors)
+{
+    EXPECT(ai(OPN(OP_ARGMAX, in("f32[3,5]")), "dim", 2), "error: 'dim' 2 out of range for rank 2");
+    EXPECT(ai(OPN(OP_ARGMAX, in("f32[3,5]")), "dim", -3), "error: 'dim' -3 out of range for rank 2");
+    EXPECT(OPN(OP_ARGMAX, in("i32[3,5]")), "error: 'argmax' needs a float operand, got i32");
+    EXPECT(OPN(OP_ARGMAX, in("f32[3,0]")),
+           "error: 'argmax' over dimension 1 of f32[3,0]: its size must be in 1..2^31-1");
+    EXPECT(OPN(OP_ARGMAX, in("f32[3,2147483648]")),
+           "error: 'argmax' over dimension 1 of f32[3,2147483648]: its size must be in 1..2^31-1");
+}
+
 /* ---- transformer ops ---- */
 
 Test(shape, embed_appends_the_row_width)
