@@ -25,6 +25,8 @@ typedef enum {
     KN_NEG, KN_EXP, KN_LOG, KN_SQRT, KN_RSQRT, KN_TANH, KN_COS, KN_SIN, KN_ABS, KN_ERF,
     KN_LT,      /* a < b as 0 or 1, float or int operands; result type int */
     KN_EQ,      /* a == b likewise */
+    KN_LE,      /* a <= b likewise */
+    KN_NE,      /* a != b likewise (1 when either is NaN) */
     KN_SELECT,  /* int a ? b : c (b, c already computed: both sides must be safe) */
     KN_IDIV, KN_IMOD, /* int */
     KN_TOFLOAT, KN_TOINT,

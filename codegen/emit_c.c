@@ -85,6 +85,8 @@ static void expr(Out *o, const KNode *n)
     case KN_ERF: call1(o, "erf", n->a); return;
     case KN_LT: fprintf(f, "(int64_t)(t%d < t%d)", n->a, n->b); return;
     case KN_EQ: fprintf(f, "(int64_t)(t%d == t%d)", n->a, n->b); return;
+    case KN_LE: fprintf(f, "(int64_t)(t%d <= t%d)", n->a, n->b); return;
+    case KN_NE: fprintf(f, "(int64_t)(t%d != t%d)", n->a, n->b); return;
     case KN_SELECT: fprintf(f, "t%d ? t%d : t%d", n->a, n->b, n->c); return;
     case KN_TOFLOAT: fprintf(f, "(%s)t%d", ftype(o), n->a); return;
     case KN_TOINT: fprintf(f, "(int64_t)t%d", n->a); return;

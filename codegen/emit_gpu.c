@@ -180,6 +180,8 @@ static void expr(G *g, const KNode *n, int vec)
     case KN_ERF: call(g, "erf", n->a, -1); return;
     case KN_LT: fputs("(tcc_i64)(", f), bin(g, n->a, "<", n->b), fputs(")", f); return;
     case KN_EQ: fputs("(tcc_i64)(", f), bin(g, n->a, "==", n->b), fputs(")", f); return;
+    case KN_LE: fputs("(tcc_i64)(", f), bin(g, n->a, "<=", n->b), fputs(")", f); return;
+    case KN_NE: fputs("(tcc_i64)(", f), bin(g, n->a, "!=", n->b), fputs(")", f); return;
     case KN_SELECT:
         tmp(g, n->a), fputs(" ? ", f), bin(g, n->b, ":", n->c);
         return;
@@ -272,7 +274,7 @@ static void mark_used(G *g, int vec)
             break;
         case KN_SELECT: g->used[n->c] = 1; /* fall through */
         case KN_ADD: case KN_SUB: case KN_MUL: case KN_DIV: case KN_MAX: case KN_MIN:
-        case KN_POW: case KN_LT: case KN_EQ: case KN_IDIV: case KN_IMOD:
+        case KN_POW: case KN_LT: case KN_EQ: case KN_LE: case KN_NE: case KN_IDIV: case KN_IMOD:
             g->used[n->b] = 1; /* fall through */
         default: g->used[n->a] = 1; break;
         }

@@ -123,9 +123,24 @@ static int unary(Kernel *k, OpKind kind, int x)
     }
 }
 
+/* a > b is b < a, a >= b is b <= a: the comparison's 0 or 1 (int), made a
+ * float when the operands are, as the result has their dtype. */
+static int compare(Kernel *k, OpKind kind, KType t, int a, int b)
+{
+    int swap = kind == OP_GT || kind == OP_GE;
+    KNodeKind n = kind == OP_LT || kind == OP_GT ? KN_LT
+                : kind == OP_LE || kind == OP_GE ? KN_LE
+                : kind == OP_EQ                  ? KN_EQ
+                                                 : KN_NE;
+    int c = kb_node(k, n, KT_INT, swap ? b : a, swap ? a : b, 0);
+    return t == KT_INT ? c : kb_node(k, KN_TOFLOAT, KT_FLOAT, c, 0, 0);
+}
+
 static int binary(Kernel *k, OpKind kind, int a, int b)
 {
     KType t = k->nodes.data[a].type == KT_INT && k->nodes.data[b].type == KT_INT ? KT_INT : KT_FLOAT;
+    if (kind != OP_ADD && kind != OP_SUB && kind != OP_MUL && kind != OP_DIV)
+        return compare(k, kind, t, a, b);
     KNodeKind n = kind == OP_ADD ? KN_ADD : kind == OP_SUB ? KN_SUB : kind == OP_MUL ? KN_MUL
                 : t == KT_INT ? KN_IDIV : KN_DIV;
     return kb_node(k, n, t, a, b, 0);
@@ -148,6 +163,19 @@ static int pointwise_grad(Kernel *k, OpKind kind, int x, int dy)
     }
 }
 
+/* c != 0 as an int node (a NaN is nonzero); a comparison computed here is its
+ * own 0 or 1. */
+static int truth(Kernel *k, int c)
+{
+    const KNode *n = &k->nodes.data[c];
+    int cmp = n->kind == KN_TOFLOAT ? n->a : c;
+    KNodeKind ck = k->nodes.data[cmp].kind;
+    if (ck == KN_LT || ck == KN_LE || ck == KN_EQ || ck == KN_NE)
+        return cmp;
+    int zero = n->type == KT_INT ? kb_iconst(k, 0) : kb_const(k, 0);
+    return kb_node(k, KN_NE, KT_INT, c, zero, 0);
+}
+
 /* Elementwise ops, casts, expand and constants: one store per element. */
 static int operand(Kernel *k, Gen *gen, const Value *v, const Value *out, int i);
 
@@ -157,14 +185,18 @@ static int pw_expr(Kernel *k, Gen *gen, const Op *op, const Value *out, int i)
 {
     int x = op->nargs > 0 ? operand(k, gen, op->args[0], out, i) : -1;
     int y = op->nargs > 1 ? operand(k, gen, op->args[1], out, i) : -1;
+    int z = op->nargs > 2 ? operand(k, gen, op->args[2], out, i) : -1;
     switch (op->kind) {
     case OP_CONSTANT: return kb_const(k, ir_op_attr_float(op, "value", 0));
-    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: return binary(k, op->kind, x, y);
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_LT: case OP_LE: case OP_GT:
+    case OP_GE: case OP_EQ: case OP_NE:
+        return binary(k, op->kind, x, y);
     case OP_CAST:
         return op->res[0]->dtype == DT_I32 ? kb_node(k, KN_TOINT, KT_INT, x, 0, 0)
                : k->nodes.data[x].type == KT_INT ? kb_node(k, KN_TOFLOAT, KT_FLOAT, x, 0, 0)
                                                  : x;
     case OP_EXPAND: case OP_STOP_GRAD: return x;
+    case OP_WHERE: return kb_node(k, KN_SELECT, k->nodes.data[y].type, truth(k, x), y, z);
     case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD:
         return pointwise_grad(k, op->kind, x, y);
     case OP_CLIP_SCALE: {
@@ -203,7 +235,8 @@ int cg_fusable(const Op *op)
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_EXP: case OP_LOG:
     case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU:
     case OP_SILU: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CONSTANT:
-    case OP_STOP_GRAD: case OP_ERF:
+    case OP_STOP_GRAD: case OP_ERF: case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ:
+    case OP_NE: case OP_WHERE:
         return 1;
     default: return 0;
     }
@@ -579,6 +612,27 @@ static void max_grad(Gen *gen, const Op *op)
     kb_finish(gen, k);
 }
 
+/* The index of the first maximum of each row, as max_grad finds it: the max
+ * m, then the least c with x[c] == m (a KR_MIN over c or n), stored as i32;
+ * n (a row of NaNs only) becomes 0. The index rides in the float type, exact
+ * up to 2^24 in f32: a longer row computes in f64. */
+static void argmax(Gen *gen, const Op *op)
+{
+    const Value *x = op->args[0];
+    Row R = row_begin(gen, op, x, norm_dim(ir_op_attr_int(op, "dim", -1), x->rank));
+    Kernel *k = R.k;
+    if (R.n > (INT64_C(1) << 24))
+        k->ftype = DT_F64;
+    int m = row_max(&R, gen, x), c, l = row_open(&R, &c);
+    int is_max = kb_node(k, KN_EQ, KT_INT, ld(&R, gen, x, at(&R, c)), m, 0);
+    int where = kb_node(k, KN_SELECT, KT_FLOAT, is_max, kb_node(k, KN_TOFLOAT, KT_FLOAT, c, 0, 0),
+                        kb_const(k, (double)R.n));
+    int first = kb_node(k, KN_TOINT, KT_INT, row_fold(&R, l, where, KR_MIN), 0, 0);
+    first = ki(k, KN_MUL, first, kb_node(k, KN_LT, KT_INT, first, kb_iconst(k, R.n), 0));
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), kb_idx(k, 0), first);
+    kb_finish(gen, k);
+}
+
 /* The row's mean (0 for rmsnorm) and 1 / sqrt(var + eps). */
 static void norm_stats(Row *R, Gen *gen, const Op *op, const Value *x, int ln, int *mean, int *rs)
 {
@@ -862,6 +916,7 @@ int cg_op_kernels(Gen *gen, const Op *op)
     case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID:
     case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_EXPAND: case OP_GELU_GRAD:
     case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CLIP_SCALE: case OP_STOP_GRAD: case OP_ERF:
+    case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ: case OP_NE: case OP_WHERE:
         pointwise(gen, op);
         return 0;
     case OP_LR: learning_rate(gen, op); return 0;
@@ -876,6 +931,7 @@ int cg_op_kernels(Gen *gen, const Op *op)
     case OP_SOFTMAX_GRAD: softmax_grad(gen, op); return 0;
     case OP_SUM: case OP_MEAN: case OP_MAX: reduce(gen, op); return 0;
     case OP_MAX_GRAD: max_grad(gen, op); return 0;
+    case OP_ARGMAX: argmax(gen, op); return 0;
     case OP_LAYERNORM: case OP_RMSNORM: norm(gen, op); return 0;
     case OP_LAYERNORM_GRAD: case OP_RMSNORM_GRAD: norm_grad(gen, op); return 0;
     case OP_CROSS_ENTROPY: cross_entropy(gen, op); return 0;

@@ -10,12 +10,15 @@ typedef enum {
     E_FLOAT, /* fval */
     E_NAME,  /* name (may be dotted: ln1.g) */
     E_STR,   /* name holds the text */
-    E_BIN,   /* op is one of + - * / % @ ; lhs, rhs */
+    E_BIN,   /* op is one of + - * / % @ < > or an OPC_ below; lhs, rhs */
     E_NEG,   /* lhs */
     E_CALL,  /* name(args) ; a keyword arg is an E_KWARG */
     E_KWARG, /* name = lhs */
     E_LIST,  /* [args] or (a, b) */
 } ExprKind;
+
+/* E_BIN's op for the operators of two characters (the others are their character). */
+enum { OPC_LE = 256, OPC_GE, OPC_EQ, OPC_NE };
 
 typedef struct Expr {
     ExprKind kind;

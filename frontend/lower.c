@@ -237,8 +237,50 @@ overflow:
     return ERRV;
 }
 
+/* The spelling of a binary operator, for messages. */
+static const char *op_text(int op)
+{
+    switch (op) {
+    case '+': return "+";
+    case '-': return "-";
+    case '*': return "*";
+    case '/': return "/";
+    case '%': return "%";
+    case '@': return "@";
+    case '<': return "<";
+    case '>': return ">";
+    case OPC_LE: return "<=";
+    case OPC_GE: return ">=";
+    case OPC_EQ: return "==";
+    default: return "!=";
+    }
+}
+
+static int is_compare(int op)
+{
+    return op == '<' || op == '>' || op == OPC_LE || op == OPC_GE || op == OPC_EQ || op == OPC_NE;
+}
+
+/* A comparison of two numbers is a flag (two integers compare exactly; a NaN
+ * is unequal to everything). */
+static Val compare_nums(int op, Val a, Val b)
+{
+    double x = num(a), y = num(b);
+    int c = a.k == V_INT && b.k == V_INT ? (a.i > b.i) - (a.i < b.i) : (x > y) - (x < y);
+    int r = x != x || y != y ? op == OPC_NE
+            : op == '<'      ? c < 0
+            : op == '>'      ? c > 0
+            : op == OPC_LE   ? c <= 0
+            : op == OPC_GE   ? c >= 0
+            : op == OPC_EQ   ? c == 0
+                             : c != 0;
+    return (Val){V_BOOL, r, 0, NULL, NULL, NULL, 0};
+}
+
 static Val eval_num_bin(Lower *L, int op, Val a, Val b, Loc loc)
 {
+    if (is_compare(op))
+        return compare_nums(op, a, b);
     if (a.k == V_INT && b.k == V_INT && op != '@')
         return eval_int_bin(L, op, a.i, b.i, loc);
     double x = num(a), y = num(b);
@@ -266,6 +308,12 @@ static OpKind bin_op(int op)
     case '*': return OP_MUL;
     case '/': return OP_DIV;
     case '@': return OP_MATMUL;
+    case '<': return OP_LT;
+    case '>': return OP_GT;
+    case OPC_LE: return OP_LE;
+    case OPC_GE: return OP_GE;
+    case OPC_EQ: return OP_EQ;
+    case OPC_NE: return OP_NE;
     }
     return OP_COUNT;
 }
@@ -288,13 +336,13 @@ static Val eval_bin(Lower *L, Expr *e)
     int ok = (a.k == V_TENSOR || is_num(a)) && (b.k == V_TENSOR || is_num(b));
     OpKind k = bin_op(e->op);
     if (!ok || k == OP_COUNT || (k == OP_MATMUL && (a.k != V_TENSOR || b.k != V_TENSOR))) {
-        err(L, e->loc, "operator '%c' cannot take %s and %s", e->op, kind_name(a.k),
+        err(L, e->loc, "operator '%s' cannot take %s and %s", op_text(e->op), kind_name(a.k),
             kind_name(b.k));
         return ERRV;
     }
     DType dt = a.k == V_TENSOR ? a.t->dtype : b.t->dtype;
     if (!ir_dtype_is_float(dt) && (is_num(a) || is_num(b))) {
-        err(L, e->loc, "operator '%c' cannot mix a number with an %s tensor", e->op,
+        err(L, e->loc, "operator '%s' cannot mix a number with an %s tensor", op_text(e->op),
             ir_dtype_name(dt));
         return ERRV;
     }
@@ -376,6 +424,7 @@ static const OpSpec op_specs[] = {
     {"silu", OP_SILU, 1, 1, {{0}}},
     {"erf", OP_ERF, 1, 1, {{0}}},
     {"stop_gradient", OP_STOP_GRAD, 1, 1, {{0}}},
+    {"where", OP_WHERE, 3, 3, {{0}}},
     {"matmul", OP_MATMUL, 2, 2, {{0}}},
     {"softmax", OP_SOFTMAX, 1, 1, {{"dim", K_INT}}},
     {"layernorm", OP_LAYERNORM, 3, 3, {{"eps", K_FLOAT}}},
@@ -383,6 +432,7 @@ static const OpSpec op_specs[] = {
     {"sum", OP_SUM, 1, 1, {{"dim", K_INT}, {"keepdim", K_BOOL}}},
     {"mean", OP_MEAN, 1, 1, {{"dim", K_INT}, {"keepdim", K_BOOL}}},
     {"max", OP_MAX, 1, 1, {{"dim", K_INT}, {"keepdim", K_BOOL}}},
+    {"argmax", OP_ARGMAX, 1, 1, {{"dim", K_INT}, {"keepdim", K_BOOL}}},
     {"embed", OP_EMBED, 2, 2, {{0}}},
     {"rope", OP_ROPE, 1, 1, {{"heads", K_INT}, {"theta", K_FLOAT}}},
     {"attention", OP_ATTENTION, 1, 3, {{"heads", K_INT}, {"kv_heads", K_INT}, {"causal", K_BOOL}}},
@@ -616,6 +666,42 @@ static Val call_op(Lower *L, const OpSpec *s, Expr *e)
     return vtensor(emit(L, s->op, t, nt, attrs, na, e->loc));
 }
 
+/* where(c, a, b): c a tensor; a or b may be a number, a constant of the
+ * other's dtype, or of c's float dtype when both are numbers. */
+static Val call_where(Lower *L, Expr *e)
+{
+    Val v[3];
+    if (e->args.len != 3) {
+        err(L, e->loc, "'where' takes 3 arguments (c, a, b), got %d", e->args.len);
+        return ERRV;
+    }
+    for (int i = 0; i < 3; i++) {
+        Expr *a = e->args.data[i];
+        if (a->kind == E_KWARG) {
+            err(L, a->loc, "'where' takes no keyword arguments");
+            return ERRV;
+        }
+        v[i] = eval(L, a);
+        if (v[i].k == V_ERR)
+            return ERRV;
+        if (v[i].k != V_TENSOR && (i == 0 || !is_num(v[i]))) {
+            err(L, a->loc, "argument %d of 'where' must be a tensor%s, got %s", i + 1,
+                i ? " or a number" : "", kind_name(v[i].k));
+            return ERRV;
+        }
+    }
+    Value *t = v[1].k == V_TENSOR ? v[1].t : v[2].k == V_TENSOR ? v[2].t : v[0].t;
+    if (!ir_dtype_is_float(t->dtype) && (is_num(v[1]) || is_num(v[2]))) {
+        err(L, e->loc, "'where' cannot mix a number with an %s tensor", ir_dtype_name(t->dtype));
+        return ERRV;
+    }
+    Value *args[3] = {v[0].t, as_tensor(L, v[1], t->dtype, e->loc),
+                      as_tensor(L, v[2], t->dtype, e->loc)};
+    if (!args[1] || !args[2])
+        return ERRV;
+    return vtensor(emit(L, OP_WHERE, args, 3, NULL, 0, e->loc));
+}
+
 /* sqrt, exp and log of a number fold to a number; of a tensor they are ops.
  * Returns 1 and sets *out when it handled the call (one positional argument). */
 static int call_math(Lower *L, Expr *e, Val *out)
@@ -666,6 +752,8 @@ static Val eval_call(Lower *L, Expr *e)
     if (blk)
         return call_block(L, blk, e);
     const OpSpec *s = find_spec(e->name);
+    if (s && s->op == OP_WHERE)
+        return call_where(L, e);
     if (s)
         return call_op(L, s, e);
     err(L, e->loc, "unknown function '%s'", e->name);

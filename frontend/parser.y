@@ -65,12 +65,14 @@ static Stmt *stmt(Parser *p, StmtKind k, TdlLoc l)
 %token NL "end of line"
 %token MODEL "'model'" MESH "'mesh'" INPUT "'input'" PARAM "'param'" REPEAT "'repeat'"
 %token AS "'as'" BLOCK "'block'" RETURN "'return'" TRAIN "'train'" OUTPUT "'output'"
+%token LE "'<='" GE "'>='" EQ "'=='" NE "'!='"
 
 %type <expr> expr dexpr dterm dfactor primary arg args exprs
 %type <stmt> stmt items body model_params axes block_params
 %type <type> type dims
 %type <dim> dim
 
+%nonassoc '<' '>' LE GE EQ NE
 %left '+' '-'
 %left '*' '/' '%' '@'
 %precedence UMINUS
@@ -204,6 +206,12 @@ expr
     | expr '/' expr             { $$ = bin(p, '/', $1, $3, @2); }
     | expr '%' expr             { $$ = bin(p, '%', $1, $3, @2); }
     | expr '@' expr             { $$ = bin(p, '@', $1, $3, @2); }
+    | expr '<' expr             { $$ = bin(p, '<', $1, $3, @2); }
+    | expr '>' expr             { $$ = bin(p, '>', $1, $3, @2); }
+    | expr LE expr              { $$ = bin(p, OPC_LE, $1, $3, @2); }
+    | expr GE expr              { $$ = bin(p, OPC_GE, $1, $3, @2); }
+    | expr EQ expr              { $$ = bin(p, OPC_EQ, $1, $3, @2); }
+    | expr NE expr              { $$ = bin(p, OPC_NE, $1, $3, @2); }
     | '-' expr %prec UMINUS     { $$ = expr(p, E_NEG, @1); $$->lhs = $2; }
     | primary
     ;

@@ -261,6 +261,32 @@ static int infer_broadcast(Infer *in)
     return set_result(in, a->dtype, r, out);
 }
 
+/* where(c, a, b): a and b of one dtype, c of any (a mask, ids); the three
+ * shapes broadcast together. */
+static int infer_where(Infer *in)
+{
+    const Value *c = arg(in, 0), *a = arg(in, 1), *b = arg(in, 2);
+    if (same_dtype(in, a, b) != 0)
+        return -1;
+    int r = c->rank > a->rank ? c->rank : a->rank;
+    r = b->rank > r ? b->rank : r;
+    int64_t out[IR_MAX_RANK];
+    for (int i = 0; i < r; i++) {
+        int64_t d = 1;
+        for (int k = 0; k < 3; k++) {
+            const Value *v = arg(in, k);
+            int j = i - (r - v->rank);
+            int64_t s = j >= 0 ? v->shape[j] : 1;
+            if (s != 1 && d != 1 && s != d)
+                return fail(in, "shapes %s, %s and %s do not broadcast", ts(c).s, ts(a).s,
+                            ts(b).s);
+            d = s == 1 ? d : s;
+        }
+        out[i] = d;
+    }
+    return set_result(in, a->dtype, r, out);
+}
+
 static int infer_unary(Infer *in, int any_dtype)
 {
     if (!any_dtype && need_float(in, arg(in, 0)) != 0)
@@ -333,7 +359,9 @@ static int infer_norm(Infer *in)
     return same_as(in, x);
 }
 
-/* sum, mean, max: remove attr dim, or keep it as size 1 with keepdim. */
+/* sum, mean, max, argmax: remove attr dim, or keep it as size 1 with keepdim.
+ * argmax's result is the i32 index along dim, which must be a non-empty
+ * dimension whose indices fit i32. */
 static int infer_reduce(Infer *in)
 {
     const Value *x = arg(in, 0);
@@ -344,6 +372,10 @@ static int infer_reduce(Infer *in)
     int dim;
     if (attr_dim(in, x->rank, &dim) || attr_bool(in, "keepdim"))
         return -1;
+    int arg = in->op->kind == OP_ARGMAX;
+    if (arg && (x->shape[dim] < 1 || x->shape[dim] > INT32_MAX))
+        return fail(in, "'argmax' over dimension %d of %s: its size must be in 1..2^31-1", dim,
+                    ts(x).s);
     int keep = ir_op_attr_int(in->op, "keepdim", 0) != 0;
     int64_t out[IR_MAX_RANK];
     int r = 0;
@@ -353,7 +385,7 @@ static int infer_reduce(Infer *in)
         else if (keep)
             out[r++] = 1;
     }
-    return set_result(in, x->dtype, r, out);
+    return set_result(in, arg ? DT_I32 : x->dtype, r, out);
 }
 
 /* table[V,D] gathered at ids i32[...] -> [...,D] */
@@ -801,7 +833,15 @@ static int infer_rule(Infer *in)
     case OP_SUB:
     case OP_MUL:
     case OP_DIV:
-        return infer_broadcast(in);
+    case OP_LT:
+    case OP_LE:
+    case OP_GT:
+    case OP_GE:
+    case OP_EQ:
+    case OP_NE:
+        return infer_broadcast(in); /* a comparison's 0 or 1 has its operands' dtype */
+    case OP_WHERE:
+        return infer_where(in);
     case OP_NEG:
     case OP_STOP_GRAD:
     case OP_MB_SUM:
@@ -829,6 +869,7 @@ static int infer_rule(Infer *in)
     case OP_SUM:
     case OP_MEAN:
     case OP_MAX:
+    case OP_ARGMAX:
         return infer_reduce(in);
     case OP_EMBED:
         return infer_embed(in);

@@ -217,6 +217,21 @@ static void vjp_arith(AD *ad, const Op *op, Value *dy)
     }
 }
 
+/* where(c, a, b): dy goes to a where c holds and to b elsewhere, each summed
+ * back to its operand's shape; c gets none. */
+static void vjp_where(AD *ad, const Op *op, Value *dy)
+{
+    Value *zero = NULL;
+    for (int i = 1; i <= 2; i++) {
+        Value *x = op->args[i];
+        if (!ad->needs[x->id])
+            continue;
+        zero = zero ? zero : constant(ad, 0.0, dy->dtype, 0, NULL);
+        Value *args[3] = {op->args[0], i == 1 ? dy : zero, i == 1 ? zero : dy};
+        accumulate(ad, x, unbroadcast(ad, emit(ad, OP_WHERE, args, 3, NULL, 0), x));
+    }
+}
+
 /* Elementwise functions of one operand, written with the result y where cheaper. */
 static Value *vjp_unary(AD *ad, const Op *op, Value *dy)
 {
@@ -373,8 +388,11 @@ static void vjp(AD *ad, const Op *op, Value *dy)
     switch (op->kind) {
     case OP_INPUT: case OP_PARAM: case OP_CONSTANT: return;
     case OP_STOP_GRAD: return; /* a constant to the gradient: nothing flows back */
+    case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ: case OP_NE: case OP_ARGMAX:
+        return; /* piecewise constant: mark_needs gave the result no gradient */
     case OP_MB_SUM: accumulate(ad, op->args[0], dy); return; /* each microbatch's x: dy */
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: vjp_arith(ad, op, dy); return;
+    case OP_WHERE: vjp_where(ad, op, dy); return;
     case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH:
     case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_ERF:
         accumulate(ad, op->args[0], vjp_unary(ad, op, dy));
@@ -393,16 +411,30 @@ static void vjp(AD *ad, const Op *op, Value *dy)
     }
 }
 
+/* Whether a gradient flows from op's result back to its operand j: not from a
+ * comparison's 0 or 1 or an argmax (piecewise constant in their operands),
+ * nor to where's condition. */
+static int passes_grad(const Op *op, int j)
+{
+    switch (op->kind) {
+    case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ: case OP_NE: case OP_ARGMAX:
+        return 0;
+    case OP_WHERE: return j > 0;
+    default: return 1;
+    }
+}
+
 /* Which values depend on a parameter: only those need gradients. A value of
- * an integer type (a cast to i32) is piecewise constant in everything, so its
- * gradient is zero and none flows through it. */
+ * an integer type (a cast to i32) or a comparison's result (a mask, float or
+ * not) is piecewise constant in everything, so its gradient is zero and none
+ * flows through it; where's result needs one only through a or b. */
 static void mark_needs(AD *ad, int nops)
 {
     for (int i = 0; i < nops; i++) {
         const Op *op = ad->g->ops.data[i];
         int need = op->kind == OP_PARAM;
         for (int j = 0; j < op->nargs; j++)
-            need |= ad->needs[op->args[j]->id];
+            need |= ad->needs[op->args[j]->id] && passes_grad(op, j);
         for (int j = 0; j < op->nres; j++)
             ad->needs[op->res[j]->id] = (char)(need && ir_dtype_is_float(op->res[j]->dtype));
     }

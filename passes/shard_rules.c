@@ -99,8 +99,9 @@ static void fac_reduce(const Op *op, Factors *f)
 {
     int dim = norm_dim(op, op->args[0]->rank);
     int keep = ir_op_attr_int(op, "keepdim", 0) != 0;
-    fac_rows(op, f, op->kind == OP_MAX ? dim : -1, dim, keep);
-    if (op->kind != OP_MAX)
+    int whole = op->kind == OP_MAX || op->kind == OP_ARGMAX; /* no partial max or index */
+    fac_rows(op, f, whole ? dim : -1, dim, keep);
+    if (!whole)
         f->lin = 1, f->lin_all = 1;
 }
 
@@ -111,6 +112,20 @@ static void fac_rowwise(const Op *op, Factors *f, int dim)
     for (int a = 1; a < op->nargs && a < SH_MAXARGS; a++)
         for (int d = 0; d < op->args[a]->rank; d++)
             f->in[a][d] = (int8_t)(op->args[a]->rank == op->args[0]->rank ? d : -1);
+}
+
+/* max_grad(x, dy): dy has x's shape without dim (or with it as 1 under
+ * keepdim), so its dimensions share x's factors, split as x's rows are. */
+static void fac_max_grad(const Op *op, Factors *f)
+{
+    const Value *x = op->args[0];
+    int dim = norm_dim(op, x->rank), keep = ir_op_attr_int(op, "keepdim", 0) != 0, r = 0;
+    fac_rowwise(op, f, dim);
+    memset(f->in[1], -1, sizeof f->in[1]);
+    for (int d = 0; d < x->rank && r < op->args[1]->rank; d++)
+        if (d != dim || keep)
+            f->in[1][r++] = (int8_t)(d == dim ? -1 : f->in[0][d]);
+    f->lin = 2;
 }
 
 /* layernorm(x, g, b), rmsnorm(x, g), and their grads (x, g, dy): the last dim
@@ -283,6 +298,8 @@ static void op_factors(const Op *op, Factors *f)
     case OP_ADD: case OP_SUB: fac_elementwise(op, f); f->lin = 3, f->lin_all = 1; break;
     case OP_MUL: fac_elementwise(op, f); f->lin = 3; break;
     case OP_DIV: fac_elementwise(op, f); f->lin = 1; break;
+    case OP_WHERE: /* where(c, sum a_i, sum b_i) = sum where(c, a_i, b_i); c whole */
+        fac_elementwise(op, f); f->lin = 6, f->lin_all = 1; break;
     case OP_NEG: case OP_STOP_GRAD: case OP_MB_SUM: fac_elementwise(op, f); f->lin = 1, f->lin_all = 1; break;
     case OP_EXPAND: fac_elementwise(op, f); f->lin = 1, f->lin_all = 1; break;
     case OP_CAST: /* widening is exact: a partial sum is summed after it, in the wider type */
@@ -292,14 +309,13 @@ static void op_factors(const Op *op, Factors *f)
     case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD:
         fac_elementwise(op, f); f->lin = 2; break;
     case OP_MATMUL: fac_matmul(op, f); break;
-    case OP_SUM: case OP_MEAN: case OP_MAX: fac_reduce(op, f); break;
+    case OP_SUM: case OP_MEAN: case OP_MAX: case OP_ARGMAX: fac_reduce(op, f); break;
     case OP_SOFTMAX: fac_rowwise(op, f, norm_dim(op, op->args[0]->rank)); break;
-    case OP_SOFTMAX_GRAD: case OP_MAX_GRAD:
+    case OP_SOFTMAX_GRAD:
         fac_rowwise(op, f, norm_dim(op, op->args[0]->rank));
         f->lin = 2;
-        if (op->kind == OP_MAX_GRAD) /* dy has the reduced shape: keep it whole */
-            memset(f->in[1], -1, sizeof f->in[1]);
         break;
+    case OP_MAX_GRAD: fac_max_grad(op, f); break;
     case OP_LAYERNORM: case OP_RMSNORM: case OP_LAYERNORM_GRAD: case OP_RMSNORM_GRAD:
         fac_norm(op, f); break;
     case OP_ROPE: case OP_ATTENTION: case OP_ATTENTION_GRAD: fac_heads(op, f); break;
@@ -310,7 +326,7 @@ static void op_factors(const Op *op, Factors *f)
     case OP_RESHAPE: fac_reshape(op, f); break;
     case OP_SUM_TO: fac_sum_to(op, f); break;
     case OP_SLICE: case OP_PAD: case OP_CONCAT: fac_along(op, f); break;
-    default: fac_elementwise(op, f); break; /* unary math, cast, optimizer ops */
+    default: fac_elementwise(op, f); break; /* unary math, comparisons, cast, optimizer ops */
     }
 }
 

@@ -143,14 +143,41 @@ static double unary(OpKind k, double x)
     }
 }
 
+static double binary(OpKind k, double a, double b)
+{
+    switch (k) {
+    case OP_ADD: return a + b;
+    case OP_SUB: return a - b;
+    case OP_MUL: return a * b;
+    case OP_DIV: return a / b;
+    case OP_LT: return a < b;
+    case OP_LE: return a <= b;
+    case OP_GT: return a > b;
+    case OP_GE: return a >= b;
+    case OP_EQ: return a == b;
+    case OP_NE: return a != b;
+    default: UNREACHABLE();
+    }
+}
+
 static void run_binary(Interp *in, const Op *op)
 {
     const Value *o = op->res[0];
     for (int64_t i = 0, n = interp_numel(o); i < n; i++) {
         double a = ARG(0)[bcast_index(op->args[0], o, i)];
         double b = ARG(1)[bcast_index(op->args[1], o, i)];
-        OUT[i] = op->kind == OP_ADD ? a + b : op->kind == OP_SUB ? a - b
-               : op->kind == OP_MUL ? a * b : a / b;
+        OUT[i] = binary(op->kind, a, b);
+    }
+}
+
+/* where(c, a, b): a where c is nonzero (a NaN included), else b; broadcast. */
+static void run_where(Interp *in, const Op *op)
+{
+    const Value *o = op->res[0];
+    for (int64_t i = 0, n = interp_numel(o); i < n; i++) {
+        double c = ARG(0)[bcast_index(op->args[0], o, i)];
+        OUT[i] = c != 0 ? ARG(1)[bcast_index(op->args[1], o, i)]
+                        : ARG(2)[bcast_index(op->args[2], o, i)];
     }
 }
 
@@ -223,6 +250,26 @@ static void run_reduce(Interp *in, const Op *op)
             for (int64_t i = 0; i < n; i++)
                 s = op->kind == OP_MAX ? fmax(s, p[i * inner]) : s + p[i * inner];
             OUT[o * inner + j] = op->kind == OP_MEAN ? s / (double)n : s;
+        }
+}
+
+/* The index of the first maximum along dim; NaNs are skipped (as fmax does),
+ * and a row of NaNs only gives 0. */
+static void run_argmax(Interp *in, const Op *op)
+{
+    const Value *x = op->args[0];
+    int64_t outer, n, inner;
+    around(x, norm_dim((int)ir_op_attr_int(op, "dim", -1), x->rank), &outer, &n, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < inner; j++) {
+            const double *p = ARG(0) + o * n * inner + j;
+            double m = -INFINITY;
+            int64_t first = 0;
+            for (int64_t i = 0; i < n; i++)
+                m = fmax(m, p[i * inner]);
+            for (int64_t i = n - 1; i >= 0; i--)
+                first = p[i * inner] == m ? i : first;
+            OUT[o * inner + j] = (double)first;
         }
 }
 
@@ -622,7 +669,11 @@ static int run_op(Interp *in, const Op *op)
         for (int64_t i = 0; i < n; i++)
             OUT[i] = ir_op_attr_float(op, "value", 0);
         return 0;
-    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: run_binary(in, op); return 0;
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_LT: case OP_LE: case OP_GT:
+    case OP_GE: case OP_EQ: case OP_NE:
+        run_binary(in, op);
+        return 0;
+    case OP_WHERE: run_where(in, op); return 0;
     case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH:
     case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_STOP_GRAD:
     case OP_ERF: case OP_MB_SUM: /* a graph of one microbatch: the interpreter runs that one */
@@ -636,6 +687,7 @@ static int run_op(Interp *in, const Op *op)
     case OP_SOFTMAX: run_softmax(in, op); return 0;
     case OP_LAYERNORM: case OP_RMSNORM: run_norm(in, op); return 0;
     case OP_SUM: case OP_MEAN: case OP_MAX: run_reduce(in, op); return 0;
+    case OP_ARGMAX: run_argmax(in, op); return 0;
     case OP_EMBED: return run_embed(in, op);
     case OP_ROPE: run_rope(in, op); return 0;
     case OP_ATTENTION: run_attention(in, op); return 0;

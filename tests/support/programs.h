@@ -29,6 +29,48 @@
     "h = tanh(a * b)\n" \
     "loss = sum(sum(h * stop_gradient(h) * r)) + sum(stop_gradient(b * b)) * 5.0\n"
 
+/* Comparisons as masks (issue 19): of floats against floats, numbers and a
+ * broadcast vector, of i32 ids, each form once; a masked mean, whose mask
+ * depends on a parameter but passes no gradient. */
+#define PROG_COMPARISONS \
+    "input r : f32[3, 7]\n" \
+    "input t : i32[3, 7]\n" \
+    "input u : i32[7]\n" \
+    "param a : f32[3, 7] = normal(1)\n" \
+    "param b : f32[7] = normal(1)\n" \
+    "keep = cast(t == u, f32) + cast(t != u, f32) * (a > b)\n" \
+    "m = (a >= 0.0) * (a < b) + (a <= -0.5) - (b == b) * (b != a)\n" \
+    "loss = sum(sum(a * keep * r + m * a * b * r)) / sum(sum(keep + 1.0))\n"
+
+/* where (issue 19): a mask or i32 ids as the condition, operands that
+ * broadcast ([3,1] against [3,7], [7]), numbers as either branch or both;
+ * the gradient reaches each branch where it is chosen, summed back to its
+ * shape, and none the condition. */
+#define PROG_WHERE \
+    "input r : f32[3, 7]\n" \
+    "input t : i32[3, 7]\n" \
+    "param a : f32[3, 7] = normal(1)\n" \
+    "param b : f32[7] = normal(1)\n" \
+    "param c : f32[3, 1] = normal(1)\n" \
+    "y = where(a > b, a * b, c) + where(a > 0.0, a, 0.0) + where(t, b, a * 2.0)\n" \
+    "z = where(b < 0.5, 1.0, -1.0) * tanh(a) + where(c, 0.5, a)\n" \
+    "loss = sum(sum((y + z) * r))\n"
+
+/* argmax (issue 19) as routing: each token's expert (the gate's argmax) picks
+ * its row of a table by embed, which trains that row and not the gate; and
+ * over dim 0 with keepdim, of a relu whose all-zero columns tie (the first
+ * wins), as a weight. */
+#define PROG_ARGMAX \
+    "input x : f32[3, 5, 4]\n" \
+    "input r : f32[3, 5, 6]\n" \
+    "param g : f32[4, 3] = normal(1)\n" \
+    "param e : f32[3, 6] = normal(1)\n" \
+    "param w : f32[4, 6] = normal(1)\n" \
+    "k = argmax(x @ g)\n" \
+    "j = argmax(relu(x @ w), dim = 0, keepdim)\n" \
+    "h = x @ w + embed(e, k)\n" \
+    "loss = sum(sum(sum(h * r * (cast(j, f32) + 1.0))))\n"
+
 #define PROG_MATMUL_SHARED_AND_BATCHED \
     "input r : f32[2, 3, 5]\n" \
     "param x : f32[2, 3, 4] = normal(1)\n" \

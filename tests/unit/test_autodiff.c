@@ -86,6 +86,12 @@ GRAD_TEST(arithmetic_with_broadcasting, PROG_ARITHMETIC_WITH_BROADCASTING)
 
 GRAD_TEST(unary_functions, PROG_UNARY_FUNCTIONS)
 
+GRAD_TEST(comparisons, PROG_COMPARISONS)
+
+GRAD_TEST(where, PROG_WHERE)
+
+GRAD_TEST(argmax, PROG_ARGMAX)
+
 GRAD_TEST(matmul_shared_and_batched, PROG_MATMUL_SHARED_AND_BATCHED)
 
 GRAD_TEST(softmax_over_each_dim, PROG_SOFTMAX_OVER_EACH_DIM)
@@ -195,6 +201,52 @@ Test(autodiff, issue19_integer_cast_has_zero_gradient)
     cr_assert_str_eq(g->outputs.data[1]->name, "w.grad");
     for (int i = 0; i < 4; i++)
         cr_assert_eq(in->buf[g->outputs.data[1]->id][i], 0.0, "w.grad[%d] is not zero", i);
+    interp_free(in);
+    ctx_free(c);
+}
+
+/* The gradient named name (an output after the loss). */
+static const double *grad_named(Interp *in, const char *name)
+{
+    for (int i = 1; i < in->g->outputs.len; i++)
+        if (!strcmp(in->g->outputs.data[i]->name, name))
+            return in->buf[in->g->outputs.data[i]->id];
+    cr_assert_fail("no gradient '%s'", name);
+    return NULL;
+}
+
+/* The value named name of the forward graph. */
+static const double *value_named(Interp *in, const char *name)
+{
+    for (int i = 0; i < in->g->values.len; i++) {
+        const Value *v = in->g->values.data[i];
+        if (v->name && !strcmp(v->name, name) && v->def && v->def->phase == PH_FWD)
+            return in->buf[v->id];
+    }
+    cr_assert_fail("no value '%s'", name);
+    return NULL;
+}
+
+/* Issue 19: a comparison's result is a constant to autodiff. b reaches the
+ * loss only through comparisons, so its gradient is exactly zero; a's is
+ * the mask times r, exactly (the masks held constant). */
+Test(autodiff, issue19_comparisons_carry_no_gradient)
+{
+    const char *src = "input r : f32[4, 6]\n"
+                      "param a : f32[4, 6] = normal(1)\n"
+                      "param b : f32[6] = normal(1)\n"
+                      "loss = sum(sum(a * (a > b) * r)) + sum(sum((b > 0.0) * 3.0 + (b <= a)))\n";
+    Ctx *c = ctx_new(stderr);
+    Graph *g = build(c, src, NULL, NULL);
+    Interp *in = interp_new(g);
+    interp_init(in, 77, 5);
+    cr_assert_eq(interp_run(in), 0, "%s", in->err);
+    const double *a = value_named(in, "a"), *b = value_named(in, "b"), *r = value_named(in, "r");
+    const double *ga = grad_named(in, "a.grad"), *gb = grad_named(in, "b.grad");
+    for (int i = 0; i < 24; i++)
+        cr_assert_eq(ga[i], a[i] > b[i % 6] ? r[i] : 0.0, "a.grad[%d] %.17g", i, ga[i]);
+    for (int j = 0; j < 6; j++)
+        cr_assert_eq(gb[j], 0.0, "b.grad[%d] %.17g is not zero", j, gb[j]);
     interp_free(in);
     ctx_free(c);
 }

@@ -7,7 +7,8 @@
  * checked on parameters, state and outputs. In float64 the only differences are summation order:
  * |x - ref| <= 1e-9 (max|ref| + |ref|). In float32 (the step number is f32 in
  * every model) errors grow like sqrt(n) eps32 ~ 1e-6 per reduction
- * and chain through a few ops: 2e-4 (max|ref| + |ref|) leaves margin. */
+ * and chain through a few ops: 2e-4 (max|ref| + |ref|) leaves margin. Ids
+ * and masks of ids (i32) must be equal. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -106,12 +107,12 @@ static void one_step(Ctx *c, Graph *g, int flags, int wide, int64_t vocab)
     int compared = 0;
     for (int i = 0; i < plan.ntensors; i++) {
         const PlanTensor *t = &plan.tensors[i];
-        if (t->value < 0 || t->dtype == PD_I32)
+        if (t->value < 0)
             continue;
         if (!(flags & CG_KEEP_VALUES) && t->role == PT_TEMP && !is_output(g, t->value))
             continue;
-        /* the step number is f32 even in a float64 model */
-        double tol = wide && t->dtype == PD_F64 ? 1e-9 : 2e-4;
+        /* the step number is f32 even in a float64 model; ids (i32) are exact */
+        double tol = t->dtype == PD_I32 ? 0 : wide && t->dtype == PD_F64 ? 1e-9 : 2e-4;
         const double *ref = in->buf[t->value];
         double big = 0;
         for (int64_t j = 0; j < numel(t); j++)
@@ -129,13 +130,14 @@ static void one_step(Ctx *c, Graph *g, int flags, int wide, int64_t vocab)
     rt_close(rt);
 }
 
-/* Compile src (f32 replaced by f64 when wide) and check one step with every
- * value kept, then with fusion and memory reuse. */
+/* Compile src (f32 replaced by f64 when wide, in types and casts) and check
+ * one step with every value kept, then with fusion and memory reuse. */
 static void check_step(const char *src, int wide, int optimize, int64_t vocab)
 {
     char *text = strdup(src);
-    for (char *p = text; wide && (p = strstr(p, "f32[")); p += 4)
-        memcpy(p, "f64[", 4);
+    for (char *p = text; wide && (p = strstr(p, "f32")); p += 3)
+        if (p[3] == '[' || p[3] == ')')
+            memcpy(p, "f64", 3);
     Ctx *c = ctx_new(stderr);
     Graph *g = fe_compile(c, "t.tdl", text, strlen(text));
     cr_assert_not_null(g);
@@ -160,6 +162,12 @@ STEP_TEST(arithmetic_with_broadcasting, PROG_ARITHMETIC_WITH_BROADCASTING)
 STEP_TEST(unary_functions, PROG_UNARY_FUNCTIONS)
 
 STEP_TEST(stop_gradient, PROG_STOP_GRADIENT)
+
+STEP_TEST(comparisons, PROG_COMPARISONS)
+
+STEP_TEST(where, PROG_WHERE)
+
+STEP_TEST(argmax, PROG_ARGMAX)
 
 STEP_TEST(matmul_shared_and_batched, PROG_MATMUL_SHARED_AND_BATCHED)
 
@@ -299,6 +307,70 @@ Test(codegen, tiny_gpt_training_is_deterministic_and_learns)
     cr_assert(a[49] < 0.85 * a[0], "the loss should fall on a fixed batch: %g -> %g", a[0], a[49]);
     remove_cache();
     ctx_free(c);
+}
+
+/* Issue 19: argmax takes the first of equal maxima, skips NaNs as max does,
+ * and gives 0 for a row of NaNs only, in the kernel as in the reference. */
+Test(codegen, issue19_argmax_takes_the_first_maximum_and_skips_nans)
+{
+    const char *src = "input x : f32[4, 6]\nk = argmax(x)\nloss = sum(cast(k, f32))\n"
+                      "output loss\noutput k\n";
+    const float x[24] = {NAN, 1, 3, NAN, 3, 2, NAN, NAN, NAN, NAN, NAN, NAN,
+                         -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                         1, 5, 5, 0, -1, 5};
+    const int32_t want[4] = {2, 0, 0, 1};
+    Ctx *c = ctx_new(stderr);
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    cr_assert_not_null(g);
+    Plan plan;
+    cr_assert_eq(cg_build_plan(c, g, 0, &plan), 0);
+    make_cache();
+    char err[512];
+    Runtime *rt = rt_open(&plan, cache, err, sizeof err);
+    cr_assert_not_null(rt, "%s", err);
+    int tx = rt_find_tensor(&plan, "x"), tk = rt_find_tensor(&plan, "k");
+    cr_assert(tx >= 0 && tk >= 0);
+    memcpy(rt_tensor_data(rt, tx), x, sizeof x);
+    cr_assert_eq(rt_step(rt, 1, err, sizeof err), 0, "%s", err);
+    const int32_t *k = rt_tensor_data(rt, tk);
+    Interp *in = interp_new(g);
+    for (int i = 0; i < 24; i++)
+        in->buf[g->ops.data[0]->res[0]->id][i] = x[i];
+    cr_assert_eq(interp_run(in), 0, "%s", in->err);
+    for (int r = 0; r < 4; r++) {
+        cr_assert_eq(k[r], want[r], "row %d: kernel %d, want %d", r, k[r], want[r]);
+        cr_assert_eq(in->buf[g->outputs.data[1]->id][r], want[r], "row %d: reference %g", r,
+                     in->buf[g->outputs.data[1]->id][r]);
+    }
+    interp_free(in);
+    rt_close(rt);
+    remove_cache();
+    ctx_free(c);
+}
+
+/* argmax carries the index in the kernel's float type, exact up to 2^24 in
+ * f32: a longer row computes in f64. */
+static DType argmax_ftype(int64_t n)
+{
+    Ctx *c = ctx_new(stderr);
+    char *src = arena_printf(c->arena, "input x : f32[2, %lld]\nloss = sum(cast(argmax(x), f32))\n",
+                             (long long)n);
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    cr_assert_not_null(g);
+    Plan plan;
+    Kernel **ks;
+    cr_assert_eq(cg_build_plan_ir(c, g, 0, &plan, &ks), 0);
+    DType ft = DT_COUNT;
+    for (int i = 0; i < plan.nkernels; i++)
+        ft = strstr(plan.kernels[i].name, "argmax") ? ks[i]->ftype : ft;
+    ctx_free(c);
+    return ft;
+}
+
+Test(codegen, issue19_argmax_of_a_row_past_2_to_the_24_computes_in_f64)
+{
+    cr_assert_eq(argmax_ftype(INT64_C(1) << 24), DT_F32);
+    cr_assert_eq(argmax_ftype((INT64_C(1) << 24) + 1), DT_F64);
 }
 
 /* The work a kernel's C rendering does per call (cg_c_work, kept in its

@@ -180,6 +180,44 @@ Test(shape, broadcast_mismatch_names_both_types)
     EXPECT(OPN(OP_DIV, in("i32[3]"), in("f32[3]")), "error: dtype mismatch: i32 and f32");
 }
 
+/* Issue 19: a comparison is a broadcasting op whose 0 or 1 keeps the
+ * operands' dtype (a float mask multiplies and sums as it is; i32 ids give
+ * i32); operands of two dtypes are refused as for add. */
+Test(shape, comparisons_broadcast_and_keep_the_operands_dtype)
+{
+    static const OpKind kinds[] = {OP_LT, OP_LE, OP_GT, OP_GE, OP_EQ, OP_NE};
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        EXPECT(OPN(kinds[i], in("f32[3,1,6]"), in("f32[5,1]")), "f32[3,5,6]");
+        EXPECT(OPN(kinds[i], in("bf16[4]"), in("bf16[]")), "bf16[4]");
+        EXPECT(OPN(kinds[i], in("i32[2,7]"), in("i32[7]")), "i32[2,7]");
+        EXPECT(OPN(kinds[i], in("i32[3]"), in("f32[3]")), "error: dtype mismatch: i32 and f32");
+        EXPECT(OPN(kinds[i], in("f32[4,8]"), in("f32[5,8]")),
+               "error: shapes f32[4,8] and f32[5,8] do not broadcast");
+    }
+}
+
+/* where(c, a, b): the three shapes broadcast together; a and b share a dtype,
+ * which the result has; c may have any dtype. */
+Test(shape, where_broadcasts_three_operands)
+{
+    EXPECT(OPN(OP_WHERE, in("f32[3,5]"), in("f32[5]"), in("f32[]")), "f32[3,5]");
+    EXPECT(OPN(OP_WHERE, in("i32[4,1,1]"), in("bf16[1,6]"), in("bf16[5,1]")), "bf16[4,5,6]");
+    EXPECT(OPN(OP_WHERE, in("f32[]"), in("i32[2]"), in("i32[2]")), "i32[2]");
+    EXPECT(OPN(OP_WHERE, in("f64[7]"), in("f32[1]"), in("f32[7,1]")), "f32[7,7]");
+    EXPECT(OPN(OP_WHERE, in("f32[0,3]"), in("f32[1]"), in("f32[2,1,3]")), "f32[2,0,3]");
+}
+
+Test(shape, where_errors)
+{
+    EXPECT(OPN(OP_WHERE, in("f32[3]"), in("f32[3]"), in("bf16[3]")),
+           "error: dtype mismatch: f32 and bf16");
+    EXPECT(OPN(OP_WHERE, in("f32[4]"), in("f32[3]"), in("f32[3]")),
+           "error: shapes f32[4], f32[3] and f32[3] do not broadcast");
+    EXPECT(OPN(OP_WHERE, in("f32[3]"), in("f32[2,3]"), in("f32[3,3]")),
+           "error: shapes f32[3], f32[2,3] and f32[3,3] do not broadcast");
+    EXPECT(OPN(OP_WHERE, in("f32[3]"), in("f32[3]")), "error: 'where' takes 3 operands, got 2");
+}
+
 Test(shape, neg_takes_any_dtype)
 {
     EXPECT(OPN(OP_NEG, in("i32[3,5]")), "i32[3,5]");
@@ -326,6 +364,25 @@ Test(shape, reduction_errors)
     EXPECT(ai(OPN(OP_SUM, in("f32[3,5]")), "dim", 5), "error: 'dim' 5 out of range for rank 2");
     EXPECT(OPN(OP_SUM, in("f32[]")), "error: 'dim' -1 out of range for rank 0");
     EXPECT(ai(OPN(OP_SUM, in("f32[3]")), "keepdim", 1), "error: 'keepdim' must be true or false");
+}
+
+/* argmax: as max, with the i32 index along dim as its result. */
+Test(shape, argmax_gives_the_i32_index)
+{
+    EXPECT(OPN(OP_ARGMAX, in("f32[3,5,7]")), "i32[3,5]");
+    EXPECT(ab(ai(OPN(OP_ARGMAX, in("bf16[3,5,7]")), "dim", 1), "keepdim", 1), "i32[3,1,7]");
+    EXPECT(ai(OPN(OP_ARGMAX, in("f64[4]")), "dim", -1), "i32[]");
+}
+
+Test(shape, argmax_errors)
+{
+    EXPECT(ai(OPN(OP_ARGMAX, in("f32[3,5]")), "dim", 2), "error: 'dim' 2 out of range for rank 2");
+    EXPECT(ai(OPN(OP_ARGMAX, in("f32[3,5]")), "dim", -3), "error: 'dim' -3 out of range for rank 2");
+    EXPECT(OPN(OP_ARGMAX, in("i32[3,5]")), "error: 'argmax' needs a float operand, got i32");
+    EXPECT(OPN(OP_ARGMAX, in("f32[3,0]")),
+           "error: 'argmax' over dimension 1 of f32[3,0]: its size must be in 1..2^31-1");
+    EXPECT(OPN(OP_ARGMAX, in("f32[3,2147483648]")),
+           "error: 'argmax' over dimension 1 of f32[3,2147483648]: its size must be in 1..2^31-1");
 }
 
 /* ---- transformer ops ---- */
