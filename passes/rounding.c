@@ -11,10 +11,9 @@
  * its accumulator (f32 for bf16 and f16 values: every kernel computes in
  * f32), but one computed inside its reader's kernel (not stored: fused) stays
  * in the accumulator's precision. A value's estimate is the root of the sum
- * of these squares along the
- * chain of operands that carries most: the largest of its operands', not
- * their sum, which would count an ancestor that operands share once per
- * path. The conditioning of an op (cancellation in a difference, a norm's
+ * of these squares along the chain of operands that carries most: the
+ * largest of its operands', not their sum, which would count an ancestor
+ * that operands share once per path. The conditioning of an op (cancellation in a difference, a norm's
  * division) is not modelled: the factor --verify puts on the estimate covers
  * it, and docs/passes.md gives what the samples measured against it. */
 #include "passes.h"
@@ -73,14 +72,16 @@ static double terms(const Op *op)
     }
 }
 
-/* Whether op's result is its operands' bits, or exact in any dtype. */
+/* Whether op's result is its operands' bits, or exact in any dtype (a
+ * comparison's 0 or 1 carries what its operands carry). */
 static int exact(const Op *op)
 {
     switch (op->kind) {
     case OP_RESHAPE: case OP_TRANSPOSE: case OP_SLICE: case OP_CONCAT: case OP_EXPAND:
     case OP_PAD: case OP_STOP_GRAD: case OP_EMBED: case OP_NEG: case OP_RELU:
     case OP_RELU_GRAD: case OP_MAX: case OP_MAX_GRAD: case OP_ALL_GATHER: case OP_SHARD_SLICE:
-    case OP_ALL_TO_ALL: case OP_UPDATE:
+    case OP_ALL_TO_ALL: case OP_UPDATE: case OP_LT: case OP_LE: case OP_GT: case OP_GE:
+    case OP_EQ: case OP_NE: case OP_WHERE: case OP_ARGMAX:
         return 1;
     default:
         return 0;
