@@ -438,6 +438,7 @@ static const OpSpec op_specs[] = {
     {"attention", OP_ATTENTION, 1, 3, {{"heads", K_INT}, {"kv_heads", K_INT}, {"causal", K_BOOL}}},
     {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, {{0}}},
     {"reshape", OP_RESHAPE, 1, 1, {{"shape", K_INTS}}},
+    {"expand", OP_EXPAND, 1, 1, {{"shape", K_INTS}}},
     {"transpose", OP_TRANSPOSE, 1, 1, {{"perm", K_INTS}}},
     {"slice", OP_SLICE, 1, 1, {{"start", K_INT}, {"end", K_INT}, {"dim", K_INT}}},
     {"concat", OP_CONCAT, 1, 64, {{"dim", K_INT}}},

@@ -404,6 +404,9 @@ static void vjp(AD *ad, const Op *op, Value *dy)
         vjp_layer(ad, op, dy);
         return;
     case OP_RESHAPE: case OP_TRANSPOSE: case OP_SLICE: case OP_CONCAT: vjp_move(ad, op, dy); return;
+    case OP_EXPAND: /* each element of x went to every copy: their gradients summed */
+        accumulate(ad, op->args[0], unbroadcast(ad, dy, op->args[0]));
+        return;
     default:
         diag_error(&ad->c->diag, op->loc, "autodiff: no gradient rule for '%s' in a forward graph",
                    ir_ops[op->kind].name);

@@ -131,6 +131,17 @@
     "z = concat(slice(a, 0, 3, dim = 0), b * 2, slice(a, 4, 6, dim = 0), dim = 0)\n" \
     "loss = sum(sum(y * r)) + sum(sum(sum(reshape(slice(z, 1, 7, dim = 0), [3, 2, 5]) * q)))\n"
 
+/* expand: a vector to leading dimensions (a class token per row), and a
+ * size-1 dimension stretched; the copies' gradients summed back. */
+#define PROG_EXPAND \
+    "input x : f32[3, 4, 5]\n" \
+    "input r : f32[3, 5, 5]\n" \
+    "param tok : f32[5] = normal(1)\n" \
+    "param col : f32[4, 1] = normal(1)\n" \
+    "t = expand(tok, [3, 1, 5])\n" \
+    "h = concat(t, x * expand(col, [3, 4, 5]), dim = 1)\n" \
+    "loss = sum(sum(sum(h * h * r)))\n"
+
 #define PROG_MATMUL_OTHER_SHAPES \
     "input r : f32[1, 1]\n" \
     "input q : f32[3, 5, 9]\n" \

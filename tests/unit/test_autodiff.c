@@ -122,6 +122,8 @@ GRAD_TEST(cross_entropy, PROG_CROSS_ENTROPY)
 
 GRAD_TEST(data_movement, PROG_DATA_MOVEMENT)
 
+GRAD_TEST(expand, PROG_EXPAND)
+
 /* The same rules at other odd shapes: size-1 dimensions, one-token
  * sequences, a single head dimension, many heads sharing one kv head. */
 GRAD_TEST(matmul_other_shapes, PROG_MATMUL_OTHER_SHAPES)

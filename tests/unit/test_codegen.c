@@ -194,6 +194,7 @@ STEP_TEST(grouped_query_attention_non_causal, PROG_GROUPED_QUERY_ATTENTION_NON_C
 STEP_TEST(cross_entropy, PROG_CROSS_ENTROPY)
 
 STEP_TEST(data_movement, PROG_DATA_MOVEMENT)
+STEP_TEST(expand, PROG_EXPAND)
 
 STEP_TEST(matmul_other_shapes, PROG_MATMUL_OTHER_SHAPES)
 
