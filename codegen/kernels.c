@@ -462,26 +462,36 @@ static void embed(Gen *gen, const Op *op)
 }
 
 /* Rotary embedding: within each head, pair (2p, 2p+1) turns by
- * pos * theta^(-2p/Dh), pos the index along dim -2; inverse turns back. */
+ * pos * theta^(-2p/Dh), pos the index along dim -2; inverse turns back.
+ * With rotate_half the pairs are (p, p + Dh/2) (the layout of Hugging Face's
+ * Llama checkpoints), at the same angles. */
 static void rope(Gen *gen, const Op *op)
 {
     const Value *x = op->args[0];
     int64_t C = x->shape[x->rank - 1], S = x->shape[x->rank - 2];
     int64_t Dh = C / ir_op_attr_int(op, "heads", 1);
+    int64_t apart = ir_op_attr_int(op, "rotate_half", 0) ? Dh / 2 : 1; /* a pair's distance */
     double theta = ir_op_attr_float(op, "theta", 10000), sign = ir_op_attr_int(op, "inverse", 0) ? -1 : 1;
     Kernel *k = kb_new(gen, KP_POINTWISE, numel(x), ftype_of(op));
     int i = kb_idx(k, 0), slot = kb_arg(k, gen, T(gen, x));
     int c = ki(k, KN_IMOD, i, kb_iconst(k, C)), jd = ki(k, KN_IMOD, c, kb_iconst(k, Dh));
     int pos = kb_node(k, KN_TOFLOAT, KT_FLOAT, ki(k, KN_IMOD, ki(k, KN_IDIV, i, kb_iconst(k, C)), kb_iconst(k, S)), 0, 0);
-    int odd = ki(k, KN_IMOD, jd, kb_iconst(k, 2)), pair = ki(k, KN_IDIV, jd, kb_iconst(k, 2));
+    int second, pair; /* 1 for the pair's second element; the pair's number p */
+    if (apart == 1) {
+        second = ki(k, KN_IMOD, jd, kb_iconst(k, 2)), pair = ki(k, KN_IDIV, jd, kb_iconst(k, 2));
+    } else {
+        second = kb_node(k, KN_LT, KT_INT, kb_iconst(k, apart - 1), jd, 0);
+        pair = ki(k, KN_SUB, jd, ki(k, KN_MUL, second, kb_iconst(k, apart)));
+    }
     int expo = kf(k, KN_MUL, kb_node(k, KN_TOFLOAT, KT_FLOAT, pair, 0, 0), kb_const(k, -2.0 / (double)Dh));
     int ang = kf(k, KN_MUL, kf(k, KN_MUL, kb_const(k, sign), pos), kf(k, KN_POW, kb_const(k, theta), expo));
     int co = kb_node(k, KN_COS, KT_FLOAT, ang, 0, 0), si = kb_node(k, KN_SIN, KT_FLOAT, ang, 0, 0);
-    int first = ki(k, KN_SUB, i, odd); /* element 2p of the pair */
-    int a = kb_load(k, slot, first), b = kb_load(k, slot, ki(k, KN_ADD, first, kb_iconst(k, 1)));
-    int even_v = kf(k, KN_SUB, kf(k, KN_MUL, a, co), kf(k, KN_MUL, b, si));
-    int odd_v = kf(k, KN_ADD, kf(k, KN_MUL, a, si), kf(k, KN_MUL, b, co));
-    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), i, kb_node(k, KN_SELECT, KT_FLOAT, odd, odd_v, even_v));
+    int first = ki(k, KN_SUB, i, apart == 1 ? second : ki(k, KN_MUL, second, kb_iconst(k, apart)));
+    int a = kb_load(k, slot, first), b = kb_load(k, slot, ki(k, KN_ADD, first, kb_iconst(k, apart)));
+    int first_v = kf(k, KN_SUB, kf(k, KN_MUL, a, co), kf(k, KN_MUL, b, si));
+    int second_v = kf(k, KN_ADD, kf(k, KN_MUL, a, si), kf(k, KN_MUL, b, co));
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), i,
+             kb_node(k, KN_SELECT, KT_FLOAT, second, second_v, first_v));
     kb_finish(gen, k);
 }
 

@@ -297,15 +297,17 @@ static void run_rope(Interp *in, const Op *op)
     int64_t Dh = C / H, rows = interp_numel(x) / C;
     double theta = ir_op_attr_float(op, "theta", 10000);
     double sign = ir_op_attr_int(op, "inverse", 0) ? -1 : 1;
+    int half = (int)ir_op_attr_int(op, "rotate_half", 0); /* pairs (i, i + Dh/2), not (2i, 2i+1) */
+    int64_t apart = half ? Dh / 2 : 1;
     for (int64_t r = 0; r < rows; r++) {
         double pos = (double)(r % S);
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < Dh / 2; i++) {
                 double ang = sign * pos * pow(theta, -2.0 * (double)i / (double)Dh);
-                int64_t at = r * C + h * Dh + 2 * i;
-                double a = ARG(0)[at], b = ARG(0)[at + 1];
+                int64_t at = r * C + h * Dh + (half ? i : 2 * i);
+                double a = ARG(0)[at], b = ARG(0)[at + apart];
                 OUT[at] = a * cos(ang) - b * sin(ang);
-                OUT[at + 1] = a * sin(ang) + b * cos(ang);
+                OUT[at + apart] = a * sin(ang) + b * cos(ang);
             }
     }
 }

@@ -108,7 +108,18 @@
 #define PROG_ROTARY_EMBEDDING \
     "input r : f32[2, 3, 8]\n" \
     "param x : f32[2, 3, 8] = normal(1)\n" \
-    "loss = sum(sum(sum(rope(x, heads = 2, theta = 100) * r)))\n"
+    "loss = sum(sum(sum(rope(x, heads = 2, theta = 100) * r)))" \
+    " + sum(sum(sum(rope(x * x, heads = 2, theta = 100, rotate_half = true) * r)))\n"
+
+/* rope's two layouts: rotate_half's pairs (p, p + Dh/2) are the pairs
+ * (2p, 2p + 1) of the features reordered [x_0, x_h, x_1, x_{h+1}, ...]; the
+ * loss is the squared difference of the two ways, 0 up to rounding. */
+#define PROG_ROPE_LAYOUTS \
+    "input x : f32[2, 3, 12]\n" \
+    "a = rope(x, heads = 2, theta = 100, rotate_half = true)\n" \
+    "p = reshape(transpose(reshape(x, [2, 3, 2, 2, 3])), [2, 3, 12])\n" \
+    "b = reshape(transpose(reshape(rope(p, heads = 2, theta = 100), [2, 3, 2, 3, 2])), [2, 3, 12])\n" \
+    "loss = sum(sum(sum((a - b) * (a - b))))\n"
 
 #define PROG_GROUPED_QUERY_ATTENTION_NON_CAUSAL \
     "input r : f32[2, 5, 8]\n" \

@@ -111,6 +111,33 @@ GRAD_TEST(causal_attention,
           "param v : f32[2, 5, 6] = normal(1)\n"
           "loss = sum(sum(sum(attention(q, k, v, heads = 2, causal) * r)))\n")
 
+/* The float64 reference's two rope layouts agree: rotate_half is the pairs
+ * layout of reordered features (the program's loss, their squared
+ * difference, is rounding only), and the pairs layout is not (the same
+ * program with rotate_half dropped differs by O(1)). */
+Test(autodiff, rope_rotate_half_is_the_pairs_layout_of_reordered_features)
+{
+    Ctx *c = ctx_new(stderr);
+    Graph *g = fe_compile(c, "t.tdl", PROG_ROPE_LAYOUTS, strlen(PROG_ROPE_LAYOUTS));
+    cr_assert_not_null(g);
+    Interp *in = interp_new(g);
+    interp_init(in, 7, 5);
+    double same = loss_of(in);
+    interp_free(in);
+    char *src = strdup(PROG_ROPE_LAYOUTS), *at = strstr(src, ", rotate_half = true");
+    memmove(at, at + strlen(", rotate_half = true"), strlen(at + strlen(", rotate_half = true")) + 1);
+    Graph *g2 = fe_compile(c, "t.tdl", src, strlen(src));
+    cr_assert_not_null(g2);
+    in = interp_new(g2);
+    interp_init(in, 7, 5);
+    double other = loss_of(in);
+    interp_free(in);
+    free(src);
+    cr_assert(same < 1e-24, "the layouts differ by %g", same);
+    cr_assert(other > 1e-3, "the pairs layout on unordered features: %g", other);
+    ctx_free(c);
+}
+
 GRAD_TEST(grouped_query_attention_non_causal, PROG_GROUPED_QUERY_ATTENTION_NON_CAUSAL)
 
 GRAD_TEST(fused_qkv_attention,
