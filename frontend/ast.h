@@ -65,6 +65,8 @@ typedef struct Stmt {
     Loc name_loc;
     const char *str; /* S_AXIS: the role; S_REPEAT: the scope name */
     Loc str_loc;
+    const char *index; /* S_REPEAT: the name of the copy's number, or NULL */
+    Loc index_loc;
     TypeAst *type;
     Expr *value;
     VEC(struct Stmt *) body;   /* model params, mesh axes, repeat/block/train bodies */

@@ -26,7 +26,7 @@ typedef struct Val {
     int n;
 } Val;
 
-typedef enum { B_VALUE, B_MODEL, B_PARAM, B_INPUT } BindKind;
+typedef enum { B_VALUE, B_MODEL, B_PARAM, B_INPUT, B_INDEX } BindKind;
 
 typedef struct Binding {
     const char *name;
@@ -1077,8 +1077,9 @@ static void lower_assign(Lower *L, Stmt *s)
         Binding *b = scope_find_local(sc, s->name);
         if (!b)
             continue;
-        if (b->kind == B_MODEL || b->kind == B_PARAM) {
-            static const char *what[] = {"value", "model parameter", "parameter", "input"};
+        if (b->kind == B_MODEL || b->kind == B_PARAM || b->kind == B_INDEX) {
+            static const char *what[] = {"value", "model parameter", "parameter", "input",
+                                         "repeat index"};
             err(L, s->name_loc, "cannot assign to %s '%s'", what[b->kind], s->name);
             note(L, b->loc, "'%s' is declared here", s->name);
             return;
@@ -1106,6 +1107,14 @@ static void lower_repeat(Lower *L, Stmt *s)
     if (L->c->repeat_limit > 0 && n > L->c->repeat_limit)
         n = L->c->repeat_limit;
     const char *name = s->str ? s->str : "layers";
+    const Binding *shadow = s->index ? lookup(L, s->index) : NULL;
+    if (shadow && shadow->kind != B_VALUE) { /* a value of the enclosing scope may be shadowed */
+        static const char *what[] = {"a value", "a model parameter", "a parameter", "an input",
+                                     "the index of an enclosing repeat"};
+        err(L, s->index_loc, "the repeat index '%s' is already %s", s->index, what[shadow->kind]);
+        note(L, shadow->loc, "'%s' is declared here", s->index);
+        return;
+    }
     Scope *saved = L->scope;
     const char *saved_prefix = L->prefix;
     int saved_layer = L->layer, errors = L->c->diag.nerrors;
@@ -1115,6 +1124,8 @@ static void lower_repeat(Lower *L, Stmt *s)
             break;
         }
         L->scope = scope_new(L, saved, 0);
+        if (s->index) /* the copy's number, 0 .. n-1: an integer like a model parameter */
+            bind(L, L->scope, s->index, B_INDEX, vint(i), s->index_loc);
         L->prefix = arena_printf(L->c->arena, "%s%s.%lld.", saved_prefix, name, (long long)i);
         L->layer = LAYER_NEXT;
         lower_items(L, s, 0);

@@ -119,6 +119,10 @@ stmt
     | REPEAT expr body          { $$ = $3; $$->kind = S_REPEAT; $$->loc = L(p, @1); $$->value = $2; }
     | REPEAT expr AS NAME body  { $$ = $5; $$->kind = S_REPEAT; $$->loc = L(p, @1); $$->value = $2;
                                   $$->str = $4; $$->str_loc = L(p, @4); }
+    | REPEAT expr AS NAME ',' NAME body
+                                { $$ = $7; $$->kind = S_REPEAT; $$->loc = L(p, @1); $$->value = $2;
+                                  $$->str = $4; $$->str_loc = L(p, @4);
+                                  $$->index = $6; $$->index_loc = L(p, @6); }
     | BLOCK NAME '(' ')' body   { $$ = $5; $$->kind = S_BLOCK; $$->loc = L(p, @1);
                                   $$->name = $2; $$->name_loc = L(p, @2); }
     | BLOCK NAME '(' block_params ')' body
