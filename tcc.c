@@ -254,7 +254,7 @@ static int measure_cpu(Ctx *c, Options *o)
     double v[CPU_NKEYS] = {m.cores,   m.gemm1_gflops, m.convert_ns, m.op_ns,
                            m.chain_ns, m.div_ns,     m.call_ns,    m.tanh_ns,
                            m.stream_gbs, m.speedup,  m.fork_us,    m.memory_bytes / 1073741824.0,
-                           m.vop_ns};
+                           m.vop_ns,  m.loop_speedup, m.stream_par_gbs, m.chain64_ns};
     for (int k = 0; k < CPU_NKEYS; k++)
         if (!(s->given >> k & 1))
             s->v[k] = v[k];

@@ -6,7 +6,8 @@
 # mesh) and take the median step time after WARMUP steps. Prints predicted
 # and measured ms/step, their ratio, the cores other processes kept busy
 # during the run (from /proc/stat: the model assumes a machine of our own),
-# and the OpenBLAS core the calibration saw; fails when a ratio is outside
+# and the OpenBLAS core the calibration saw, then where the time goes by
+# instruction groups (the trainer runs with TCC_PROFILE); fails when a ratio is outside
 # [LO, HI]. Each calibration runs just before its trainer, so both see the
 # machine in the same state. The model predicts a machine of our own: each
 # row first waits (up to WAIT seconds) for the other processes to leave the
@@ -17,7 +18,9 @@
 # Environment: STEPS1 (gpt-tiny, default 30), STEPS2 (the GPT-2 shape, default
 # 6), WARMUP (default 2), LO and HI (default 0.75 and 1.25), MESHES (default
 # "1 2x2"), QUIET (default 0.25), WAIT (default 300), TRIES (default 3),
-# BENCH_DIR (default build/bench, where the files and logs stay).
+# BENCH_DIR (default build/bench, where the files and logs stay), GROUPS_TOP
+# (default 6: under each row, the instruction groups that take longest,
+# predicted against measured on rank 0, by bench/cost_compare.py; empty: none).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -31,6 +34,7 @@ QUIET=${QUIET:-0.25}
 WAIT=${WAIT:-300}
 TRIES=${TRIES:-3}
 BENCH_DIR=${BENCH_DIR:-build/bench}
+GROUPS_TOP=${GROUPS_TOP-6}
 mkdir -p "$BENCH_DIR"
 make --no-print-directory tcc >/dev/null
 
@@ -77,7 +81,7 @@ measure() { # TAG SRC DEFS STEPS MESHOPT...
     pred=$(python3 -c "import json; print('%.1f' % (1e3 * json.load(open('$tag.json'))['step_time_s']))")
     b0=$(busy_s)
     TIMEFORMAT='%R %U %S'
-    { time "$tag" --steps "$steps" --comm threads >"$tag.log" 2>&1; } 2>"$tag.time"
+    { time TCC_PROFILE="$tag.prof" "$tag" --steps "$steps" --comm threads >"$tag.log" 2>&1; } 2>"$tag.time"
     b1=$(busy_s)
     read -r wall user sys < <(tail -n 1 "$tag.time")
     other=$(awk -v w="$wall" -v u="$user" -v s="$sys" -v b0="$b0" -v b1="$b1" \
@@ -104,6 +108,7 @@ for m in "${MODELS[@]}"; do
         printf "%-9s %-5s %12s %12s %7s %6s  %s%s\n" "$name" "$mesh" "$pred" "$meas" "$ratio" \
             "$other" "$blas" "$([[ $ok == 1 ]] || echo "  <- outside [$LO, $HI]")"
         [[ $ok == 1 ]] || fails=$((fails + 1))
+        [[ -n $GROUPS_TOP ]] && python3 bench/cost_compare.py "$tag.json" "$tag.prof" "$GROUPS_TOP" | sed 's/^/      /'
     done
 done
 echo "(median of the steps after the first $WARMUP; other: cores other processes kept busy during"

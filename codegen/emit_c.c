@@ -417,7 +417,7 @@ static void stmt_work(const Kernel *k, const KStmt *t, double times, PlanWork *w
 static PlanWork loop_work(const Kernel *k)
 {
     PlanWork w = {.serial = k->extent * (k->levels ? 64 : 1) <= 4096};
-    double times[16] = {(double)k->extent}, loop_calls = 0;
+    double times[16] = {(double)k->extent}, loop_calls = 0, steps = 0;
     int depth = 0;
     for (int s = 0; s < k->body.len; s++) {
         const KStmt *t = &k->body.data[s];
@@ -427,7 +427,7 @@ static PlanWork loop_work(const Kernel *k)
             times[depth + 1] = times[depth] * (double)t->extent;
             depth++;
             if (cg_loop_reduce(k, s) >= 0)
-                w.chain += times[depth];
+                w.chain += times[depth], steps += times[depth] * (double)t->extent;
         } else if (t->kind == KS_END) {
             depth--;
         } else {
@@ -439,27 +439,30 @@ static PlanWork loop_work(const Kernel *k)
     /* a vector loop: no library call in it (the prologue's, once a call, do not count) */
     if (independent_items(k) && loop_calls == 0)
         w.vops = w.ops + 4 * w.divs, w.ops = w.divs = 0;
+    w.chain_len = w.chain > 0 ? steps / w.chain : 0;
     return w;
 }
 
 /* The attention templates, per (query, key) pair: the forward a dot product
- * over the head (a chain, its loads and products in its shadow), an fmax and
- * an exp, and an update of the output row (two operations an element); the
- * backward two chains (the first pass's dot, the second's two dots side by
- * side), an fmax and three exps, and 21 operations an element (the first
- * pass's dot and update, the second's dots, then dv, dq and dk). Per query
- * row: the output divided by the sum (the backward: its dot with dout), and
- * an exp (the backward: a log). */
+ * over the head (a chain of head-size steps, a multiply each), an fmax and an
+ * exp, and an update of the output row (two operations an element, a loop the
+ * compiler vectorizes); the backward the first pass's dot and update (three
+ * an element), then the second pass's two dots side by side (one chain, two
+ * multiplies and an add a step) and dv, dq and dk (eleven an element, as
+ * vectors), an fmax and three exps. Per query row: the output divided by the
+ * sum (the backward: its dot with dout), as vectors, and an exp (the
+ * backward: a log). */
 static PlanWork attention_work(const Kernel *k)
 {
     const KAttention *a = &k->attn;
     double rows = (double)(a->batch * a->heads * a->seq), dh = (double)a->head_dim;
     double pairs = rows * (a->causal ? (double)(a->seq + 1) / 2 : (double)a->seq);
     if (k->pattern == KP_ATTENTION)
-        return (PlanWork){2 * dh * pairs + 4 * dh * rows, dh * pairs, dh * rows, 2 * pairs + rows,
-                          0, 0, 0};
-    return (PlanWork){21 * dh * pairs + 6 * dh * rows, 2 * dh * pairs, dh * rows, 4 * pairs + rows,
-                      0, 0, 0};
+        return (PlanWork){.ops = dh * pairs, .chain = dh * pairs, .divs = dh * rows,
+                          .calls = 2 * pairs + rows, .vops = 2 * dh * pairs + 4 * dh * rows,
+                          .chain_len = dh};
+    return (PlanWork){.ops = 4 * dh * pairs, .chain = 2 * dh * pairs, .calls = 4 * pairs + rows,
+                      .vops = 14 * dh * pairs + 6 * dh * rows, .chain_len = dh};
 }
 
 PlanWork cg_c_work(const Kernel *k)

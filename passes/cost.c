@@ -440,6 +440,23 @@ static double graph_tokens(const Graph *g)
 
 /* ---- the model ---- */
 
+/* Stage st's instructions with their predicted times, for the JSON. */
+static void instr_times(Arena *a, const Stage *st, int m, CostModel *out)
+{
+    char label[160];
+    out->ninstrs = st->sp.n;
+    out->instrs = arena_alloc(a, sizeof(CostInstr) * (size_t)(st->sp.n + 1));
+    for (int i = 0; i < st->sp.n; i++) {
+        const PlanInstr *in = &st->p->instrs[st->sp.instr[i]];
+        CostInstr *o = &out->instrs[i];
+        o->index = st->sp.instr[i];
+        o->runs = st->per_mb[i] ? m : 1;
+        o->label = arena_strdup(a, plan_instr_label(st->p, o->index, label, sizeof label));
+        o->time_s = in->kind == PI_COLL ? cost_coll_time(st->p, st->d, in)
+                                        : cost_compute_time(st->p, st->d, in);
+    }
+}
+
 int pass_cost_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p, const CostDevice *d,
                     CostModel *out)
 {
@@ -500,6 +517,7 @@ int pass_cost_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p, c
         if (o->total > step)
             step = o->total, out->binding_stage = s;
     }
+    instr_times(c->arena, &sim.stages[0], sc.m, out);
     out->p2p_s = p2p;
     out->step_s = step;
     out->devices = (double)plan_mesh_size(p);
@@ -563,6 +581,15 @@ char *pass_cost_json(const CostModel *cm, const char *model, const char *device)
         cJSON_AddNumberToObject(e, "bubble_s", cm->stage[s].bubble);
         cJSON_AddNumberToObject(e, "optimizer_s", cm->stage[s].optimizer);
         cJSON_AddItemToArray(st, e);
+    }
+    cJSON *ins = cJSON_AddArrayToObject(o, "instructions");
+    for (int i = 0; i < cm->ninstrs; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "index", cm->instrs[i].index);
+        cJSON_AddStringToObject(e, "label", cm->instrs[i].label);
+        cJSON_AddNumberToObject(e, "runs", cm->instrs[i].runs);
+        cJSON_AddNumberToObject(e, "time_s", cm->instrs[i].time_s);
+        cJSON_AddItemToArray(ins, e);
     }
     char *text = cJSON_Print(o);
     cJSON_Delete(o);

@@ -30,10 +30,15 @@ static const struct {
     [CPU_CALL] = {"call_ns", "a call of expf (logf, powf, fmaxf alike)"},
     [CPU_TANH] = {"tanh_ns", "a call of tanhf"},
     [CPU_STREAM] = {"stream_gbs", "a kernel's tensors out of cache, read and written, one thread"},
-    [CPU_SPEEDUP] = {"parallel_speedup", "GEMMs and parallel kernels on every core against one"},
+    [CPU_SPEEDUP] = {"parallel_speedup", "sgemm 512^3 on every core against one"},
     [CPU_FORK] = {"fork_us", "a parallel region (OpenMP threads woken and joined)"},
     [CPU_MEMORY] = {"memory_gib", "physical memory"},
     [CPU_VOP] = {"vop_ns", "an operation of a kernel whose loop runs as vectors, one thread"},
+    [CPU_LOOP_SPEEDUP] = {"loop_speedup",
+                          "a parallel kernel's arithmetic on every core against one"},
+    [CPU_STREAM_PAR] = {"stream_par_gbs", "a parallel kernel's tensors out of cache, every core"},
+    [CPU_CHAIN64] = {"chain64_ns", "a step of running sums 64 long, one after another, beyond "
+                                   "its operations"},
 };
 
 const char *pass_cpu_key(CpuKey k)
@@ -70,12 +75,15 @@ static const char *cpu_line(Arena *a, char *line, CpuSpec *out)
             return "cores: expected a whole number in [1, 4096]";
         if (k == CPU_SPEEDUP && x < 1)
             return "parallel_speedup: expected at least 1";
+        if (k == CPU_LOOP_SPEEDUP && x < 1)
+            return "loop_speedup: expected at least 1";
         out->v[k] = x;
         out->given |= 1u << k;
         return NULL;
     }
     return "unknown key (what, cores, gemm1_gflops, convert_ns, op_ns, chain_ns, div_ns, call_ns, "
-           "tanh_ns, stream_gbs, parallel_speedup, fork_us, memory_gib, vop_ns)";
+           "tanh_ns, stream_gbs, parallel_speedup, fork_us, memory_gib, vop_ns, loop_speedup, "
+           "stream_par_gbs, chain64_ns)";
 }
 
 /* The line's first setting is gpu = NAME: NAME's first character, else NULL. */
@@ -141,14 +149,29 @@ void pass_cpu_write(FILE *f, const CpuSpec *s)
 
 /* ---- the device ---- */
 
-/* One core's worth of a device's T threads on its GEMMs and parallel loops:
- * each thread beyond the first adds what the measured speed-up on every
- * core says one adds, (S - 1) / (cores - 1). */
-static double threads_speedup(const CpuSpec *s, int threads)
+/* Cores' worth of T threads of one device on its GEMMs (k: CPU_SPEEDUP) or
+ * parallel loops (CPU_LOOP_SPEEDUP): each thread beyond the first adds what
+ * the measured speed-up on every core says one adds, (S - 1) / (cores - 1). */
+static double threads_speedup(const CpuSpec *s, int threads, CpuKey k)
 {
     double cores = s->v[CPU_CORES];
-    return threads <= 1 || cores <= 1 ? 1
-                                      : 1 + (threads - 1) * (s->v[CPU_SPEEDUP] - 1) / (cores - 1);
+    return threads <= 1 || cores <= 1 ? 1 : 1 + (threads - 1) * (s->v[k] - 1) / (cores - 1);
+}
+
+/* Bytes per second out of cache that one device gets from a kernel on t of
+ * its threads: the machine's on the threads that all devices run at once
+ * (a mesh's devices do the same work at the same time), between one thread's
+ * and every core's, shared by the devices. */
+static double device_bw(const CostDevice *d, int t)
+{
+    const CpuSpec *s = d->host;
+    double cores = s->v[CPU_CORES], devices = d->per_node;
+    double used = fmin(cores, t * devices);
+    double bw = cores <= 1
+                    ? s->v[CPU_STREAM]
+                    : s->v[CPU_STREAM] +
+                          (used - 1) * (s->v[CPU_STREAM_PAR] - s->v[CPU_STREAM]) / (cores - 1);
+    return bw * 1e9 / devices;
 }
 
 void cost_device_of_cpu(const CpuSpec *s, int64_t devices, CostDevice *d)
@@ -161,31 +184,38 @@ void cost_device_of_cpu(const CpuSpec *s, int64_t devices, CostDevice *d)
     d->host = s;
     d->threads = cores / devices > 1 ? (int)(cores / devices) : 1; /* as runtime/train.c */
     d->share = fmin(1, (double)cores / ((double)devices * d->threads));
-    d->peak16 = d->peak32 = s->v[CPU_GEMM1] * 1e9 * threads_speedup(s, d->threads) * d->share;
-    d->mem_bw = s->v[CPU_STREAM] * 1e9 * d->share;
     d->per_node = (int)devices;
+    d->peak16 = d->peak32 =
+        s->v[CPU_GEMM1] * 1e9 * threads_speedup(s, d->threads, CPU_SPEEDUP) * d->share;
+    d->mem_bw = device_bw(d, d->threads);
 }
 
-/* Cores' worth that an instruction gets: a GEMM or a parallel loop its
- * device's threads, anything else one thread; each at the device's share. */
-static double speed(const CostDevice *d, int parallel)
+/* Cores' worth that an instruction gets: a GEMM (CPU_SPEEDUP) or a parallel
+ * loop (CPU_LOOP_SPEEDUP) its device's threads, anything else (0) one
+ * thread; each at the device's share. */
+static double speed(const CostDevice *d, CpuKey k)
 {
-    return (parallel ? threads_speedup(d->host, d->threads) : 1) * d->share;
+    return (k ? threads_speedup(d->host, d->threads, k) : 1) * d->share;
+}
+
+/* Seconds of a step of chains `len` steps long (0: one long chain), beyond
+ * its operations: the out-of-order core starts the next chain while one
+ * ends, which hides the more of each the shorter they are; measured at 64
+ * and for one long chain, between them as 64 / len of the difference. */
+static double chain_ns(const CpuSpec *s, double len)
+{
+    double lo = s->v[CPU_CHAIN64], hi = s->v[CPU_CHAIN];
+    if (len <= 0 || hi <= lo)
+        return len > 0 && len <= 64 ? lo : hi;
+    return hi - (hi - lo) * fmin(1, 64 / len);
 }
 
 /* Seconds of a kernel's scalar work on one thread. */
 static double work_s(const CpuSpec *s, const PlanWork *k)
 {
-    return (k->ops * s->v[CPU_OP] + k->vops * s->v[CPU_VOP] + k->chain * s->v[CPU_CHAIN] +
-            k->divs * s->v[CPU_DIV] +
-            k->calls * s->v[CPU_CALL] + k->tanh * s->v[CPU_TANH]) *
+    return (k->ops * s->v[CPU_OP] + k->vops * s->v[CPU_VOP] + k->chain * chain_ns(s, k->chain_len) +
+            k->divs * s->v[CPU_DIV] + k->calls * s->v[CPU_CALL] + k->tanh * s->v[CPU_TANH]) *
            1e-9;
-}
-
-/* Seconds of `bytes` read or written out of cache on one thread. */
-static double stream_s(const CpuSpec *s, double bytes)
-{
-    return bytes / (s->v[CPU_STREAM] * 1e9);
 }
 
 /* A parallel region on more than one thread wakes them and joins them. */
@@ -205,32 +235,35 @@ static double gemm_s(const Plan *p, const CostDevice *d, const PlanInstr *in)
     PlanDType t = p->tensors[g->a].dtype;
     double rate = s->v[CPU_GEMM1] * 1e9 * (t == PD_F64 ? 0.5 : 1);
     double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch;
-    double c = (double)g->m * (double)g->n * (double)g->batch, wide = 0, ns = s->v[CPU_CONVERT] * 1e-9;
+    double c = (double)g->m * (double)g->n * (double)g->batch, wide = 0,
+           ns = s->v[CPU_CONVERT] * 1e-9;
     if (t == PD_BF16 || t == PD_F16) {
         double a = (double)p->tensors[g->a].bytes / 2, b = (double)p->tensors[g->b].bytes / 2;
         double r = p->tensors[g->c].dtype == PD_F32 ? 0 : c;
         wide = (a + b + r) * ns;
-        wide = a > 65536 && b > 65536 && (r == 0 || r > 65536) ? wide / speed(d, 1) : wide / d->share;
+        wide = a > 65536 && b > 65536 && (r == 0 || r > 65536) ? wide / speed(d, CPU_LOOP_SPEEDUP)
+                                                               : wide / d->share;
     }
     double bias = g->epilogue == PE_BIAS ? c * ns / d->share : 0;
-    return flops / rate / speed(d, 1) + wide + bias + fork_s(d);
+    return flops / rate / speed(d, CPU_SPEEDUP) + wide + bias + fork_s(d);
 }
 
 double cost_cpu_compute_time(const Plan *p, const CostDevice *d, const PlanInstr *in)
 {
-    const CpuSpec *s = d->host;
     if (in->kind == PI_GEMM)
         return gemm_s(p, d, in);
     if (in->kind == PI_COPY) /* memmove on the device's thread: read and written */
-        return stream_s(s, 2.0 * (double)p->tensors[in->args[0]].bytes) / d->share;
+        return 2.0 * (double)p->tensors[in->args[0]].bytes / device_bw(d, 1);
     if (in->kind != PI_KERNEL)
         return 0;
     const PlanWork *k = &in->work;
     double bytes = 0;
     for (int a = 0; a < in->nargs; a++)
         bytes += (double)p->tensors[in->args[a]].bytes;
-    double run = (work_s(s, k) + stream_s(s, bytes)) / speed(d, !k->serial);
-    return run + (k->serial ? 0 : fork_s(d));
+    if (k->serial)
+        return work_s(d->host, k) / speed(d, 0) + bytes / device_bw(d, 1);
+    return work_s(d->host, k) / speed(d, CPU_LOOP_SPEEDUP) + bytes / device_bw(d, d->threads) +
+           fork_s(d);
 }
 
 /* ---- collectives of the threads backend ---- */
@@ -282,5 +315,5 @@ double cost_cpu_coll_time(const Plan *p, const CostDevice *d, const PlanInstr *i
     default:
         return 0;
     }
-    return stream_s(s, 2 * copied + summed) / d->share + barriers * s->v[CPU_FORK] * 1e-6;
+    return (2 * copied + summed) / device_bw(d, 1) + barriers * s->v[CPU_FORK] * 1e-6;
 }

@@ -136,7 +136,8 @@ int pass_cluster_read(Arena *a, const char *path, ClusterSpec *out, char *err, s
  * runtime: rt_cpu_measure) or read from a file that --calibrate-cpu wrote. */
 typedef enum {
     CPU_CORES, CPU_GEMM1, CPU_CONVERT, CPU_OP, CPU_CHAIN, CPU_DIV, CPU_CALL, CPU_TANH,
-    CPU_STREAM, CPU_SPEEDUP, CPU_FORK, CPU_MEMORY, CPU_VOP, CPU_NKEYS
+    CPU_STREAM, CPU_SPEEDUP, CPU_FORK, CPU_MEMORY, CPU_VOP, CPU_LOOP_SPEEDUP, CPU_STREAM_PAR,
+    CPU_CHAIN64, CPU_NKEYS
 } CpuKey;
 typedef struct CpuSpec {
     double v[CPU_NKEYS]; /* by CpuKey, in the file's units (docs/cost.md) */
@@ -367,6 +368,12 @@ typedef struct StageCost {
     double optimizer;    /* the optimizer's piece, in total */
 } StageCost;
 
+typedef struct CostInstr {
+    int index, runs;
+    const char *label;
+    double time_s;
+} CostInstr;
+
 typedef struct CostModel {
     double step_s, tokens, tokens_per_s, devices;
     double model_flops;  /* per step: 3 x the forward's matmul and attention FLOPs */
@@ -379,6 +386,11 @@ typedef struct CostModel {
     StageCost *stage;
     Schedule sched;      /* and its pieces' times, in seconds (for --emit=trace) */
     SchedTimes times;
+    /* stage 0's instructions in program order: the plan's index, the label
+     * the runtime's profile gives it (plan_instr_label), the predicted time of
+     * one run and the runs in a step (the microbatches for a microbatch's own) */
+    int ninstrs;
+    CostInstr *instrs;
 } CostModel;
 
 /* The step's time on device d from the plan p of ONE microbatch's step (the

@@ -8,11 +8,11 @@
  * kernel that fills the caches with other data (as in a step, where an
  * instruction's operands were last touched many kernels before); GEMMs are
  * OpenBLAS's sgemm, after the same. Each rate is one thread's, the median of
- * a few runs in turns; what every thread adds is measured apart, on a step in
- * small (a GEMM and kernels, parallel) on every thread against one, summed
- * over the runs: the threads of OpenMP and OpenBLAS get in each other's way
- * now and then, and a step sees the mean. The whole takes well under a
- * second once the kernels are cached. */
+ * a few runs in turns; what every thread adds is measured apart for a GEMM,
+ * a parallel loop of arithmetic and a parallel stream through memory, each
+ * on every thread against one, in trials on fresh threads (a trial that the
+ * machine slowed is outvoted). The whole takes well under a second once the
+ * kernels are cached. */
 #include "runtime/cpu.h"
 #include "runtime/runtime.h"
 
@@ -30,9 +30,8 @@
 #define CALL_ITEMS (1 << 16) /* of them, the ones the exp and tanh kernels take */
 #define FLUSH (8 << 20)      /* floats a flush writes: 32 MiB, as much as a cache holds */
 #define RUNS 7
+#define TRIALS 3 /* of the speed-ups, each on a thread (and OpenMP team) of its own */
 #define PAR_RUNS 2 /* a parallel region's runs for each of RUNS */
-#define MIX_RUNS 3 /* the step in small's runs, on one thread and on all, in a trial */
-#define TRIALS 3   /* of the speed-up, each with OpenMP threads of its own */
 
 /* Bodies in the generated kernels' style (a temporary per node). Operations
  * first: 8 an item (3 loads, 2 integer, 2 float, 1 store). */
@@ -55,6 +54,12 @@ static const char source[] =
     "    for (int64_t i1 = 0; i1 < INT64_C(1048576); i1++) { const float t1 = a0[i1]; acc += t1; "
     "}\n"
     "    a2[0] = acc + a1[0];\n}\n"
+    /* running sums 64 long, one after another (a row's dot product, as in
+     * attention and the row reductions): 2 operations and a chain step an item */
+    "void cal_rows(char *const *args)\n"
+    "{\n    ARGS\n    for (int64_t r = 0; r < INT64_C(16384); r++) {\n        float acc = 0.0f;\n"
+    "        for (int64_t d = 0; d < 64; d++) { const float t1 = a0[r * 64 + d]; "
+    "const float t2 = a1[d]; acc += t1 * t2; }\n        a2[r] = acc;\n    }\n}\n"
     /* a loop of independent items, as codegen writes one (parallel for simd, on one
      * thread here): 7 operations an item (2 loads, 4 arithmetic, 1 store), as vectors;
      * 2^14 items (192 KiB, in cache: the memory is priced apart) 64 times */
@@ -66,6 +71,10 @@ static const char source[] =
     /* a sum of two arrays: 4 operations and 12 bytes an item, bound by the memory */
     "void cal_stream(char *const *args)\n"
     "{\n    ARGS\n    for (int64_t i0 = 0; i0 < INT64_C(1048576); i0++) {\n"
+    "        const float t1 = a0[i0]; const float t2 = a1[i0]; a2[i0] = t1 + t2;\n    }\n}\n"
+    "void cal_stream_par(char *const *args)\n"
+    "{\n    ARGS\n#pragma omp parallel for schedule(static)\n"
+    "    for (int64_t i0 = 0; i0 < INT64_C(1048576); i0++) {\n"
     "        const float t1 = a0[i0]; const float t2 = a1[i0]; a2[i0] = t1 + t2;\n    }\n}\n"
     /* a division and a square root: 2 of them and 5 operations an item */
     "void cal_div(char *const *args)\n"
@@ -103,11 +112,14 @@ enum {
     K_TANH_PAR,
     K_FLUSH,
     K_VOPS,
+    K_ROWS,
+    K_STREAM_PAR,
     K_COUNT
 };
 static const char *const names[K_COUNT] = {"cal_ops",      "cal_chain", "cal_stream", "cal_div",
                                            "cal_exp",      "cal_tanh",  "cal_fork",   "cal_ops_par",
-                                           "cal_tanh_par", "cal_flush", "cal_vops"};
+                                           "cal_tanh_par", "cal_flush", "cal_vops",
+                                           "cal_rows",     "cal_stream_par"};
 
 /* The calibration's device: the kernels, the slab's arrays, a GEMM's operands. */
 typedef struct Bench {
@@ -192,7 +204,7 @@ static double sgemm_s(Bench *b, int m, int nn, int k)
 }
 
 /* The measurements on one thread: the kernels first, in their order, then the others. */
-enum { M_OPS, M_CHAIN, M_STREAM, M_DIV, M_EXP, M_TANH, M_GEMM1, M_CONVERT, M_VOPS, M_COUNT };
+enum { M_OPS, M_CHAIN, M_STREAM, M_DIV, M_EXP, M_TANH, M_GEMM1, M_CONVERT, M_VOPS, M_ROWS, M_COUNT };
 
 /* Seconds of the bf16 GEMM wrapper's loops (runtime/cpu.c, compiled as it
  * is): ITEMS elements widened to f32, then rounded back; in the flush's array,
@@ -235,61 +247,53 @@ static double run_one(Bench *b, int m)
     if (m == M_CONVERT)
         return convert_s(b);
     double t0 = now_s();
-    b->d.fns[m == M_VOPS ? K_VOPS : m](b->args);
+    b->d.fns[m == M_VOPS ? K_VOPS : m == M_ROWS ? K_ROWS : m](b->args);
     return now_s() - t0;
 }
 
-/* Seconds of a step in small on `threads` OpenMP and OpenBLAS threads: a
- * flush, then two sgemm each followed by a parallel loop (of tanh; of
- * operations). */
-static double mix_s(Bench *b, int threads)
+/* The measurements on every thread against one: each a parallel
+ * counterpart of a one-thread one. */
+enum { P_GEMM, P_LOOP, P_STREAM, P_COUNT };
+
+/* Seconds of parallel measurement m on `threads` OpenMP and OpenBLAS
+ * threads, right after a flush of the caches. */
+static double run_par(Bench *b, int m, int threads)
 {
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
-    double t0 = now_s();
     b->d.fns[K_FLUSH](b->args);
-    sgemm_s(b, 256, 256, 256);
-    b->d.fns[K_TANH_PAR](b->args);
-    sgemm_s(b, 256, 256, 256);
-    b->d.fns[K_OPS_PAR](b->args);
+    if (m == P_GEMM)
+        return sgemm_s(b, 512, 512, 512);
+    double t0 = now_s();
+    b->d.fns[m == P_LOOP ? K_TANH_PAR : K_STREAM_PAR](b->args);
     return now_s() - t0;
 }
 
-/* A trial of the speed-up on a thread of its own, whose OpenMP threads are
- * its own too (libgomp gives every thread that starts a parallel region its
- * own team): where the scheduler puts a team's threads, beside which of
- * OpenBLAS's, holds for a process's life and makes one run's parallel loops
- * nearly twice as fast as another's; a fresh team is a fresh draw. */
+/* A trial of the speed-ups on a thread of its own, whose OpenMP threads are
+ * a team of its own too (libgomp gives each thread that starts a parallel
+ * region its own): each parallel measurement on every thread and on one,
+ * RUNS times in turns; the ratios of their medians (for the stream: of the
+ * parallel kernel to its one-thread run). Another process on the machine, or
+ * the hypervisor taking a core away, can slow every run of a trial on all
+ * threads, so the caller takes the median of TRIALS trials. */
 typedef struct Trial {
     Bench *b;
     int cores;
-    double one, all;
+    double ratio[P_COUNT];
 } Trial;
 
 static void *trial_main(void *arg)
 {
-    Trial *t = arg;
-    mix_s(t->b, t->cores); /* the team started, untimed */
-    for (int r = 0; r < MIX_RUNS; r++)
-        t->one += mix_s(t->b, 1), t->all += mix_s(t->b, t->cores);
+    Trial *tr = arg;
+    double one[P_COUNT][RUNS], all[P_COUNT][RUNS];
+    for (int m = 0; m < P_COUNT; m++) /* the team and OpenBLAS's threads started, untimed */
+        run_par(tr->b, m, tr->cores);
+    for (int r = 0; r < RUNS; r++)
+        for (int m = 0; m < P_COUNT; m++)
+            one[m][r] = run_par(tr->b, m, 1), all[m][r] = run_par(tr->b, m, tr->cores);
+    for (int m = 0; m < P_COUNT; m++)
+        tr->ratio[m] = median(one[m], RUNS) / median(all[m], RUNS);
     return NULL;
-}
-
-/* How many times faster the mix runs on every thread than on one: MIX_RUNS of
- * each in turns, summed, in each of TRIALS trials; the median trial. */
-static double speedup(Bench *b, int cores)
-{
-    double q[TRIALS];
-    int n = 0;
-    for (int i = 0; i < TRIALS; i++) {
-        Trial t = {b, cores, 0, 0};
-        pthread_t th;
-        if (pthread_create(&th, NULL, trial_main, &t) != 0)
-            continue;
-        pthread_join(th, NULL);
-        q[n++] = t.one / t.all;
-    }
-    return n ? median(q, n) : 1;
 }
 
 /* The figures from the median times t (seconds) of the measurements. */
@@ -303,6 +307,7 @@ static void figures(RtCpuSpeed *s, const double *t)
     s->div_ns = fmax((t[M_DIV] / CALL_ITEMS * 1e9 - 5 * s->op_ns) / 2, 0.01);
     s->call_ns = fmax(t[M_EXP] / CALL_ITEMS * 1e9 - 2 * s->op_ns, 0.01);
     s->tanh_ns = fmax(t[M_TANH] / CALL_ITEMS * 1e9 - 2 * s->op_ns, 0.01);
+    s->chain64_ns = fmax(t[M_ROWS] / items * 1e9 - 2 * s->op_ns, 0.01);
     s->gemm1_gflops = 2.0 * 512 * 512 * 512 / t[M_GEMM1] / 1e9;
     s->convert_ns = t[M_CONVERT] / (2.0 * ITEMS) * 1e9;
 }
@@ -311,7 +316,8 @@ static void figures(RtCpuSpeed *s, const double *t)
  * other work on the machine touches one run of each at most; the medians.
  * These come first, with OpenBLAS on one thread: its workers spin for a while
  * after each GEMM on more than one, on a core the one thread may share. Then
- * the parallel region and the speed-up, on every thread. */
+ * the parallel region, and each parallel measurement on every thread and on
+ * one, in turns: the speed-ups are the ratios of their medians. */
 static int measure_all(RtCpuSpeed *s, const char *cache_dir, char *err, size_t n)
 {
     Bench b;
@@ -329,7 +335,24 @@ static int measure_all(RtCpuSpeed *s, const char *cache_dir, char *err, size_t n
         med[m] = median(t[m], RUNS);
     figures(s, med);
     s->fork_us = fork_s(&b, s->cores) * 1e6;
-    s->speedup = s->cores > 1 ? fmax(speedup(&b, s->cores), 1) : 1;
+    double q[P_COUNT][TRIALS];
+    for (int i = 0; i < TRIALS; i++) {
+        Trial tr = {&b, s->cores, {0}};
+        pthread_t th;
+        if (pthread_create(&th, NULL, trial_main, &tr) != 0)
+            trial_main(&tr);
+        else
+            pthread_join(th, NULL);
+        for (int m = 0; m < P_COUNT; m++)
+            q[m][i] = tr.ratio[m];
+    }
+    double sp[P_COUNT];
+    for (int m = 0; m < P_COUNT; m++)
+        sp[m] = median(q[m], TRIALS);
+    s->speedup = s->cores > 1 ? fmax(sp[P_GEMM], 1) : 1;
+    s->loop_speedup = s->cores > 1 ? fmax(sp[P_LOOP], 1) : 1;
+    s->stream_par_gbs = fmax(s->stream_gbs * sp[P_STREAM], s->stream_gbs);
+    omp_set_num_threads(s->cores);
     openblas_set_num_threads(threads);
     bench_close(&b);
     return 0;

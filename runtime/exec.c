@@ -143,7 +143,7 @@ Runtime *rt_open_device(const Plan *p, RtKernel const *kernels, RtDeviceKind kin
     rt->nstages = plan_stages(p);
     rt->stage = rt->nstages > 1 ? -1 : 0; /* known at rt_attach */
     if (rt_cpu_open_linked(&rt->dev, p, kernels, cache_dir, err, n) || bind_args(rt, err, n) ||
-        rt_guard_open(rt, err, n) || (kind == RT_CUDA && open_gpu(rt, cache_dir, err, n))) {
+        rt_guard_open(rt, err, n) || rt_profile_open(rt, kind, err, n) || (kind == RT_CUDA && open_gpu(rt, cache_dir, err, n))) {
         rt_close(rt);
         return NULL;
     }
@@ -160,6 +160,7 @@ void rt_close(Runtime *rt)
 {
     if (!rt)
         return;
+    rt_profile_close(rt); /* before the mesh: it asks the world rank */
     rt_mesh_close(rt);
     rt_guard_close(rt);
     rt_cuda_close(rt->gpu);
@@ -294,19 +295,6 @@ static int download_outputs(Runtime *rt, char *err, size_t n)
 }
 
 /* "kernel k12_layernorm", "gemm", "all_reduce": what instruction i is, for messages. */
-static const char *instr_label(const Plan *p, int i, char *buf, size_t n)
-{
-    const PlanInstr *in = &p->instrs[i];
-    switch (in->kind) {
-    case PI_KERNEL: snprintf(buf, n, "kernel %s", p->kernels[in->kernel].name); break;
-    case PI_GEMM: snprintf(buf, n, "gemm"); break;
-    case PI_COPY: snprintf(buf, n, "copy"); break;
-    case PI_COLL: snprintf(buf, n, "%s", plan_coll_name(in->coll.op)); break;
-    default: snprintf(buf, n, "kind %d", (int)in->kind); break;
-    }
-    return buf;
-}
-
 double rt_scalar(Runtime *rt, int tensor)
 {
     if (tensor < 0 || tensor >= rt->p->ntensors || rt->p->tensors[tensor].rank != 0)
@@ -425,9 +413,12 @@ int rt_run_instr(Runtime *rt, int i, int hook, char *err, size_t n)
     char msg[640], what[160];
     if (hook && rt_guard_due(rt, i) && rt_guard_poison(rt, msg, sizeof msg))
         return plan_errorf(err, n, "step %" PRId64 ", TCC_TEST_NAN_GRAD: %s", rt->step_now, msg);
+    double t0 = rt->prof && hook ? rt_profile_now() : 0;
     if (rt->gpu ? run_gpu(rt, i, msg, sizeof msg) : run_cpu(rt, i, msg, sizeof msg))
         return plan_errorf(err, n, "step %" PRId64 ", instrs[%d] (%s): %s", rt->step_now, i,
-                           instr_label(rt->p, i, what, sizeof what), msg);
+                           plan_instr_label(rt->p, i, what, sizeof what), msg);
+    if (rt->prof && hook)
+        rt_profile_add(rt, i, rt_profile_now() - t0);
     return 0;
 }
 

@@ -10,6 +10,8 @@
 
 #define RT_MAX_GROUPS 256 /* one communicator per subset of at most 8 mesh axes */
 
+typedef struct RtProfile RtProfile; /* profile.c */
+
 struct Runtime {
     const Plan *p;
     Plan *own; /* a loop plan given to rt_open: its expanded copy, which p is (else NULL) */
@@ -47,6 +49,7 @@ struct Runtime {
     int poison_at, poison_tensor;     /* before instruction poison_at of those steps (-1: none) */
     int64_t stall_step; /* TCC_TEST_STALL: world rank stall_rank (-1: none) stops at this step */
     int stall_rank;
+    RtProfile *prof; /* TCC_PROFILE: instruction times (profile.c); NULL when not asked */
 };
 
 /* Whether this device's slab holds tensor t: always on one stage; on a
@@ -87,6 +90,13 @@ int rt_run_instr(Runtime *rt, int i, int hook, char *err, size_t n);
 /* guard.c: the split of the step and the gradient table, from the plan and the
  * TCC_TEST_NAN_GRAD hook (rt_open_device); their memory (rt_close). */
 int rt_guard_open(Runtime *rt, char *err, size_t n);
+/* profile.c: TCC_PROFILE's instruction times; refused on the cuda device.
+ * _add counts seconds of instruction i in the current step (the first step
+ * of the run is left out); _close writes the file (world rank 0) and frees. */
+int rt_profile_open(Runtime *rt, RtDeviceKind kind, char *err, size_t n);
+void rt_profile_add(Runtime *rt, int i, double seconds);
+void rt_profile_close(Runtime *rt);
+double rt_profile_now(void);
 void rt_guard_close(Runtime *rt);
 /* The test hook: whether it is due before instruction i of this step; a NaN
  * into element 0 of the gradient poison_tensor. 0 or -1. */

@@ -52,6 +52,29 @@ const char *plan_coll_name(PlanCollKind k)
     return (unsigned)k < PC_COUNT ? coll_names[k] : "?";
 }
 
+const char *plan_instr_label(const Plan *p, int i, char *buf, size_t n)
+{
+    const PlanInstr *in = &p->instrs[i];
+    const PlanGemm *g = &in->gemm;
+    if (!n)
+        return buf;
+    switch (in->kind) {
+    case PI_KERNEL: snprintf(buf, n, "kernel %s", p->kernels[in->kernel].name); break;
+    case PI_GEMM:
+        if (g->batch > 1)
+            snprintf(buf, n, "gemm %" PRId64 "x%" PRId64 "x%" PRId64 "x%" PRId64 " %s", g->m, g->n,
+                     g->k, g->batch, plan_dtype_name(p->tensors[g->a].dtype));
+        else
+            snprintf(buf, n, "gemm %" PRId64 "x%" PRId64 "x%" PRId64 " %s", g->m, g->n, g->k,
+                     plan_dtype_name(p->tensors[g->a].dtype));
+        break;
+    case PI_COPY: snprintf(buf, n, "copy"); break;
+    case PI_COLL: snprintf(buf, n, "%s", plan_coll_name(in->coll.op)); break;
+    default: snprintf(buf, n, "kind %d", (int)in->kind); break;
+    }
+    return buf;
+}
+
 int64_t plan_mesh_size(const Plan *p)
 {
     int64_t n = 1;

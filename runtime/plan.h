@@ -121,6 +121,7 @@ typedef struct PlanWork {
     double ops, chain, divs, calls, tanh;
     int serial;
     double vops; /* operations of a loop that runs as vectors (its divisions: 4 each) */
+    double chain_len; /* the chains' length (steps), weighted by their steps; 0: one long chain */
 } PlanWork;
 
 /* When an instruction of a loop plan's piece runs (docs/plan.md). */
@@ -239,6 +240,10 @@ int plan_errorf(char *err, size_t n, const char *fmt, ...) __attribute__((format
 
 size_t plan_dtype_size(PlanDType t);
 const char *plan_coll_name(PlanCollKind k); /* "all_reduce" */
+/* Instruction i in a few words, the same in the runtime's messages and
+ * profile and in the cost model's: "kernel NAME", "gemm MxNxK f32" (xB
+ * batches), "copy", a collective's name. buf, or "" when n is 0. */
+const char *plan_instr_label(const Plan *p, int i, char *buf, size_t n);
 /* The devices of the mesh: the product of the axis sizes (1 without axes). */
 int64_t plan_mesh_size(const Plan *p);
 /* The pipeline stages: the product of the sizes of the axes whose role is

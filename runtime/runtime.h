@@ -140,7 +140,11 @@ typedef struct RtCpuSpeed {
     double call_ns;      /* a call of expf (of the math library: logf, powf, fmaxf alike) */
     double tanh_ns;      /* a call of tanhf */
     double stream_gbs;   /* a kernel's tensors out of cache (bytes read and written), one thread */
-    double speedup;      /* a step's GEMMs and parallel kernels on every thread, against one */
+    double speedup;      /* sgemm on every thread, against one */
+    double loop_speedup; /* a parallel kernel's loop of arithmetic on every thread, against one */
+    double stream_par_gbs; /* a parallel kernel's tensors out of cache, every thread */
+    double chain64_ns;   /* a step of running sums 64 long, one after another, beyond its
+                            operations (the out-of-order core overlaps a sum with the next) */
     double fork_us;      /* a parallel region that does nothing, on every thread */
     double memory_bytes; /* physical memory */
     char cpu[96];        /* /proc/cpuinfo's model name */

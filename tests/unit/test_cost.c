@@ -189,7 +189,8 @@ static CpuSpec cpu_spec(void)
                            [CPU_OP] = 0.25,    [CPU_CHAIN] = 1,    [CPU_DIV] = 2,
                            [CPU_CALL] = 4,     [CPU_TANH] = 16,    [CPU_STREAM] = 10,
                            [CPU_SPEEDUP] = 1.5, [CPU_FORK] = 8,    [CPU_MEMORY] = 16,
-                           [CPU_VOP] = 0.05};
+                           [CPU_VOP] = 0.05,   [CPU_LOOP_SPEEDUP] = 1.25,
+                           [CPU_STREAM_PAR] = 15, [CPU_CHAIN64] = 0.4};
     memcpy(s.v, v, sizeof v);
     return s;
 }
@@ -224,17 +225,29 @@ Test(cost, cpu_kernel_time_from_its_work_and_bytes)
     PlanInstr in = {.kind = PI_KERNEL, .kernel = 0, .nargs = 2, .args = args};
     in.work = (PlanWork){.ops = 1e6, .chain = 1e5, .divs = 1e4, .calls = 1e3, .tanh = 1e2};
     double work = (1e6 * 0.25 + 1e5 * 1 + 1e4 * 2 + 1e3 * 4 + 1e2 * 16) * 1e-9;
-    double mem = 2.0 * (1 << 26) / 10e9;
-    /* one device: both threads, 1.5 times one, and a parallel region's wake-up */
-    double want = (work + mem) / 1.5 + 8e-6;
+    double bytes = 2.0 * (1 << 26);
+    /* one device: its loop on both threads, 1.25 times one; the bytes at both
+     * threads' bandwidth (15 GB/s); a parallel region's wake-up */
+    double want = work / 1.25 + bytes / 15e9 + 8e-6;
     cr_assert(REL(cost_cpu_compute_time(&plan, &one, &in), want), "%g vs %g",
               cost_cpu_compute_time(&plan, &one, &in), want);
     cr_assert(REL(cost_compute_time(&plan, &one, &in), want), "the model's entry takes it");
-    /* four devices on two cores: one thread each, at half a core */
-    cr_assert(REL(cost_cpu_compute_time(&plan, &four, &in), (work + mem) / 0.5));
-    /* a loop that runs on one thread (its if clause) gains nothing from the second */
+    /* four devices on two cores: one thread each, at half a core; the two
+     * cores' bandwidth shared by the four */
+    cr_assert(REL(cost_cpu_compute_time(&plan, &four, &in), work / 0.5 + bytes / (15e9 / 4)));
+    /* a loop that runs on one thread (its if clause) gains nothing from the
+     * second, and streams at one thread's bandwidth */
     in.work.serial = 1;
-    cr_assert(REL(cost_cpu_compute_time(&plan, &one, &in), work + mem));
+    cr_assert(REL(cost_cpu_compute_time(&plan, &one, &in), work + bytes / 10e9));
+    /* chains 64 long or shorter cost their measured step (0.4 ns), longer ones
+     * the difference to one long chain (1 ns) scaled by 64 / length */
+    static const struct { double len, ns; } chains[] = {{32, 0.4}, {64, 0.4}, {128, 0.7}, {0, 1}};
+    for (size_t i = 0; i < sizeof chains / sizeof chains[0]; i++) {
+        in.work.chain_len = chains[i].len;
+        double w = work + 1e5 * (chains[i].ns - 1) * 1e-9;
+        cr_assert(REL(cost_cpu_compute_time(&plan, &one, &in), w + bytes / 10e9), "length %g",
+                  chains[i].len);
+    }
 }
 
 Test(cost, cpu_gemm_time_from_the_sgemm_rate)
@@ -267,13 +280,13 @@ Test(cost, cpu_collectives_copy_between_the_members)
 {
     CpuSpec s = cpu_spec();
     CostDevice d = cpu_device(&s, 32); /* the test plan's 32 devices on 2 cores */
-    double S = 1 << 26, n = 8, share = 1.0 / 16;
+    double S = 1 << 26, n = 8, bw = 15e9 / 32; /* both cores' bandwidth, shared by 32 */
     PlanInstr in = coll(PC_ALL_REDUCE, 1, 1); /* tp: 8 members */
     double copied = 2 * S + S / n, summed = (n - 1) * S / n;
-    cr_assert(REL(cost_coll_time(&plan, &d, &in), (2 * copied + summed) / 10e9 / share + 3 * 8e-6),
-              "%g", cost_coll_time(&plan, &d, &in));
+    cr_assert(REL(cost_coll_time(&plan, &d, &in), (2 * copied + summed) / bw + 3 * 8e-6), "%g",
+              cost_coll_time(&plan, &d, &in));
     in = coll(PC_ALL_GATHER, 1, 3); /* 256 MiB out */
-    cr_assert(REL(cost_coll_time(&plan, &d, &in), 2.0 * (1 << 28) / 10e9 / share + 2 * 8e-6));
+    cr_assert(REL(cost_coll_time(&plan, &d, &in), 2.0 * (1 << 28) / bw + 2 * 8e-6));
     PlanAxis one[2] = {{"dp", "data", 1}, {"tp", "tensor", 1}};
     plan.axes = one;
     in = coll(PC_ALL_REDUCE, 1, 1);
@@ -305,6 +318,7 @@ Test(cost, cpu_file_round_trip_and_errors_are_located)
         {"gpu = cpu\nop_ns = fast\n", ":2: expected a positive number"},
         {"gpu = cpu\ncores = 1.5\n", ":2: cores: expected a whole number"},
         {"gpu = cpu\n\nparallel_speedup = 0.5\n", ":3: parallel_speedup: expected at least 1"},
+        {"gpu = cpu\nloop_speedup = 0.9\n", ":2: loop_speedup: expected at least 1"},
         {"gpu = cpu\ngpu = cpu\n", ":2: gpu given twice"},
         {"gpu = cpu\nflops = 3\n", ":2: unknown key"},
         {"gpu = cpu\nop_ns\n", ":2: expected KEY = VALUE"},

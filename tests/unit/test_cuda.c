@@ -11,6 +11,7 @@
 #include <ftw.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/runtime.h"
 #include "tests/support/tmpdir.h"
@@ -121,6 +122,22 @@ Test(cuda, open_a_plan_without_cuda_kernels_is_refused)
     Runtime *rt = rt_open_device(p, NULL, RT_CUDA, NULL, err, sizeof err);
     cr_assert_null(rt);
     cr_assert_str_eq(err, "the plan has no CUDA kernels: rebuild it with a tcc that renders them");
+    plan_free(p);
+}
+
+/* TCC_PROFILE times each instruction on the CPU, where one ends before the
+ * next starts; on a GPU that would time launches, so it is refused there. */
+Test(cuda, instruction_times_are_refused_on_the_cuda_device)
+{
+    char err[512] = "";
+    Plan *p = gemm_plan(0);
+    setenv("TCC_PROFILE", "/tmp/tcc-profile-never-written", 1);
+    Runtime *rt = rt_open_device(p, NULL, RT_CUDA, NULL, err, sizeof err);
+    unsetenv("TCC_PROFILE");
+    cr_assert_null(rt);
+    cr_assert(!strncmp(err, "TCC_PROFILE: instruction times are taken on the cpu device only", 63),
+              "%s", err);
+    cr_assert_eq(access("/tmp/tcc-profile-never-written", F_OK), -1, "nothing written");
     plan_free(p);
 }
 
