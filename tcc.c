@@ -1644,7 +1644,11 @@ static void trial(Ctx *c, const Options *o, const char *mesh, int repeat_limit, 
     q->repeat_limit = repeat_limit;
     OneStep one;
     memset(t, 0, sizeof *t);
-    t->ok = compile_one(q, o, NULL, &one) == 0 &&
+    int auto_rc = 0; /* --set recompute=auto: each layer's level chosen first, as fit_budget does */
+    for (int i = 0; i < o->nsets; i++)
+        auto_rc = !strcmp(o->sets[i], "recompute=auto") ? 1 : !strncmp(o->sets[i], "recompute=", 10) ? 0 : auto_rc;
+    t->ok = (!auto_rc || choose_recompute(q, o, budget_of(o)) == 0) &&
+            compile_one(q, o, NULL, &one) == 0 &&
             pass_memory_model(q, one.g, one.local, &one.plan, 1, &t->mm) == 0 &&
             (repeat_limit ? pass_cost_profile(q, one.g, one.local, &one.plan, &t->mm, d, &t->prof)
                           : pass_cost_model(q, one.g, one.local, &one.plan, d, &t->cm)) == 0;
@@ -1663,7 +1667,13 @@ static void trial(Ctx *c, const Options *o, const char *mesh, int repeat_limit, 
     free(text);
 }
 
-static const char *rc_name(int rc) { return rc == RC_FULL ? "full" : rc == RC_SELECTIVE ? "selective" : "none"; }
+static const char *rc_name(int rc)
+{
+    return rc == PLAN_RC_AUTO   ? "auto"
+           : rc == RC_FULL      ? "full"
+           : rc == RC_SELECTIVE ? "selective"
+                                : "none";
+}
 
 /* The mesh and --set settings of a choice, by name (pipeline, data, tensor:
  * the tensor groups innermost, in a node). */
@@ -1972,6 +1982,28 @@ static int plan_auto(Ctx *c, Options *o)
     if (best < 0) {
         diag_error(&c->diag, LOC_NONE, "--plan=auto: none of the best candidates fits when compiled");
         return -1;
+    }
+    /* The winner recomputes uniformly: the compiler's per-layer choice
+     * (recompute = auto, from the compiled plan's own memory model) may fit
+     * with less recomputation than the analytic peak allowed. */
+    if (all[best].rc == RC_SELECTIVE || all[best].rc == RC_FULL) {
+        PlanChoice ch = all[best];
+        ch.rc = PLAN_RC_AUTO;
+        const char *m2, *s2[8];
+        int n2;
+        choice_args(c, &ms, &ch, &m2, s2, &n2);
+        Options q = with_sets(o, s2, n2);
+        Trial t;
+        trial(c, &q, m2, 0, &d, &t);
+        int better = t.ok && t.mm.peak <= sp.budget && t.cm.step_s < won.cm.step_s;
+        fprintf(stderr, "plan: candidate %d with recompute = auto: %s", best + 1,
+                !t.ok ? "fails: " : better ? "step " : "no faster: step ");
+        if (t.ok)
+            fprintf(stderr, "%.4g s, peak %.2f GiB\n", t.cm.step_s, t.mm.peak / GIB);
+        else
+            fprintf(stderr, "%s\n", t.why);
+        if (better)
+            all[best].rc = PLAN_RC_AUTO, won = t;
     }
     const char *mesh, *sets[8];
     int nsets;

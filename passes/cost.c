@@ -613,6 +613,53 @@ static int part_of(const Stage *st, int i, int first_f, int last_b)
     return last_b >= 0 && i > last_b ? PART_EMBED : PART_HEAD;
 }
 
+/* Bytes that a layer's weight gradients read and the rest of the step made:
+ * under ZB-H1 the weight gradients wait in a W piece, and these wait with
+ * them. The weight gradients are the layer's backward instructions that the
+ * layer's input gradient does not need: what the embedding's backward
+ * (after the layer's, position > last_b) reads, and everything the layer's
+ * backward makes toward it, is needed (as the pipeline pass splits B and W,
+ * passes/pipeline.c). first[t]: the position that makes tensor t. */
+static double weight_grad_inputs(Arena *a, const Stage *st, const int *first, int last_b)
+{
+    const Plan *p = st->p;
+    int n = st->sp.n;
+    if (last_b < 0)
+        return 0;
+    char *need = arena_alloc(a, (size_t)p->ntensors + 1), *w = arena_alloc(a, (size_t)n + 1);
+    memset(need, 0, (size_t)p->ntensors + 1);
+    memset(w, 0, (size_t)n + 1);
+    for (int i = n - 1; i >= 0; i--) {
+        const PlanInstr *in = &p->instrs[st->sp.instr[i]];
+        int layer_bwd = in->layer >= 0 && in->phase == PH_BWD && st->per_mb[i];
+        int needed = i > last_b && in->phase == PH_BWD, k = plan_instr_ntensors(in);
+        for (int j = 0; j < k && layer_bwd && !needed; j++) {
+            int t = plan_instr_tensor(in, j);
+            needed = first[t] == i && need[t];
+        }
+        if (!needed && !layer_bwd)
+            continue;
+        w[i] = !needed;
+        for (int j = 0; j < k && needed; j++) { /* what it reads is needed too */
+            int t = plan_instr_tensor(in, j);
+            if (first[t] != i)
+                need[t] = 1;
+        }
+    }
+    char *seen = need; /* reused: the tensors counted */
+    memset(seen, 0, (size_t)p->ntensors + 1);
+    double held = 0;
+    for (int i = 0; i < n; i++) {
+        const PlanInstr *in = &p->instrs[st->sp.instr[i]];
+        for (int j = 0, k = plan_instr_ntensors(in); j < k && w[i]; j++) {
+            int t = plan_instr_tensor(in, j);
+            if (p->tensors[t].role == PT_TEMP && first[t] >= 0 && !w[first[t]] && !seen[t])
+                seen[t] = 1, held += (double)p->tensors[t].bytes;
+        }
+    }
+    return held;
+}
+
 static double graph_flops_of(const Graph *g, Phase ph, int layer)
 {
     double f = 0;
@@ -723,6 +770,7 @@ int pass_cost_profile(Ctx *c, const Graph *g, const Graph *local, const Plan *p,
         if (part == PART_LAYER && rc && !(in->flops > 0))
             out->t_rsel.t += t, out->t_rsel.launches += launch;
     }
+    out->w_held = weight_grad_inputs(c->arena, &st, first, last_b);
     /* a piece's own temporaries alive together, at most (one microbatch's), by
      * the part that makes them: the layer's, the embedding's, the head's */
     double *born = arena_alloc(c->arena, sizeof(double) * 3 * (size_t)(n + 1));

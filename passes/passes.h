@@ -426,6 +426,8 @@ typedef struct CostProfile {
     double act_none, act_sel, act_full; /* a layer's held activations by recompute level */
     double act_embed, act_head;  /* held outside the layers */
     double transient;            /* a layer's temporaries alive together in a piece, at most */
+    double w_held;               /* what a layer's weight gradients (ZB-H1's W piece) read that
+                                    the rest of its backward made or kept: held until W runs */
     double transient_embed, transient_head; /* the embedding's, the head's and loss's */
     double msg;                  /* the activation one stage sends the next */
     double params_layer, params_out, state_layer, state_out; /* master and state bytes */
@@ -461,8 +463,13 @@ typedef struct PlanSpace {
 
 enum { PLAN_FITS, PLAN_OVER, PLAN_NODIV };
 
+/* The compiler's per-layer recomputation (recompute = auto), which the
+ * driver tries on the planner's winner once compiled (not a level the
+ * analytic search ranks: its per-stage choice is the compiled memory's). */
+#define PLAN_RC_AUTO 3
+
 typedef struct PlanChoice {
-    int tp, pp, dp, v, mbs, m, zero, rc; /* rc: RC_NONE, RC_SELECTIVE, RC_FULL */
+    int tp, pp, dp, v, mbs, m, zero, rc; /* rc: RC_NONE, RC_SELECTIVE, RC_FULL, PLAN_RC_AUTO */
     SchedKind sched;
     double step_s, compute_s, bubble_s, comm_s, opt_s, mfu, peak;
     int status;

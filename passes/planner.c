@@ -165,14 +165,19 @@ static double shardable(const CostProfile *P, int layer, int n)
     return all > 0 ? split / all : 1;
 }
 
+/* A layer's recomputation with k rows per microbatch. */
+static double recompute_s(const CostDevice *d, const CostProfile *P, const PlanChoice *c, double k)
+{
+    return c->rc == RC_FULL        ? scaled(d, P, &P->t_r, k)
+           : c->rc == RC_SELECTIVE ? scaled(d, P, &P->t_rsel, k)
+                                   : 0;
+}
+
 static void evaluate(const PlanSpace *sp, const CostProfile *P, Cache *ca, PlanChoice *c)
 {
     const CostDevice *d = sp->d;
     double k = c->mbs;
-    double layer = scaled(d, P, &P->t_f, k) + scaled(d, P, &P->t_b, k) +
-                   (c->rc == RC_FULL        ? scaled(d, P, &P->t_r, k)
-                    : c->rc == RC_SELECTIVE ? scaled(d, P, &P->t_rsel, k)
-                                            : 0);
+    double layer = scaled(d, P, &P->t_f, k) + scaled(d, P, &P->t_b, k) + recompute_s(d, P, c, k);
     double embed = scaled(d, P, &P->embed_f, k) + scaled(d, P, &P->embed_b, k);
     double head = scaled(d, P, &P->head_f, k) + scaled(d, P, &P->head_b, k);
     /* each rank's work per microbatch, its chunks as the pipeline pass cuts them */
@@ -250,6 +255,10 @@ static void evaluate(const PlanSpace *sp, const CostProfile *P, Cache *ca, PlanC
                    k * fmax(P->transient, has_embed ? P->transient_embed : 0);
     double last = (c->sched == SCHED_GPIPE ? c->m : 1) * k * (act * last_layers + has_head * P->act_head) +
                   k * fmax(P->transient, has_head ? P->transient_head : 0);
+    /* ZB-H1: rank r keeps up to r microbatches' weight gradients waiting (passes/schedule.c),
+     * each with what they read: the most on the last rank */
+    if (c->sched == SCHED_ZB_H1)
+        last += (c->pp - 1 < c->m ? c->pp - 1 : c->m) * k * P->w_held * last_layers;
     if (c->pp == 1)
         first = last = inflight * k * (act * sp->layers + P->act_embed + P->act_head) +
                        k * fmax(P->transient, fmax(P->transient_embed, P->transient_head));
@@ -297,10 +306,7 @@ static double refine_cost(const Piece *pc, int rank, void *user)
     if (pc->kind == PIECE_F)
         return nl * scaled(d, P, &P->t_f, r->k) + e * scaled(d, P, &P->embed_f, r->k) +
                h * scaled(d, P, &P->head_f, r->k);
-    double b = nl * (scaled(d, P, &P->t_b, r->k) +
-                     (r->c->rc == RC_FULL        ? scaled(d, P, &P->t_r, r->k)
-                      : r->c->rc == RC_SELECTIVE ? scaled(d, P, &P->t_rsel, r->k)
-                                                 : 0)) +
+    double b = nl * (scaled(d, P, &P->t_b, r->k) + recompute_s(d, P, r->c, r->k)) +
                e * scaled(d, P, &P->embed_b, r->k) + h * scaled(d, P, &P->head_b, r->k);
     return r->c->sched == SCHED_ZB_H1 ? b / 2 : b;
 }
