@@ -6,7 +6,8 @@
 # only; make test never needs it). For each shape, tcc's program and
 # bench/peer_gpt.py train in turns, ROUNDS rounds each (default 3), each run
 # STEPS steps; a run's figure is the median of its steps after the first.
-# Both run f32 on every core, PyTorch with GOMP_SPINCOUNT=0. Then AdamW's
+# Both run f32 on every core, PyTorch with GOMP_SPINCOUNT=0, tcc's programs
+# with the threads' settings they give themselves. Then AdamW's
 # share: bench/kprof.c's time of tcc's adamw kernels on the 124M shape,
 # against the memory bandwidth that bench/stream.c measures in the same run.
 #   ROUNDS=3 STEPS=6 bash bench/peer.sh
@@ -34,7 +35,8 @@ make -s tcc
 "$CC" -O2 -std=c11 -o "$OUT/sgemm_peak" bench/sgemm_peak.c -lopenblas
 "$CC" -O2 -shared -fPIC -o "$OUT/kprof.so" bench/kprof.c -ldl
 
-export GOMP_SPINCOUNT=0
+# PyTorch as a careful user runs it: GOMP_SPINCOUNT=0 (its idle OpenMP
+# workers sleep at once). tcc's programs set their own (rt_cpu_quiet_threads).
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
 "$OUT/sgemm_peak" 1024 2 2 | head -1
 echo "torch $("$PY" -c "import torch; print(torch.__version__)") at $PY"
@@ -49,7 +51,7 @@ ratio() { python3 -c "import sys; print(float(sys.argv[1]) / float(sys.argv[2]))
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 # a tcc run's step times (ms), then a PyTorch run's, without the first step
 tcc_steps() { "$1" --steps "$2" | awk '/^step / {for (i = 1; i < NF; i++) if ($(i + 1) == "ms") print $i}' | tail -n +2; }
-torch_steps() { "$PY" bench/peer_gpt.py "$@" | awk '/^step / {print $4}' | tail -n +2; }
+torch_steps() { GOMP_SPINCOUNT=0 "$PY" bench/peer_gpt.py "$@" | awk '/^step / {print $4}' | tail -n +2; }
 
 printf '\n%-14s %5s %10s %10s %7s\n' shape round "tcc ms" "torch ms" ratio
 summary=()

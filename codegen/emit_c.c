@@ -6,13 +6,16 @@
  * key, twice), so no S x S matrix is ever stored. */
 #include "codegen.h"
 
+#include <math.h>
+
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct Out {
     FILE *f;
     const Kernel *k;
-    int f32; /* the float type is float, so math functions take the f suffix */
+    int f32;   /* the float type is float, so math functions take the f suffix */
+    int lanes; /* lane_kernel: a reduction's accumulator is an array, lane l's at [l] */
 } Out;
 
 static const char *ftype(const Out *o) { return o->f32 ? "float" : "double"; }
@@ -58,7 +61,7 @@ static void expr(Out *o, const KNode *n)
         else
             fprintf(f, "(%s)a%d[t%d]", fl ? ftype(o) : "int64_t", n->a, n->b);
         return;
-    case KN_ACC: fprintf(f, "acc%d", n->a); return;
+    case KN_ACC: fprintf(f, o->lanes ? "acc%d[l]" : "acc%d", n->a); return;
     case KN_ADD: case KN_SUB: case KN_MUL: case KN_DIV: case KN_IDIV: case KN_IMOD:
         fprintf(f, "t%d %s t%d", n->a, ops[n->kind], n->b);
         return;
@@ -146,7 +149,7 @@ static void stmt(Out *o, int s, int *depth, int *level)
     }
     case KS_REDUCE:
         if (t->c == KR_SUM)
-            fprintf(o->f, "acc%d += t%d;\n", t->a, t->b);
+            fprintf(o->f, o->lanes ? "acc%d[l] += t%d;\n" : "acc%d += t%d;\n", t->a, t->b);
         else
             fprintf(o->f, "acc%d = fm%s%s(acc%d, t%d);\n", t->a, t->c == KR_MAX ? "ax" : "in",
                     o->f32 ? "f" : "", t->a, t->b);
@@ -194,9 +197,93 @@ static int independent_items(const Kernel *k)
     return 1;
 }
 
+/* A kernel whose items each sum one loop (a column of a matrix summed over
+ * its rows, a bias's gradient): one item after another, each sum is a chain
+ * of dependent adds. In lanes, LANES items advance together: for each step
+ * of the loop, every lane's item adds its term, so the chains interleave and
+ * a row's terms are read side by side. Each item's sum still adds its terms
+ * in the loop's order, so its bits are unchanged. The statements before the
+ * loop (each item's own) are computed again in each lane's loop, which is
+ * cheap for what they are (index arithmetic, a row's offset). The shape: the
+ * body after the hoisted part is item statements, one summing loop (no loop
+ * inside it) and then statements and stores. loop: the loop's statement, or
+ * -1 when the kernel is not of that shape, or too small to gain what the
+ * longer code costs the C compiler (about 0.06 s a kernel at -O3 here):
+ * fewer than two lanes' worth of items, or sums shorter than LANE_MIN_LOOP. */
+enum { LANES = 16, LANE_MIN_LOOP = 64 };
+
+static int lane_loop(const Kernel *k)
+{
+    int loop = -1, depth = 0;
+    if (!k->levels || k->extent < 2 * LANES)
+        return -1;
+    for (int s = k->npre; s < k->body.len; s++) {
+        const KStmt *t = &k->body.data[s];
+        if (t->kind == KS_LOOP) {
+            if (depth || loop >= 0 || cg_loop_reduce(k, s) != KR_SUM || t->extent < LANE_MIN_LOOP)
+                return -1;
+            loop = s, depth = 1;
+        } else if (t->kind == KS_END) {
+            depth = 0;
+        } else if ((t->kind == KS_STORE || t->kind == KS_STORE_ADD) && (depth || loop < 0)) {
+            return -1;
+        }
+    }
+    return loop;
+}
+
+/* The statements [from, to) of the body; every item statement's temporary
+ * marked used (each is computed in both lane loops, used in one or both). */
+static void lane_stmts(Out *o, int from, int to, int depth, int level, int mark)
+{
+    for (int s = from; s < to; s++) {
+        stmt(o, s, &depth, &level);
+        const KStmt *t = &o->k->body.data[s];
+        if (mark && t->kind == KS_NODE) {
+            indent(o, depth);
+            fprintf(o->f, "(void)t%d;\n", t->a);
+        }
+    }
+}
+
+static void lane_kernel(Out *o, int loop)
+{
+    const Kernel *k = o->k;
+    int depth = 1, level = 0, end = loop;
+    for (int d = 0; end < k->body.len; end++) /* the loop's KS_END */
+        if ((d += k->body.data[end].kind == KS_LOOP ? 1 : k->body.data[end].kind == KS_END ? -1 : 0) == 0)
+            break;
+    for (int s = 0; s < k->npre; s++)
+        stmt(o, s, &depth, &level);
+    long long n = (long long)k->extent, r = (long long)k->body.data[loop].extent;
+    fprintf(o->f, "#pragma omp parallel for schedule(static) if (INT64_C(%lld) > 4096)\n", n * 64);
+    fprintf(o->f, "    for (int64_t ib = 0; ib < INT64_C(%lld); ib += %d) {\n", n, LANES);
+    fprintf(o->f, "        const int64_t nl = INT64_C(%lld) - ib < %d ? INT64_C(%lld) - ib : %d;\n",
+            n, LANES, n, LANES);
+    fprintf(o->f, "        %s acc%d[%d];\n", ftype(o), loop, LANES);
+    fprintf(o->f, "        for (int64_t l = 0; l < nl; l++)\n            acc%d[l] = 0;\n", loop);
+    fprintf(o->f, "        for (int64_t i1 = 0; i1 < INT64_C(%lld); i1++) {\n", r);
+    fputs("            for (int64_t l = 0; l < nl; l++) {\n", o->f);
+    fputs("                const int64_t i0 = ib + l;\n                (void)i0;\n", o->f);
+    o->lanes = 1;
+    lane_stmts(o, k->npre, loop, 4, 0, 1);
+    lane_stmts(o, loop + 1, end, 4, 1, 0);
+    fputs("            }\n        }\n", o->f);
+    fputs("        for (int64_t l = 0; l < nl; l++) {\n", o->f);
+    fputs("            const int64_t i0 = ib + l;\n            (void)i0;\n", o->f);
+    lane_stmts(o, k->npre, loop, 3, 0, 1);
+    lane_stmts(o, end + 1, k->body.len, 3, 0, 0);
+    o->lanes = 0;
+    fputs("        }\n    }\n", o->f);
+}
+
 static void loop_kernel(Out *o)
 {
-    int depth = 1, level = 0, simd = independent_items(o->k);
+    int depth = 1, level = 0, simd = independent_items(o->k), loop = lane_loop(o->k);
+    if (loop >= 0) {
+        lane_kernel(o, loop);
+        return;
+    }
     for (int s = 0; s < o->k->npre; s++) /* the same for every item: once a call */
         stmt(o, s, &depth, &level);
     /* if (parallel: ...): a bare if would turn the simd off too on a small kernel */
@@ -212,7 +299,8 @@ static void loop_kernel(Out *o)
 
 /* ---- attention templates ----
  * Written once with $WORDS filled per kernel: $T the float type, $X the math
- * functions' suffix, and per argument n its storage type $Sn, the widening
+ * functions' suffix, $M and $E the prelude's max and exp (codegen/plan.c; the
+ * C library's for f64 exp), and per argument n its storage type $Sn, the widening
  * load $Ln(x) and the rounding store $Wn(x) (tcc_bf2f / tcc_f2bf for bf16, a
  * cast otherwise). Storage is bf16, f32 or f64; arithmetic is $T. */
 
@@ -229,6 +317,10 @@ static void attention_fill(Out *o, const char *tmpl)
             fputs(w == 'T' ? ftype(o) : o->f32 ? "f" : "", o->f);
             continue;
         }
+        if (w == 'M' || w == 'E') { /* the prelude's max and exp: inline, so loops of them vectorize */
+            fputs(w == 'M' ? (o->f32 ? "tcc_fmaxf" : "tcc_fmax") : o->f32 ? "tcc_expf" : "exp", o->f);
+            continue;
+        }
         int n = *++p - '0';
         if (n < 0 || n >= k->nargs || (w != 'S' && w != 'L' && w != 'W'))
             BUG("attention template: bad word $%c%c", w, *p);
@@ -242,106 +334,185 @@ static void attention_fill(Out *o, const char *tmpl)
     }
 }
 
+/* The C templates' query rows per block and keys per tile. */
+enum { ATT_QB = 16, ATT_TILE = 64 };
+
 static void attention_consts(Out *o)
 {
     const KAttention *a = &o->k->attn;
     fprintf(o->f,
-            "    enum { B = %lld, S = %lld, H = %lld, KV = %lld, DH = %lld, CAUSAL = %d, TILE = 64 };\n"
+            "    enum { B = %lld, S = %lld, H = %lld, KV = %lld, DH = %lld, CAUSAL = %d, TILE = %d, "
+            "QB = %d };\n"
             "    const int64_t QC = H * DH, KC = KV * DH;\n"
             "    const %s scale = ",
             (long long)a->batch, (long long)a->seq, (long long)a->heads, (long long)a->kv_heads,
-            (long long)a->head_dim, a->causal, ftype(o));
+            (long long)a->head_dim, a->causal, ATT_TILE, ATT_QB, ftype(o));
     literal(o, a->scale);
     fputs(";\n", o->f);
 }
 
-/* One query row at a time (widened once) against tiles of keys: running max
- * m, running sum l, running output acc, rescaled when the max grows. */
+/* A block of QB query rows per task (each row widened once) against tiles
+ * of TILE keys: the tile's keys are widened and transposed once per task
+ * (kt[d][j]), so that a row's scores for the whole tile are one loop over
+ * the head whose body runs across the keys as vectors. Each score is still
+ * the sum over the head in its order (a lane per key), so the result is the
+ * one-key-at-a-time dot's. Per row: running max m, running sum l, running
+ * output acc, rescaled when the max grows, tile after tile; the tile's
+ * exponentials as vectors (the prelude's exp, no call). */
 static const char *attention_fwd =
+    "    enum { NQB = (S + QB - 1) / QB };\n"
     "    #pragma omp parallel for collapse(3) schedule(static)\n"
     "    for (int64_t b = 0; b < B; b++)\n"
     "    for (int64_t h = 0; h < H; h++)\n"
-    "    for (int64_t i = 0; i < S; i++) {\n"
-    "        const $S0 *qi = a0 + (b * S + i) * QC + h * DH;\n"
-    "        const int64_t kh = h / (H / KV), last = CAUSAL ? i : S - 1;\n"
-    "        $T m = -INFINITY, l = 0, q[DH], acc[DH], s[TILE];\n"
-    "        for (int64_t d = 0; d < DH; d++) q[d] = $L0(qi[d]), acc[d] = 0;\n"
+    "    for (int64_t qb = 0; qb < NQB; qb++) {\n"
+    "        const int64_t kh = h / (H / KV), i0 = qb * QB, ni = S - i0 < QB ? S - i0 : QB;\n"
+    "        const int64_t last = CAUSAL ? i0 + ni - 1 : S - 1;\n"
+    "        $T m[QB], l[QB], q[QB][DH], acc[QB][DH], kt[DH][TILE], s[TILE];\n"
+    "        for (int64_t r = 0; r < ni; r++) {\n"
+    "            const $S0 *qi = a0 + (b * S + i0 + r) * QC + h * DH;\n"
+    "            m[r] = -INFINITY, l[r] = 0;\n"
+    "            for (int64_t d = 0; d < DH; d++) q[r][d] = $L0(qi[d]), acc[r][d] = 0;\n"
+    "        }\n"
     "        for (int64_t j0 = 0; j0 <= last; j0 += TILE) {\n"
     "            const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
-    "            $T tm = -INFINITY;\n"
     "            for (int64_t j = 0; j < n; j++) {\n"
     "                const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
-    "                $T dot = 0;\n"
-    "                for (int64_t d = 0; d < DH; d++) dot += q[d] * $L1(kj[d]);\n"
-    "                s[j] = dot * scale;\n"
-    "                tm = fmax$X(tm, s[j]);\n"
+    "                for (int64_t d = 0; d < DH; d++) kt[d][j] = $L1(kj[d]);\n"
     "            }\n"
-    "            const $T nm = fmax$X(m, tm), corr = exp$X(m - nm);\n"
-    "            l *= corr;\n"
-    "            for (int64_t d = 0; d < DH; d++) acc[d] *= corr;\n"
-    "            for (int64_t j = 0; j < n; j++) {\n"
-    "                const $T p = exp$X(s[j] - nm);\n"
-    "                const $S2 *vj = a2 + (b * S + j0 + j) * KC + kh * DH;\n"
-    "                l += p;\n"
-    "                for (int64_t d = 0; d < DH; d++) acc[d] += p * $L2(vj[d]);\n"
+    "            for (int64_t r = 0; r < ni; r++) {\n"
+    "                const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
+    "                if (nr <= 0)\n"
+    "                    continue;\n"
+    "                for (int64_t j = 0; j < nr; j++) s[j] = 0;\n"
+    "                for (int64_t d = 0; d < DH; d++) {\n"
+    "                    const $T x = q[r][d];\n"
+    "                    for (int64_t j = 0; j < nr; j++) s[j] += x * kt[d][j];\n"
+    "                }\n"
+    "                $T tm = -INFINITY;\n"
+    "                for (int64_t j = 0; j < nr; j++) {\n"
+    "                    s[j] = s[j] * scale;\n"
+    "                    tm = $M(tm, s[j]);\n"
+    "                }\n"
+    "                const $T nm = $M(m[r], tm), corr = $E(m[r] - nm);\n"
+    "                for (int64_t j = 0; j < nr; j++) s[j] = $E(s[j] - nm);\n"
+    "                l[r] *= corr;\n"
+    "                for (int64_t j = 0; j < nr; j++) l[r] += s[j];\n"
+    "                for (int64_t d = 0; d < DH; d++) acc[r][d] *= corr;\n"
+    "                for (int64_t j = 0; j < nr; j++) {\n"
+    "                    const $T p = s[j];\n"
+    "                    const $S2 *vj = a2 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "                    for (int64_t d = 0; d < DH; d++) acc[r][d] += p * $L2(vj[d]);\n"
+    "                }\n"
+    "                m[r] = nm;\n"
     "            }\n"
-    "            m = nm;\n"
     "        }\n"
-    "        $S3 *oi = a3 + (b * S + i) * QC + h * DH;\n"
-    "        for (int64_t d = 0; d < DH; d++) oi[d] = $W3(acc[d] / l);\n"
+    "        for (int64_t r = 0; r < ni; r++) {\n"
+    "            $S3 *oi = a3 + (b * S + i0 + r) * QC + h * DH;\n"
+    "            for (int64_t d = 0; d < DH; d++) oi[d] = $W3(acc[r][d] / l[r]);\n"
+    "        }\n"
     "    }\n";
 
-/* Per (batch, kv head): for each query row of the group, first the row's
- * log-sum-exp and output (streamed as forward), then the gradients, key by
- * key: dq in a row of $T, stored once; dk and dv added into memory (zeroed by
- * a kernel before, as the GPU renderings add into them from many blocks).
- * dk and dv of a kv head belong to one task, so nothing races; they are f32
- * (or f64) storage whatever q is (the shape rule of attention_grad), so the
- * adds do not round to bf16. */
+/* Per (batch, kv head), its query rows in blocks of QB against tiles of TILE
+ * keys, the tile's keys (and values) widened and transposed once per block
+ * as in the forward, so that the dot products of a row with the tile's keys
+ * run across the keys as vectors (each still summed over the head in its
+ * order). For each block, first each row's log-sum-exp and output, tile by
+ * tile as the forward computes them, then the gradients: each tile's
+ * probabilities and score gradients as vectors, then key by key in order:
+ * dq in a row of
+ * $T, stored once; dk and dv added into memory (zeroed by a kernel before,
+ * as the GPU renderings add into them from many blocks), in the order of
+ * the query rows. dk and dv of a kv head belong to one task, so nothing
+ * races; they are f32 (or f64) storage whatever q is (the shape rule of
+ * attention_grad), so the adds do not round to bf16. */
 static const char *attention_bwd =
     "    #pragma omp parallel for collapse(2) schedule(static)\n"
     "    for (int64_t b = 0; b < B; b++)\n"
     "    for (int64_t kh = 0; kh < KV; kh++) {\n"
+    "        $T m[QB], l[QB], dot_o[QB], lse[QB], q[QB][DH], dout[QB][DH], acc[QB][DH], dq[QB][DH];\n"
+    "        $T kt[DH][TILE], vt[DH][TILE], s[TILE], dp[TILE];\n"
     "        for (int64_t h = kh * (H / KV); h < (kh + 1) * (H / KV); h++)\n"
-    "        for (int64_t i = 0; i < S; i++) {\n"
-    "            const $S0 *qi = a0 + (b * S + i) * QC + h * DH;\n"
-    "            const $S3 *doi = a3 + (b * S + i) * QC + h * DH;\n"
-    "            $S4 *dqi = a4 + (b * S + i) * QC + h * DH;\n"
-    "            const int64_t last = CAUSAL ? i : S - 1;\n"
-    "            $T m = -INFINITY, l = 0, dot_o = 0, q[DH], dout[DH], acc[DH], dq[DH];\n"
-    "            for (int64_t d = 0; d < DH; d++)\n"
-    "                q[d] = $L0(qi[d]), dout[d] = $L3(doi[d]), acc[d] = dq[d] = 0;\n"
-    "            for (int64_t j = 0; j <= last; j++) {\n"
-    "                const $S1 *kj = a1 + (b * S + j) * KC + kh * DH;\n"
-    "                const $S2 *vj = a2 + (b * S + j) * KC + kh * DH;\n"
-    "                $T s = 0;\n"
-    "                for (int64_t d = 0; d < DH; d++) s += q[d] * $L1(kj[d]);\n"
-    "                s *= scale;\n"
-    "                const $T nm = fmax$X(m, s), corr = exp$X(m - nm), p = exp$X(s - nm);\n"
-    "                l = l * corr + p;\n"
-    "                for (int64_t d = 0; d < DH; d++) acc[d] = acc[d] * corr + p * $L2(vj[d]);\n"
-    "                m = nm;\n"
+    "        for (int64_t i0 = 0; i0 < S; i0 += QB) {\n"
+    "            const int64_t ni = S - i0 < QB ? S - i0 : QB, last = CAUSAL ? i0 + ni - 1 : S - 1;\n"
+    "            for (int64_t r = 0; r < ni; r++) {\n"
+    "                const $S0 *qi = a0 + (b * S + i0 + r) * QC + h * DH;\n"
+    "                const $S3 *doi = a3 + (b * S + i0 + r) * QC + h * DH;\n"
+    "                m[r] = -INFINITY, l[r] = 0, dot_o[r] = 0;\n"
+    "                for (int64_t d = 0; d < DH; d++)\n"
+    "                    q[r][d] = $L0(qi[d]), dout[r][d] = $L3(doi[d]), acc[r][d] = dq[r][d] = 0;\n"
     "            }\n"
-    "            for (int64_t d = 0; d < DH; d++) dot_o += dout[d] * acc[d] / l;\n"
-    "            const $T lse = m + log$X(l);\n"
-    "            for (int64_t j = 0; j <= last; j++) {\n"
-    "                const $S1 *kj = a1 + (b * S + j) * KC + kh * DH;\n"
-    "                const $S2 *vj = a2 + (b * S + j) * KC + kh * DH;\n"
-    "                $S5 *dkj = a5 + (b * S + j) * KC + kh * DH;\n"
-    "                $S6 *dvj = a6 + (b * S + j) * KC + kh * DH;\n"
-    "                $T s = 0, dp = 0;\n"
-    "                for (int64_t d = 0; d < DH; d++) {\n"
-    "                    s += q[d] * $L1(kj[d]);\n"
-    "                    dp += dout[d] * $L2(vj[d]);\n"
+    "            for (int64_t j0 = 0; j0 <= last; j0 += TILE) {\n"
+    "                const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
+    "                for (int64_t j = 0; j < n; j++) {\n"
+    "                    const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "                    for (int64_t d = 0; d < DH; d++) kt[d][j] = $L1(kj[d]);\n"
     "                }\n"
-    "                const $T p = exp$X(s * scale - lse), ds = p * (dp - dot_o) * scale;\n"
-    "                for (int64_t d = 0; d < DH; d++) {\n"
-    "                    dvj[d] = $W6($L6(dvj[d]) + p * dout[d]);\n"
-    "                    dq[d] += ds * $L1(kj[d]);\n"
-    "                    dkj[d] = $W5($L5(dkj[d]) + ds * q[d]);\n"
+    "                for (int64_t r = 0; r < ni; r++) {\n"
+    "                    const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
+    "                    for (int64_t j = 0; j < nr; j++) s[j] = 0;\n"
+    "                    for (int64_t d = 0; d < DH; d++) {\n"
+    "                        const $T x = q[r][d];\n"
+    "                        for (int64_t j = 0; j < nr; j++) s[j] += x * kt[d][j];\n"
+    "                    }\n"
+    "                    if (nr <= 0)\n"
+    "                        continue;\n"
+    "                    $T tm = -INFINITY;\n"
+    "                    for (int64_t j = 0; j < nr; j++) {\n"
+    "                        s[j] = s[j] * scale;\n"
+    "                        tm = $M(tm, s[j]);\n"
+    "                    }\n"
+    "                    const $T nm = $M(m[r], tm), corr = $E(m[r] - nm);\n"
+    "                    for (int64_t j = 0; j < nr; j++) s[j] = $E(s[j] - nm);\n"
+    "                    l[r] *= corr;\n"
+    "                    for (int64_t j = 0; j < nr; j++) l[r] += s[j];\n"
+    "                    for (int64_t d = 0; d < DH; d++) acc[r][d] *= corr;\n"
+    "                    for (int64_t j = 0; j < nr; j++) {\n"
+    "                        const $T p = s[j];\n"
+    "                        const $S2 *vj = a2 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "                        for (int64_t d = 0; d < DH; d++) acc[r][d] += p * $L2(vj[d]);\n"
+    "                    }\n"
+    "                    m[r] = nm;\n"
     "                }\n"
     "            }\n"
-    "            for (int64_t d = 0; d < DH; d++) dqi[d] = $W4(dq[d]);\n"
+    "            for (int64_t r = 0; r < ni; r++) {\n"
+    "                for (int64_t d = 0; d < DH; d++) dot_o[r] += dout[r][d] * acc[r][d] / l[r];\n"
+    "                lse[r] = m[r] + log$X(l[r]);\n"
+    "            }\n"
+    "            for (int64_t j0 = 0; j0 <= last; j0 += TILE) {\n"
+    "                const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
+    "                for (int64_t j = 0; j < n; j++) {\n"
+    "                    const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "                    const $S2 *vj = a2 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "                    for (int64_t d = 0; d < DH; d++) kt[d][j] = $L1(kj[d]), vt[d][j] = $L2(vj[d]);\n"
+    "                }\n"
+    "                for (int64_t r = 0; r < ni; r++) {\n"
+    "                    const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
+    "                    for (int64_t j = 0; j < nr; j++) s[j] = 0, dp[j] = 0;\n"
+    "                    for (int64_t d = 0; d < DH; d++) {\n"
+    "                        const $T x = q[r][d], y = dout[r][d];\n"
+    "                        for (int64_t j = 0; j < nr; j++) s[j] += x * kt[d][j], dp[j] += y * vt[d][j];\n"
+    "                    }\n"
+    "                    for (int64_t j = 0; j < nr; j++) {\n"
+    "                        const $T p = $E(s[j] * scale - lse[r]);\n"
+    "                        s[j] = p, dp[j] = p * (dp[j] - dot_o[r]) * scale;\n"
+    "                    }\n"
+    "                    for (int64_t j = 0; j < nr; j++) {\n"
+    "                        const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "                        $S5 *dkj = a5 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "                        $S6 *dvj = a6 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "                        const $T p = s[j], ds = dp[j];\n"
+    "                        for (int64_t d = 0; d < DH; d++) {\n"
+    "                            dvj[d] = $W6($L6(dvj[d]) + p * dout[r][d]);\n"
+    "                            dq[r][d] += ds * $L1(kj[d]);\n"
+    "                            dkj[d] = $W5($L5(dkj[d]) + ds * q[r][d]);\n"
+    "                        }\n"
+    "                    }\n"
+    "                }\n"
+    "            }\n"
+    "            for (int64_t r = 0; r < ni; r++) {\n"
+    "                $S4 *dqi = a4 + (b * S + i0 + r) * QC + h * DH;\n"
+    "                for (int64_t d = 0; d < DH; d++) dqi[d] = $W4(dq[r][d]);\n"
+    "            }\n"
     "        }\n"
     "    }\n";
 
@@ -349,7 +520,7 @@ char *cg_emit_c(Arena *a, const Kernel *k)
 {
     char *buf = NULL;
     size_t len = 0;
-    Out o = {open_memstream(&buf, &len), k, k->ftype != DT_F64};
+    Out o = {open_memstream(&buf, &len), k, k->ftype != DT_F64, 0};
     if (!o.f)
         BUG("open_memstream failed");
     fprintf(o.f, "void %s(char *const *args)\n{\n", k->name);
@@ -440,29 +611,39 @@ static PlanWork loop_work(const Kernel *k)
     if (independent_items(k) && loop_calls == 0)
         w.vops = w.ops + 4 * w.divs, w.ops = w.divs = 0;
     w.chain_len = w.chain > 0 ? steps / w.chain : 0;
+    if (lane_loop(k) >= 0) /* in lanes: the sums interleave, an add each, no chain */
+        w.ops += w.chain, w.chain = 0, w.chain_len = 0;
     return w;
 }
 
-/* The attention templates, per (query, key) pair: the forward a dot product
- * over the head (a chain of head-size steps, a multiply each), an fmax and an
- * exp, and an update of the output row (two operations an element, a loop the
- * compiler vectorizes); the backward the first pass's dot and update (three
- * an element), then the second pass's two dots side by side (one chain, two
- * multiplies and an add a step) and dv, dq and dk (eleven an element, as
- * vectors), an fmax and three exps. Per query row: the output divided by the
- * sum (the backward: its dot with dout), as vectors, and an exp (the
- * backward: a log). */
+/* The attention templates (above), per (query, key) pair: the forward's
+ * dot product over the head as vectors across the tile's keys (a multiply
+ * and an add a step), the score scaled and its max taken, its exponential
+ * as vectors (the prelude's exp), the row's sum (a chain as long as the
+ * tile) and the update of the output row (two operations an element, as
+ * vectors); per tile of each block, the keys transposed (a load and a store
+ * an element, over QB rows); per row and tile, the rescale (an exp, and the
+ * row times the correction as vectors); per row, the output divided by the
+ * sum. The backward: the same first pass, then two dot products, the
+ * probability and the score's gradient (an exp and 4 operations), and dv,
+ * dq and dk (eleven operations an element, as vectors), the values
+ * transposed with the keys. */
 static PlanWork attention_work(const Kernel *k)
 {
     const KAttention *a = &k->attn;
     double rows = (double)(a->batch * a->heads * a->seq), dh = (double)a->head_dim;
     double pairs = rows * (a->causal ? (double)(a->seq + 1) / 2 : (double)a->seq);
+    double tiles = rows * ceil((double)a->seq / ATT_TILE), tr = 2 * dh * pairs / ATT_QB;
+    int len = a->seq < ATT_TILE ? (int)a->seq : ATT_TILE;
+    PlanWork fwd = {.ops = 4 * pairs + tr + tiles * EXPF_OPS,
+                    .chain = pairs,
+                    .divs = dh * rows,
+                    .vops = pairs * (4 * dh + EXPF_OPS) + tiles * dh + 2 * dh * rows,
+                    .chain_len = len};
     if (k->pattern == KP_ATTENTION)
-        return (PlanWork){.ops = dh * pairs, .chain = dh * pairs, .divs = dh * rows,
-                          .calls = 2 * pairs + rows, .vops = 2 * dh * pairs + 4 * dh * rows,
-                          .chain_len = dh};
-    return (PlanWork){.ops = 4 * dh * pairs, .chain = 2 * dh * pairs, .calls = 4 * pairs + rows,
-                      .vops = 14 * dh * pairs + 6 * dh * rows, .chain_len = dh};
+        return fwd;
+    fwd.ops += 4 * pairs + 2 * tr, fwd.vops += pairs * (4 * dh + EXPF_OPS + 4 + 11 * dh) + 4 * dh * rows;
+    return fwd;
 }
 
 PlanWork cg_c_work(const Kernel *k)

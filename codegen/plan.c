@@ -1283,7 +1283,10 @@ static const char *prelude =
     "    p = p * z + 1.33314422036e-1f;\n    p = p * z - 3.33332819422e-1f;\n"
     "    const float small = x == 0.0f ? x : p * z * x + x; /* -0 stays -0 */\n"
     "    const float big = 1.0f - 2.0f / (tcc_expf(a + a) + 1.0f);\n"
-    "    return a < 0.625f ? small : x < 0.0f ? -big : big;\n}\n\n";
+    "    return a < 0.625f ? small : x < 0.0f ? -big : big;\n}\n"
+    "/* fmax without a call of the C library (a NaN operand gives the other) */\n"
+    "static inline float tcc_fmaxf(float a, float b) { return a > b || b != b ? a : b; }\n"
+    "static inline double tcc_fmax(double a, double b) { return a > b || b != b ? a : b; }\n\n";
 
 const char *cg_c_prelude(void) { return prelude; }
 

@@ -393,13 +393,19 @@ int rt_cpu_open_linked(CpuDevice *d, const Plan *p, const RtKernelFn *linked,
 /* The OpenMP runtime reads its wait policy when it starts, before main, and
  * OpenBLAS its threads' timeout: to keep the idle threads of each from
  * spinning against the other's on the same cores (measured: bench/README.md),
- * the program starts itself again once with OMP_WAIT_POLICY=passive and
- * OPENBLAS_THREAD_TIMEOUT=4 (OpenBLAS's shortest: its workers sleep right
- * after a GEMM), each unless the user set it. */
+ * the program starts itself again once with OPENBLAS_THREAD_TIMEOUT=4
+ * (OpenBLAS's shortest: its workers sleep right after a GEMM) and OpenMP's
+ * workers spinning only briefly before they sleep (OMP_WAIT_POLICY=active,
+ * GOMP_SPINCOUNT=RT_OMP_SPIN: a few microseconds, enough to catch the next
+ * kernel's parallel region when it follows at once, too short to hold a core
+ * through a GEMM), each unless the user set it (either OpenMP variable). */
+#define RT_OMP_SPIN "2000"
+
 void rt_cpu_quiet_threads(char **argv)
 {
     int again = 0;
-    if (!getenv("OMP_WAIT_POLICY") && setenv("OMP_WAIT_POLICY", "passive", 1) == 0)
+    if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT") &&
+        setenv("OMP_WAIT_POLICY", "active", 1) == 0 && setenv("GOMP_SPINCOUNT", RT_OMP_SPIN, 1) == 0)
         again = 1;
     if (!getenv("OPENBLAS_THREAD_TIMEOUT") && setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1) == 0)
         again = 1;
