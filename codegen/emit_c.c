@@ -304,15 +304,28 @@ static void loop_kernel(Out *o)
  * load $Ln(x) and the rounding store $Wn(x) (tcc_bf2f / tcc_f2bf for bf16, a
  * cast otherwise). Storage is bf16, f32 or f64; arithmetic is $T. */
 
-static void attention_fill(Out *o, const char *tmpl)
+static const char *attention_tile; /* below: $U */
+
+/* tmpl filled into the kernel; every line after the first indented by
+ * `indent` more spaces (a fragment set in at a word's column). */
+static void attention_fill(Out *o, const char *tmpl, int indent)
 {
     const Kernel *k = o->k;
+    int column = indent > 0; /* a fragment's first line: at the word's column already */
     for (const char *p = tmpl; *p; p++) {
+        if (column == 0 && *p != '\n')
+            fprintf(o->f, "%*s", indent, "");
         if (*p != '$') {
             fputc(*p, o->f);
+            column = *p == '\n' ? 0 : column + 1;
             continue;
         }
         char w = *++p;
+        column += 2;
+        if (w == 'U') { /* the online softmax's step over a tile, at this column */
+            attention_fill(o, attention_tile, indent + column - 2);
+            continue;
+        }
         if (w == 'T' || w == 'X') {
             fputs(w == 'T' ? ftype(o) : o->f32 ? "f" : "", o->f);
             continue;
@@ -364,6 +377,38 @@ static void attention_consts(Out *o)
  * one-key-at-a-time dot's. Per row: running max m, running sum l, running
  * output acc, rescaled when the max grows, tile after tile; the tile's
  * exponentials as vectors (the prelude's exp, no call). */
+/* Row r's step over a tile of nr keys (none: nothing): its scores against
+ * the transposed keys kt, then the online softmax's running max m, sum l and
+ * output acc rescaled, and the tile's probabilities (as vectors) added in.
+ * The forward's and the backward's first pass ($U). */
+static const char *attention_tile =
+    "if (nr <= 0)\n"
+    "    continue;\n"
+    "for (int64_t j = 0; j < nr; j++) s[j] = 0;\n"
+    "#pragma GCC unroll 1\n"
+    "for (int64_t d = 0; d < DH; d++) {\n"
+    "    const $T x = q[r][d];\n"
+    "    for (int64_t j = 0; j < nr; j++) s[j] += x * kt[d][j];\n"
+    "}\n"
+    "$T tm = -INFINITY;\n"
+    "for (int64_t j = 0; j < nr; j++) {\n"
+    "    s[j] = s[j] * scale;\n"
+    "    tm = $M(tm, s[j]);\n"
+    "}\n"
+    "const $T nm = $M(m[r], tm), corr = $E(m[r] - nm);\n"
+    "for (int64_t j = 0; j < nr; j++) s[j] = $E(s[j] - nm);\n"
+    "l[r] *= corr;\n"
+    "for (int64_t j = 0; j < nr; j++) l[r] += s[j];\n"
+    "#pragma GCC unroll 1\n"
+    "for (int64_t d = 0; d < DH; d++) acc[r][d] *= corr;\n"
+    "for (int64_t j = 0; j < nr; j++) {\n"
+    "    const $T p = s[j];\n"
+    "    const $S2 *vj = a2 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "    #pragma GCC unroll 1\n"
+    "    for (int64_t d = 0; d < DH; d++) acc[r][d] += p * $L2(vj[d]);\n"
+    "}\n"
+    "m[r] = nm;\n";
+
 static const char *attention_fwd =
     "    enum { NQB = (S + QB - 1) / QB };\n"
     "    #pragma omp parallel for collapse(3) schedule(static)\n"
@@ -388,32 +433,7 @@ static const char *attention_fwd =
     "            }\n"
     "            for (int64_t r = 0; r < ni; r++) {\n"
     "                const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
-    "                if (nr <= 0)\n"
-    "                    continue;\n"
-    "                for (int64_t j = 0; j < nr; j++) s[j] = 0;\n"
-    "                #pragma GCC unroll 1\n"
-    "                for (int64_t d = 0; d < DH; d++) {\n"
-    "                    const $T x = q[r][d];\n"
-    "                    for (int64_t j = 0; j < nr; j++) s[j] += x * kt[d][j];\n"
-    "                }\n"
-    "                $T tm = -INFINITY;\n"
-    "                for (int64_t j = 0; j < nr; j++) {\n"
-    "                    s[j] = s[j] * scale;\n"
-    "                    tm = $M(tm, s[j]);\n"
-    "                }\n"
-    "                const $T nm = $M(m[r], tm), corr = $E(m[r] - nm);\n"
-    "                for (int64_t j = 0; j < nr; j++) s[j] = $E(s[j] - nm);\n"
-    "                l[r] *= corr;\n"
-    "                for (int64_t j = 0; j < nr; j++) l[r] += s[j];\n"
-    "                #pragma GCC unroll 1\n"
-    "                for (int64_t d = 0; d < DH; d++) acc[r][d] *= corr;\n"
-    "                for (int64_t j = 0; j < nr; j++) {\n"
-    "                    const $T p = s[j];\n"
-    "                    const $S2 *vj = a2 + (b * S + j0 + j) * KC + kh * DH;\n"
-    "                    #pragma GCC unroll 1\n"
-    "                    for (int64_t d = 0; d < DH; d++) acc[r][d] += p * $L2(vj[d]);\n"
-    "                }\n"
-    "                m[r] = nm;\n"
+    "                $U"
     "            }\n"
     "        }\n"
     "        for (int64_t r = 0; r < ni; r++) {\n"
@@ -462,32 +482,7 @@ static const char *attention_bwd =
     "                }\n"
     "                for (int64_t r = 0; r < ni; r++) {\n"
     "                    const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
-    "                    for (int64_t j = 0; j < nr; j++) s[j] = 0;\n"
-    "                    #pragma GCC unroll 1\n"
-    "                    for (int64_t d = 0; d < DH; d++) {\n"
-    "                        const $T x = q[r][d];\n"
-    "                        for (int64_t j = 0; j < nr; j++) s[j] += x * kt[d][j];\n"
-    "                    }\n"
-    "                    if (nr <= 0)\n"
-    "                        continue;\n"
-    "                    $T tm = -INFINITY;\n"
-    "                    for (int64_t j = 0; j < nr; j++) {\n"
-    "                        s[j] = s[j] * scale;\n"
-    "                        tm = $M(tm, s[j]);\n"
-    "                    }\n"
-    "                    const $T nm = $M(m[r], tm), corr = $E(m[r] - nm);\n"
-    "                    for (int64_t j = 0; j < nr; j++) s[j] = $E(s[j] - nm);\n"
-    "                    l[r] *= corr;\n"
-    "                    for (int64_t j = 0; j < nr; j++) l[r] += s[j];\n"
-    "                    #pragma GCC unroll 1\n"
-    "                    for (int64_t d = 0; d < DH; d++) acc[r][d] *= corr;\n"
-    "                    for (int64_t j = 0; j < nr; j++) {\n"
-    "                        const $T p = s[j];\n"
-    "                        const $S2 *vj = a2 + (b * S + j0 + j) * KC + kh * DH;\n"
-    "                        #pragma GCC unroll 1\n"
-    "                        for (int64_t d = 0; d < DH; d++) acc[r][d] += p * $L2(vj[d]);\n"
-    "                    }\n"
-    "                    m[r] = nm;\n"
+    "                    $U"
     "                }\n"
     "            }\n"
     "            for (int64_t r = 0; r < ni; r++) {\n"
@@ -550,7 +545,7 @@ char *cg_emit_c(Arena *a, const Kernel *k)
                 storage(k->arg_dtype[i]), i);
     if (k->pattern == KP_ATTENTION || k->pattern == KP_ATTENTION_BWD) {
         attention_consts(&o);
-        attention_fill(&o, k->pattern == KP_ATTENTION ? attention_fwd : attention_bwd);
+        attention_fill(&o, k->pattern == KP_ATTENTION ? attention_fwd : attention_bwd, 0);
     } else {
         loop_kernel(&o);
     }
