@@ -137,6 +137,12 @@ void cg_simplify(Kernel *k);
  * cg_c_prelude() once before its kernels (includes, the bf16 conversions). */
 char *cg_emit_c(Arena *a, const Kernel *k);
 const char *cg_c_prelude(void);
+/* Whether cg_emit_c also writes NAME_ws (every kernel but attention's): the
+ * loop shared out among the threads of the region it is called in, without
+ * a barrier at its end; and the measure of its work that decides whether
+ * NAME opens a region (more than 4096). */
+int cg_c_workshared(const Kernel *k);
+int64_t cg_c_items(const Kernel *k);
 /* The scalar work of one call of cg_emit_c's rendering of k, for the CPU cost
  * model: operations (loads, stores, arithmetic), steps of running reductions
  * (each waits for the one before), float divisions and square roots, calls

@@ -256,7 +256,7 @@ static void lane_kernel(Out *o, int loop)
     for (int s = 0; s < k->npre; s++)
         stmt(o, s, &depth, &level);
     long long n = (long long)k->extent, r = (long long)k->body.data[loop].extent;
-    fprintf(o->f, "#pragma omp parallel for schedule(static) if (INT64_C(%lld) > 4096)\n", n * 64);
+    fputs("#pragma omp for schedule(static) nowait\n", o->f);
     fprintf(o->f, "    for (int64_t ib = 0; ib < INT64_C(%lld); ib += %d) {\n", n, LANES);
     fprintf(o->f, "        const int64_t nl = INT64_C(%lld) - ib < %d ? INT64_C(%lld) - ib : %d;\n",
             n, LANES, n, LANES);
@@ -277,24 +277,30 @@ static void lane_kernel(Out *o, int loop)
     fputs("        }\n    }\n", o->f);
 }
 
+/* A loop kernel (this one or lane_kernel's) is written as NAME_ws, its loop
+ * shared out among the threads of the parallel region it is called in
+ * (`omp for ... nowait`: alone on one thread when called outside one), and
+ * NAME, which opens a region for it when it is large enough (cg_emit_c). The
+ * runtime calls several NAME_ws of independent instructions in one region
+ * (tcc_run_group, plan.c). */
 static void loop_kernel(Out *o)
 {
-    int depth = 1, level = 0, simd = independent_items(o->k), loop = lane_loop(o->k);
-    if (loop >= 0) {
-        lane_kernel(o, loop);
-        return;
-    }
+    int depth = 1, level = 0, simd = independent_items(o->k);
     for (int s = 0; s < o->k->npre; s++) /* the same for every item: once a call */
         stmt(o, s, &depth, &level);
-    /* if (parallel: ...): a bare if would turn the simd off too on a small kernel */
-    fprintf(o->f, "#pragma omp parallel for%s schedule(static) if (%sINT64_C(%lld) > 4096)\n",
-            simd ? " simd" : "", simd ? "parallel: " : "",
-            (long long)o->k->extent * (o->k->levels ? 64 : 1));
+    fprintf(o->f, "#pragma omp for%s schedule(static) nowait\n", simd ? " simd" : "");
     fprintf(o->f, "    for (int64_t i0 = 0; i0 < INT64_C(%lld); i0++) {\n", (long long)o->k->extent);
     depth = 2;
     for (int s = o->k->npre; s < o->k->body.len; s++)
         stmt(o, s, &depth, &level);
     fputs("    }\n", o->f);
+}
+
+int64_t cg_c_items(const Kernel *k) { return k->extent * (k->levels ? 64 : 1); }
+
+int cg_c_workshared(const Kernel *k)
+{
+    return k->pattern != KP_ATTENTION && k->pattern != KP_ATTENTION_BWD;
 }
 
 /* ---- attention templates ----
@@ -304,7 +310,9 @@ static void loop_kernel(Out *o)
  * load $Ln(x) and the rounding store $Wn(x) (tcc_bf2f / tcc_f2bf for bf16, a
  * cast otherwise). Storage is bf16, f32 or f64; arithmetic is $T. */
 
-static const char *attention_tile; /* below: $U */
+/* below: the fragments $U, $P, $K, $G, $Q; $N is the kernel's name */
+static const char *attention_tile, *attention_bwd_pass, *attention_bwd_kv, *attention_bwd_grad,
+    *attention_bwd_dq;
 
 /* tmpl filled into the kernel; every line after the first indented by
  * `indent` more spaces (a fragment set in at a word's column). */
@@ -322,8 +330,18 @@ static void attention_fill(Out *o, const char *tmpl, int indent)
         }
         char w = *++p;
         column += 2;
-        if (w == 'U') { /* the online softmax's step over a tile, at this column */
-            attention_fill(o, attention_tile, indent + column - 2);
+        const char *frag = w == 'U' ? attention_tile /* the online softmax's step over a tile */
+                         : w == 'P' ? attention_bwd_pass
+                         : w == 'K' ? attention_bwd_kv
+                         : w == 'G' ? attention_bwd_grad
+                         : w == 'Q' ? attention_bwd_dq : NULL;
+        if (frag) { /* a fragment, set in at this column */
+            attention_fill(o, frag, indent + column - 2);
+            column = 0; /* it ends its last line */
+            continue;
+        }
+        if (w == 'N') {
+            fputs(k->name, o->f);
             continue;
         }
         if (w == 'T' || w == 'X') {
@@ -350,16 +368,18 @@ static void attention_fill(Out *o, const char *tmpl, int indent)
 /* The C templates' query rows per block and keys per tile. */
 enum { ATT_QB = 16, ATT_TILE = 64 };
 
-static void attention_consts(Out *o)
+/* The sizes; with `full` also the rows' pitches and the scale. */
+static void attention_consts(Out *o, int full)
 {
     const KAttention *a = &o->k->attn;
     fprintf(o->f,
             "    enum { B = %lld, S = %lld, H = %lld, KV = %lld, DH = %lld, CAUSAL = %d, TILE = %d, "
-            "QB = %d };\n"
-            "    const int64_t QC = H * DH, KC = KV * DH;\n"
-            "    const %s scale = ",
+            "QB = %d };\n",
             (long long)a->batch, (long long)a->seq, (long long)a->heads, (long long)a->kv_heads,
-            (long long)a->head_dim, a->causal, ATT_TILE, ATT_QB, ftype(o));
+            (long long)a->head_dim, a->causal, ATT_TILE, ATT_QB);
+    if (!full)
+        return;
+    fprintf(o->f, "    const int64_t QC = H * DH, KC = KV * DH;\n    const %s scale = ", ftype(o));
     literal(o, a->scale);
     fputs(";\n", o->f);
 }
@@ -443,94 +463,195 @@ static const char *attention_fwd =
     "        }\n"
     "    }\n";
 
-/* Per (batch, kv head), its query rows in blocks of QB against tiles of TILE
- * keys, the tile's keys (and values) widened and transposed once per block
- * as in the forward, so that the dot products of a row with the tile's keys
- * run across the keys as vectors (each still summed over the head in its
- * order). For each block, first each row's log-sum-exp and output, tile by
- * tile as the forward computes them, then the gradients: each tile's
- * probabilities and score gradients as vectors, then key by key in order:
- * dq in a row of
- * $T, stored once; dk and dv added into memory (zeroed by a kernel before,
- * as the GPU renderings add into them from many blocks), in the order of
- * the query rows. dk and dv of a kv head belong to one task, so nothing
- * races; they are f32 (or f64) storage whatever q is (the shape rule of
- * attention_grad), so the adds do not round to bf16. */
+/* The backward, in one parallel region, one of two ways by the threads it
+ * has (TCC_THREADS, the prelude), from two parts written as functions of
+ * their own (NAME_block, NAME_tile: each compiled once):
+ *
+ * - With 4 or more (batch, kv head) pairs a thread: per pair, its query rows
+ *   in blocks of QB against tiles of TILE keys (NAME_block with with_kv),
+ *   the tile's keys (and values) widened and transposed once per block as
+ *   in the forward, so that the dot products of a row with the tile's keys
+ *   run across the keys as vectors (each still summed over the head in its
+ *   order). For each block, first each row's log-sum-exp and output, tile
+ *   by tile as the forward computes them, then the gradients: each tile's
+ *   probabilities and score gradients as vectors, then key by key in order:
+ *   dq in a row of $T, stored once; dk and dv added into memory (zeroed by a
+ *   kernel before, as the GPU renderings add into them from many blocks), in
+ *   the order of the query rows. dk and dv of a kv head belong to one task,
+ *   so nothing races.
+ * - With fewer (a small batch on many cores), with more tasks: per (batch,
+ *   head, query block), the same first pass, each row's log-sum-exp and
+ *   dot(dout, out) kept in the scratch a7 ([2][B][H][S]), and dq; then per
+ *   (batch, kv head, key tile), dk and dv of the tile's keys (NAME_tile).
+ *   The scores are computed twice, but no two tasks write one element.
+ *
+ * Both add every term in the same order with the same operations (dk and
+ * dv are f32 or f64 storage whatever q is, the shape rule of
+ * attention_grad, so an add into memory does not round), so the two give
+ * the same bits (tests/lit/kernels/attention-forms.test). Measured here
+ * (TCC_PROFILE, two threads), the second form is 6-25% slower at S = 64
+ * with 48 or 64 pairs, and 25-40% faster at S = 512 with 2 pairs. */
 static const char *attention_bwd =
-    "    #pragma omp parallel for collapse(2) schedule(static)\n"
-    "    for (int64_t b = 0; b < B; b++)\n"
-    "    for (int64_t kh = 0; kh < KV; kh++) {\n"
-    "        $T m[QB], l[QB], dot_o[QB], lse[QB], q[QB][DH], dout[QB][DH], acc[QB][DH], dq[QB][DH];\n"
-    "        $T kt[DH][TILE], vt[DH][TILE], s[TILE], dp[TILE];\n"
-    "        for (int64_t h = kh * (H / KV); h < (kh + 1) * (H / KV); h++)\n"
-    "        for (int64_t i0 = 0; i0 < S; i0 += QB) {\n"
-    "            const int64_t ni = S - i0 < QB ? S - i0 : QB, last = CAUSAL ? i0 + ni - 1 : S - 1;\n"
-    "            for (int64_t r = 0; r < ni; r++) {\n"
-    "                const $S0 *qi = a0 + (b * S + i0 + r) * QC + h * DH;\n"
-    "                const $S3 *doi = a3 + (b * S + i0 + r) * QC + h * DH;\n"
-    "                m[r] = -INFINITY, l[r] = 0, dot_o[r] = 0;\n"
+    "    enum { NQB = (S + QB - 1) / QB, NKT = (S + TILE - 1) / TILE };\n"
+    "    #pragma omp parallel\n"
+    "    {\n"
+    "    if (B * KV >= 4 * TCC_THREADS()) {\n"
+    "        #pragma omp for collapse(2) schedule(static)\n"
+    "        for (int64_t b = 0; b < B; b++)\n"
+    "        for (int64_t kh = 0; kh < KV; kh++)\n"
+    "            for (int64_t h = kh * (H / KV); h < (kh + 1) * (H / KV); h++)\n"
+    "                for (int64_t qb = 0; qb < NQB; qb++) $N_block(args, b, h, qb, 1);\n"
+    "    } else {\n"
+    "        #pragma omp for collapse(3) schedule(static)\n"
+    "        for (int64_t b = 0; b < B; b++)\n"
+    "        for (int64_t h = 0; h < H; h++)\n"
+    "        for (int64_t qb = 0; qb < NQB; qb++) $N_block(args, b, h, qb, 0);\n"
+    "        #pragma omp for collapse(3) schedule(static)\n"
+    "        for (int64_t b = 0; b < B; b++)\n"
+    "        for (int64_t kh = 0; kh < KV; kh++)\n"
+    "        for (int64_t t = 0; t < NKT; t++) $N_tile(args, b, kh, t);\n"
+    "    }\n"
+    "    }\n";
+
+/* NAME_block(args, b, h, qb, with_kv): query block qb of head h against
+ * every tile of keys: first pass, then dq; dk and dv added into memory
+ * (with_kv), or else the rows' log-sum-exp and dot(dout, out) kept in a7. */
+static const char *attention_bwd_block =
+    "    const int64_t kh = h / (H / KV), i0 = qb * QB, ni = S - i0 < QB ? S - i0 : QB;\n"
+    "    const int64_t last = CAUSAL ? i0 + ni - 1 : S - 1;\n"
+    "    $T m[QB], l[QB], dot_o[QB], lse[QB], q[QB][DH], dout[QB][DH], acc[QB][DH], dq[QB][DH];\n"
+    "    $T kt[DH][TILE], vt[DH][TILE], s[TILE], dp[TILE];\n"
+    "    $P"
+    "    for (int64_t r = 0; r < ni && !with_kv; r++)\n"
+    "        a7[(b * H + h) * S + i0 + r] = lse[r], a7[((B + b) * H + h) * S + i0 + r] = dot_o[r];\n"
+    "    for (int64_t j0 = 0; j0 <= last; j0 += TILE) {\n"
+    "        const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
+    "        $K"
+    "        for (int64_t r = 0; r < ni; r++) {\n"
+    "            const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
+    "            $G"
+    "            for (int64_t j = 0; j < nr; j++) {\n"
+    "                const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "                const $T p = s[j], ds = dp[j];\n"
     "                #pragma GCC unroll 1\n"
-    "                for (int64_t d = 0; d < DH; d++)\n"
-    "                    q[r][d] = $L0(qi[d]), dout[r][d] = $L3(doi[d]), acc[r][d] = dq[r][d] = 0;\n"
-    "            }\n"
-    "            for (int64_t j0 = 0; j0 <= last; j0 += TILE) {\n"
-    "                const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
-    "                for (int64_t j = 0; j < n; j++) {\n"
-    "                    const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
-    "                    #pragma GCC unroll 1\n"
-    "                    for (int64_t d = 0; d < DH; d++) kt[d][j] = $L1(kj[d]);\n"
-    "                }\n"
-    "                for (int64_t r = 0; r < ni; r++) {\n"
-    "                    const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
-    "                    $U"
-    "                }\n"
-    "            }\n"
-    "            for (int64_t r = 0; r < ni; r++) {\n"
+    "                for (int64_t d = 0; d < DH; d++) dq[r][d] += ds * $L1(kj[d]);\n"
+    "                if (!with_kv)\n"
+    "                    continue;\n"
+    "                $S5 *dkj = a5 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "                $S6 *dvj = a6 + (b * S + j0 + j) * KC + kh * DH;\n"
     "                #pragma GCC unroll 1\n"
-    "                for (int64_t d = 0; d < DH; d++) dot_o[r] += dout[r][d] * acc[r][d] / l[r];\n"
-    "                lse[r] = m[r] + log$X(l[r]);\n"
-    "            }\n"
-    "            for (int64_t j0 = 0; j0 <= last; j0 += TILE) {\n"
-    "                const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
-    "                for (int64_t j = 0; j < n; j++) {\n"
-    "                    const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
-    "                    const $S2 *vj = a2 + (b * S + j0 + j) * KC + kh * DH;\n"
-    "                    #pragma GCC unroll 1\n"
-    "                    for (int64_t d = 0; d < DH; d++) kt[d][j] = $L1(kj[d]), vt[d][j] = $L2(vj[d]);\n"
+    "                for (int64_t d = 0; d < DH; d++) {\n"
+    "                    dvj[d] = $W6($L6(dvj[d]) + p * dout[r][d]);\n"
+    "                    dkj[d] = $W5($L5(dkj[d]) + ds * q[r][d]);\n"
     "                }\n"
-    "                for (int64_t r = 0; r < ni; r++) {\n"
-    "                    const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
-    "                    for (int64_t j = 0; j < nr; j++) s[j] = 0, dp[j] = 0;\n"
-    "                    #pragma GCC unroll 1\n"
-    "                    for (int64_t d = 0; d < DH; d++) {\n"
-    "                        const $T x = q[r][d], y = dout[r][d];\n"
-    "                        for (int64_t j = 0; j < nr; j++) s[j] += x * kt[d][j], dp[j] += y * vt[d][j];\n"
-    "                    }\n"
-    "                    for (int64_t j = 0; j < nr; j++) {\n"
-    "                        const $T p = $E(s[j] * scale - lse[r]);\n"
-    "                        s[j] = p, dp[j] = p * (dp[j] - dot_o[r]) * scale;\n"
-    "                    }\n"
-    "                    for (int64_t j = 0; j < nr; j++) {\n"
-    "                        const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
-    "                        $S5 *dkj = a5 + (b * S + j0 + j) * KC + kh * DH;\n"
-    "                        $S6 *dvj = a6 + (b * S + j0 + j) * KC + kh * DH;\n"
-    "                        const $T p = s[j], ds = dp[j];\n"
-    "                        #pragma GCC unroll 1\n"
-    "                        for (int64_t d = 0; d < DH; d++) {\n"
-    "                            dvj[d] = $W6($L6(dvj[d]) + p * dout[r][d]);\n"
-    "                            dq[r][d] += ds * $L1(kj[d]);\n"
-    "                            dkj[d] = $W5($L5(dkj[d]) + ds * q[r][d]);\n"
-    "                        }\n"
-    "                    }\n"
-    "                }\n"
-    "            }\n"
-    "            for (int64_t r = 0; r < ni; r++) {\n"
-    "                $S4 *dqi = a4 + (b * S + i0 + r) * QC + h * DH;\n"
-    "                #pragma GCC unroll 1\n"
-    "                for (int64_t d = 0; d < DH; d++) dqi[d] = $W4(dq[r][d]);\n"
     "            }\n"
     "        }\n"
+    "    }\n"
+    "    $Q";
+
+/* NAME_tile(args, b, kh, t): dk and dv of key tile t of kv head kh, from
+ * every head of the kv head and every query row in order, with the rows'
+ * log-sum-exp and dot(dout, out) that NAME_block kept in a7; summed in $T,
+ * then added into memory (zero there: 0 + x is x, the bits of the adds
+ * into memory one by one). */
+static const char *attention_bwd_tile =
+    "    (void)a4;\n"
+    "    const int64_t j0 = t * TILE, n = S - j0 < TILE ? S - j0 : TILE;\n"
+    "    $T kt[DH][TILE], vt[DH][TILE], s[TILE], dp[TILE], q[1][DH], dout[1][DH], dk[TILE][DH];\n"
+    "    $T dv[TILE][DH];\n"
+    "    $K"
+    "    for (int64_t j = 0; j < n; j++)\n"
+    "        for (int64_t d = 0; d < DH; d++) dk[j][d] = dv[j][d] = 0;\n"
+    "    for (int64_t h = kh * (H / KV); h < (kh + 1) * (H / KV); h++)\n"
+    "    for (int64_t i = CAUSAL ? j0 : 0; i < S; i++) {\n"
+    "        const int64_t r = 0, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
+    "        const $T lse[1] = {a7[(b * H + h) * S + i]}, dot_o[1] = {a7[((B + b) * H + h) * S + i]};\n"
+    "        const $S0 *qi = a0 + (b * S + i) * QC + h * DH;\n"
+    "        const $S3 *doi = a3 + (b * S + i) * QC + h * DH;\n"
+    "        #pragma GCC unroll 1\n"
+    "        for (int64_t d = 0; d < DH; d++) q[0][d] = $L0(qi[d]), dout[0][d] = $L3(doi[d]);\n"
+    "        $G"
+    "        for (int64_t j = 0; j < nr; j++) {\n"
+    "            const $T p = s[j], ds = dp[j];\n"
+    "            #pragma GCC unroll 1\n"
+    "            for (int64_t d = 0; d < DH; d++) dv[j][d] += p * dout[0][d], dk[j][d] += ds * q[0][d];\n"
+    "        }\n"
+    "    }\n"
+    "    for (int64_t j = 0; j < n; j++) {\n"
+    "        $S5 *dkj = a5 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "        $S6 *dvj = a6 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "        #pragma GCC unroll 1\n"
+    "        for (int64_t d = 0; d < DH; d++)\n"
+    "            dkj[d] = $W5($L5(dkj[d]) + dk[j][d]), dvj[d] = $W6($L6(dvj[d]) + dv[j][d]);\n"
     "    }\n";
+
+/* The backward's fragments. $P: a block's rows widened, then each row's
+ * log-sum-exp and dot(dout, out) from a first pass over the keys. */
+static const char *attention_bwd_pass =
+    "for (int64_t r = 0; r < ni; r++) {\n"
+    "    const $S0 *qi = a0 + (b * S + i0 + r) * QC + h * DH;\n"
+    "    const $S3 *doi = a3 + (b * S + i0 + r) * QC + h * DH;\n"
+    "    m[r] = -INFINITY, l[r] = 0, dot_o[r] = 0;\n"
+    "    #pragma GCC unroll 1\n"
+    "    for (int64_t d = 0; d < DH; d++)\n"
+    "        q[r][d] = $L0(qi[d]), dout[r][d] = $L3(doi[d]), acc[r][d] = dq[r][d] = 0;\n"
+    "}\n"
+    "for (int64_t j0 = 0; j0 <= last; j0 += TILE) {\n"
+    "    const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
+    "    for (int64_t j = 0; j < n; j++) {\n"
+    "        const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "        #pragma GCC unroll 1\n"
+    "        for (int64_t d = 0; d < DH; d++) kt[d][j] = $L1(kj[d]);\n"
+    "    }\n"
+    "    for (int64_t r = 0; r < ni; r++) {\n"
+    "        const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
+    "        $U"
+    "    }\n"
+    "}\n"
+    "for (int64_t r = 0; r < ni; r++) {\n"
+    "    #pragma GCC unroll 1\n"
+    "    for (int64_t d = 0; d < DH; d++) dot_o[r] += dout[r][d] * acc[r][d] / l[r];\n"
+    "    lse[r] = m[r] + log$X(l[r]);\n"
+    "}\n";
+
+/* $K: the tile's keys and values widened and transposed. */
+static const char *attention_bwd_kv =
+    "for (int64_t j = 0; j < n; j++) {\n"
+    "    const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "    const $S2 *vj = a2 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "    #pragma GCC unroll 1\n"
+    "    for (int64_t d = 0; d < DH; d++) kt[d][j] = $L1(kj[d]), vt[d][j] = $L2(vj[d]);\n"
+    "}\n";
+
+/* $G: row r's probabilities s and score gradients dp for the tile's first nr keys. */
+static const char *attention_bwd_grad =
+    "for (int64_t j = 0; j < nr; j++) s[j] = 0, dp[j] = 0;\n"
+    "#pragma GCC unroll 1\n"
+    "for (int64_t d = 0; d < DH; d++) {\n"
+    "    const $T x = q[r][d], y = dout[r][d];\n"
+    "    for (int64_t j = 0; j < nr; j++) s[j] += x * kt[d][j], dp[j] += y * vt[d][j];\n"
+    "}\n"
+    "for (int64_t j = 0; j < nr; j++) {\n"
+    "    const $T p = $E(s[j] * scale - lse[r]);\n"
+    "    s[j] = p, dp[j] = p * (dp[j] - dot_o[r]) * scale;\n"
+    "}\n";
+
+/* $Q: the block's dq stored. */
+static const char *attention_bwd_dq =
+    "for (int64_t r = 0; r < ni; r++) {\n"
+    "    $S4 *dqi = a4 + (b * S + i0 + r) * QC + h * DH;\n"
+    "    #pragma GCC unroll 1\n"
+    "    for (int64_t d = 0; d < DH; d++) dqi[d] = $W4(dq[r][d]);\n"
+    "}\n";
+
+/* The kernel's arguments as typed pointers a0, a1, ... */
+static void arg_decls(Out *o)
+{
+    const Kernel *k = o->k;
+    for (int i = 0; i < k->nargs; i++)
+        fprintf(o->f, "    %s *restrict a%d = (%s *)args[%d];\n", storage(k->arg_dtype[i]), i,
+                storage(k->arg_dtype[i]), i);
+}
 
 char *cg_emit_c(Arena *a, const Kernel *k)
 {
@@ -539,17 +660,35 @@ char *cg_emit_c(Arena *a, const Kernel *k)
     Out o = {open_memstream(&buf, &len), k, k->ftype != DT_F64, 0};
     if (!o.f)
         BUG("open_memstream failed");
-    fprintf(o.f, "void %s(char *const *args)\n{\n", k->name);
-    for (int i = 0; i < k->nargs; i++)
-        fprintf(o.f, "    %s *restrict a%d = (%s *)args[%d];\n", storage(k->arg_dtype[i]), i,
-                storage(k->arg_dtype[i]), i);
+    int ws = cg_c_workshared(k);
+    if (k->pattern == KP_ATTENTION_BWD) { /* its parts, called from the kernel below */
+        static const char *const part[2] = {"block", "tile"}, *const params[2] = {
+            "int64_t b, int64_t h, int64_t qb, int with_kv", "int64_t b, int64_t kh, int64_t t"};
+        for (int f = 0; f < 2; f++) {
+            fprintf(o.f, "static __attribute__((noinline)) void %s_%s(char *const *args, %s)\n{\n",
+                    k->name, part[f], params[f]);
+            arg_decls(&o);
+            attention_consts(&o, 1);
+            attention_fill(&o, f ? attention_bwd_tile : attention_bwd_block, 0);
+            fputs("}\n\n", o.f);
+        }
+    }
+    fprintf(o.f, "void %s%s(char *const *args)\n{\n", k->name, ws ? "_ws" : "");
+    if (k->pattern != KP_ATTENTION_BWD)
+        arg_decls(&o);
     if (k->pattern == KP_ATTENTION || k->pattern == KP_ATTENTION_BWD) {
-        attention_consts(&o);
+        attention_consts(&o, k->pattern == KP_ATTENTION);
         attention_fill(&o, k->pattern == KP_ATTENTION ? attention_fwd : attention_bwd, 0);
+    } else if (lane_loop(k) >= 0) {
+        lane_kernel(&o, lane_loop(k));
     } else {
         loop_kernel(&o);
     }
     fputs("}\n\n", o.f);
+    if (ws)
+        fprintf(o.f, "void %s(char *const *args)\n{\n#pragma omp parallel if (INT64_C(%lld) > 4096)\n"
+                     "    %s_ws(args);\n}\n\n",
+                k->name, (long long)cg_c_items(k), k->name);
     fclose(o.f);
     char *s = arena_strdup(a, buf);
     free(buf);

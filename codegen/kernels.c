@@ -899,6 +899,11 @@ static void attention(Gen *gen, const Op *op)
         k->args[k->nargs] = T(gen, op->args[i]), k->arg_dtype[k->nargs++] = op->args[i]->dtype;
     for (int i = 0; i < op->nres; i++)
         k->args[k->nargs] = T(gen, op->res[i]), k->arg_dtype[k->nargs++] = op->res[i]->dtype;
+    if (op->kind == OP_ATTENTION_GRAD) { /* the C rendering's scratch: [2][B][H][S] */
+        int64_t n = 2 * q->shape[0] * H * q->shape[1];
+        DType t = ftype_of(op) == DT_F64 ? DT_F64 : DT_F32;
+        k->args[k->nargs] = gen_temp(gen, t, 1, &n), k->arg_dtype[k->nargs++] = t;
+    }
     double f = 4.0 * (double)(k->attn.batch * H * k->attn.seq * k->attn.seq * Dh);
     gen->flops += (k->attn.causal ? f / 2 : f) * (op->kind == OP_ATTENTION ? 1 : 2.5);
     kb_finish(gen, k);

@@ -216,10 +216,32 @@ static int compile(const char *dir, const char *stem, const char *src, char *err
 
 /* ---- loading ---- */
 
+static int plan_has_groups(const Plan *p)
+{
+    for (int i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].group > 1)
+            return 1;
+    return 0;
+}
+
+/* Every kernel of a group has its NAME_ws. */
+static int check_groups(const CpuDevice *d, const Plan *p, const char *where, char *err, size_t n)
+{
+    for (int i = 0; i < p->ninstrs; i++)
+        for (int j = i; j < i + p->instrs[i].group; j++)
+            if (!d->ws[p->instrs[j].kernel] || !d->run_group)
+                return plan_errorf(err, n, "instrs[%d] is in a group, but %s has no %s%s", j, where,
+                                   d->run_group ? p->kernels[p->instrs[j].kernel].name : "tcc_run_group",
+                                   d->run_group ? "_ws" : "");
+    return 0;
+}
+
 static int load_symbols(CpuDevice *d, const Plan *p, char *err, size_t n)
 {
+    char ws[300];
     d->fns = calloc((size_t)p->nkernels + 1, sizeof *d->fns);
-    if (!d->fns)
+    d->ws = calloc((size_t)p->nkernels + 1, sizeof *d->ws);
+    if (!d->fns || !d->ws)
         return plan_errorf(err, n, "calloc: out of memory");
     for (int i = 0; i < p->nkernels; i++) {
         dlerror();
@@ -228,8 +250,14 @@ static int load_symbols(CpuDevice *d, const Plan *p, char *err, size_t n)
             return plan_errorf(err, n, "kernel \"%s\" not found in %s (dlsym: %s)", p->kernels[i].name,
                         d->so_path, dlerror());
         memcpy(&d->fns[i], &sym, sizeof sym); /* object to function pointer, as POSIX allows */
+        snprintf(ws, sizeof ws, "%s_ws", p->kernels[i].name);
+        if ((sym = dlsym(d->so, ws)))
+            memcpy(&d->ws[i], &sym, sizeof sym);
     }
-    return 0;
+    void *sym = dlsym(d->so, "tcc_run_group");
+    if (sym)
+        memcpy(&d->run_group, &sym, sizeof sym);
+    return check_groups(d, p, d->so_path, err, n);
 }
 
 /* What else decides the object: the flags, and the CPU it was built for
@@ -379,6 +407,18 @@ int rt_cpu_open_linked(CpuDevice *d, const Plan *p, const RtKernelFn *linked,
             return plan_errorf(err, n, "calloc: out of memory");
         }
         memcpy(d->fns, linked, sizeof *d->fns * (size_t)p->nkernels);
+        if (!plan_has_groups(p))
+            return 0;
+        if (!(d->ws = calloc((size_t)p->nkernels, sizeof *d->ws))) {
+            rt_cpu_close(d);
+            return plan_errorf(err, n, "calloc: out of memory");
+        }
+        memcpy(d->ws, linked + p->nkernels, sizeof *d->ws * (size_t)p->nkernels);
+        d->run_group = (RtGroupFn)(void (*)(void))linked[2 * p->nkernels]; /* cast back */
+        if (check_groups(d, p, "the program", err, n)) {
+            rt_cpu_close(d);
+            return -1;
+        }
         return 0;
     }
     if (p->nkernels > 0 && load_kernels(d, p, cache_dir, err, n)) {
@@ -536,6 +576,7 @@ void rt_cpu_close(CpuDevice *d)
     if (d->so && dlclose(d->so))
         fprintf(stderr, "tcc runtime: dlclose %s: %s\n", d->so_path, dlerror());
     free(d->fns);
+    free(d->ws);
     if (d->slab)
         munmap(d->slab, d->mapped);
     rt_account(d->account, -(int64_t)(sizeof(float) * d->wide_len));

@@ -12,6 +12,8 @@
 /* The calling convention of every kernel: args[j] is the first byte of the
  * j-th tensor argument of the instruction, in the slab. */
 typedef void (*RtKernelFn)(char *const *args);
+/* The source's tcc_run_group: fns[i](args[i]) for i < n in one parallel region. */
+typedef void (*RtGroupFn)(int n, RtKernelFn const *fns, char *const *const *args);
 
 typedef struct CpuDevice {
     char *slab;          /* anonymous pages, zero-filled by the kernel on first touch */
@@ -19,6 +21,8 @@ typedef struct CpuDevice {
     size_t mapped;       /* bytes mapped: slab_bytes rounded up to pages */
     void *so;        /* the dlopen handle of the kernels (NULL when there are none) */
     RtKernelFn *fns; /* by kernel index */
+    RtKernelFn *ws;  /* by kernel index: NAME_ws, the loop shared out in a region, or NULL */
+    RtGroupFn run_group; /* NULL when the plan has no groups */
     char so_path[4096];
     float *wide;      /* bf16 GEMMs: f32 copies of A, B and C (grown by the first step) */
     size_t wide_len;  /* floats in wide */
@@ -36,7 +40,9 @@ int rt_cpu_open(CpuDevice *d, const Plan *p, const char *cache_dir, char *err, s
 void rt_cpu_quiet_threads(char **argv);
 
 /* The same with kernels already linked into the program (fns by kernel
- * index, the plan's order), or compiled from the plan when linked is NULL. */
+ * index, the plan's order; when the plan has groups, then the NAME_ws of
+ * each, NULL where it has none, and tcc_run_group cast to RtKernelFn), or
+ * compiled from the plan when linked is NULL. */
 int rt_cpu_open_linked(CpuDevice *d, const Plan *p, const RtKernelFn *linked,
                        const char *cache_dir, char *err, size_t n);
 

@@ -37,6 +37,13 @@ static int bind_args(Runtime *rt, char *err, size_t n)
     for (int t = 0, j = 0; t < p->ntensors; t++)
         if (p->tensors[t].role == PT_STEP)
             rt->steps[j++] = (float *)(rt->dev.slab + p->tensors[t].offset);
+    int most = 1;
+    for (int i = 0; i < p->ninstrs; i++)
+        most = p->instrs[i].group > most ? p->instrs[i].group : most;
+    rt->gfns = calloc((size_t)most, sizeof *rt->gfns);
+    rt->gargs = calloc((size_t)most, sizeof *rt->gargs);
+    if (!rt->gfns || !rt->gargs)
+        return plan_errorf(err, n, "calloc: out of memory");
     for (int i = 0; i < p->ninstrs; i++) {
         rt->args[i] = rt->argv + k;
         for (int j = 0; j < p->instrs[i].nargs; j++)
@@ -168,6 +175,8 @@ void rt_close(Runtime *rt)
     free(rt->argv);
     free(rt->steps);
     free(rt->args);
+    free(rt->gfns);
+    free((void *)rt->gargs);
     free_expanded(rt->own, NULL);
     free(rt);
 }
@@ -436,6 +445,29 @@ static int prologue(Runtime *rt, char *err, size_t n)
     return 0;
 }
 
+/* The group of kernels that instruction i starts (PlanInstr.group), on the
+ * CPU, in one parallel region, when all of them run in this walk (before
+ * `to`, forward ones when fwd_only, no test hook due). The number run, or 0:
+ * then each runs alone. A profile gives each member an equal share. */
+static int run_group(Runtime *rt, int i, int to, int fwd_only)
+{
+    const Plan *p = rt->p;
+    int g = p->instrs[i].group;
+    if (g < 2 || rt->gpu || !rt->dev.run_group || i + g > to)
+        return 0;
+    for (int j = i; j < i + g; j++)
+        if ((fwd_only && p->instrs[j].phase != 0) || rt_guard_due(rt, j))
+            return 0;
+    for (int j = 0; j < g; j++)
+        rt->gfns[j] = rt->dev.ws[p->instrs[i + j].kernel], rt->gargs[j] = rt->args[i + j];
+    double t0 = rt->prof ? rt_profile_now() : 0;
+    rt->dev.run_group(g, rt->gfns, rt->gargs);
+    double each = rt->prof ? (rt_profile_now() - t0) / g : 0;
+    for (int j = 0; rt->prof && j < g; j++)
+        rt_profile_add(rt, i + j, each);
+    return g;
+}
+
 /* The instructions [from, to) of this device's stage in order; only the
  * forward ones (phase 0) when fwd_only. */
 static int walk(Runtime *rt, int from, int to, int fwd_only, char *err, size_t n)
@@ -445,6 +477,11 @@ static int walk(Runtime *rt, int from, int to, int fwd_only, char *err, size_t n
         const PlanInstr *in = &p->instrs[i];
         if ((fwd_only && in->phase != 0) || in->stage != rt->stage)
             continue;
+        int g = run_group(rt, i, to, fwd_only);
+        if (g) {
+            i += g - 1;
+            continue;
+        }
         if (rt_run_instr(rt, i, 1, err, n))
             return -1;
     }

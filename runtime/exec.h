@@ -22,6 +22,8 @@ struct Runtime {
     char sticky[512]; /* gpu: a failed download behind rt_tensor_data, for the next call */
     char **argv;   /* the argument pointers of every instruction, back to back */
     char ***args;  /* by instruction: its first pointer in argv */
+    RtKernelFn *gfns; /* a group's NAME_ws functions and their arguments (walk) */
+    char *const **gargs;
     float **steps; /* the step tensors, NULL-terminated: written before each step */
     /* the mesh: this device's coordinates and its groups */
     RtWorld *world;                /* NULL on one device */

@@ -271,7 +271,7 @@ static void hash_instr(Fnv *f, const PlanInstr *in)
     fnv_i64(f, in->acc);
     fnv_i64(f, in->rows);
     if (in->kind == PI_KERNEL)
-        fnv_i64(f, in->kernel);
+        fnv_i64(f, in->kernel), fnv_i64(f, in->group);
     if (in->kind == PI_GEMM)
         hash_gemm(f, &in->gemm);
     if (in->kind == PI_COLL) {
@@ -711,6 +711,18 @@ static int check_instr(const Plan *p, int i, char *err, size_t n)
     if (in->nargs != p->kernels[in->kernel].nargs)
         return plan_errorf(err, n, "instrs[%d].args: %d arguments, but kernel \"%s\" takes %d", i,
                    in->nargs, p->kernels[in->kernel].name, p->kernels[in->kernel].nargs);
+    if (in->group == 1 || in->group < 0 || in->group > p->ninstrs - i)
+        return plan_errorf(err, n, "instrs[%d].group: %d is not a group of the instructions that "
+                                   "follow", i, in->group);
+    for (int j = i; j < i + in->group; j++) {
+        const PlanInstr *m = &p->instrs[j];
+        if (m->kind != PI_KERNEL || m->stage != in->stage || m->piece != in->piece)
+            return plan_errorf(err, n, "instrs[%d].group: instrs[%d] is not a kernel of its %s", i,
+                               j, m->kind == PI_KERNEL && m->stage == in->stage ? "piece" : "stage");
+        if (p->nsched > 0 && (m->when != in->when || m->acc))
+            return plan_errorf(err, n, "instrs[%d].group: instrs[%d] does not run with the "
+                                       "group's first", i, j);
+    }
     return 0;
 }
 
@@ -1223,6 +1235,8 @@ static void wr_instr(Wr *w, cJSON *arr, int i, const PlanInstr *in)
         wr_int(w, o, at, "when", in->when);
     if (in->acc)
         wr_int(w, o, at, "acc", in->acc);
+    if (in->group)
+        wr_int(w, o, at, "group", in->group);
     if (in->rows)
         wr_int(w, o, at, "rows", in->rows);
 }
@@ -1671,7 +1685,7 @@ static int rd_coll(const cJSON *o, const char *at, PlanColl *c, char *err, size_
 static int rd_instr(const cJSON *o, const char *at, PlanInstr *in, char *err, size_t n)
 {
     static const char *const keys[PI_COUNT][16] = {
-        {"kind", "kernel", "args", "phase", "layer", "stage", "piece", "when", "acc", NULL},
+        {"kind", "kernel", "args", "phase", "layer", "stage", "piece", "when", "acc", "group", NULL},
         {"kind", "args", "gemm", "phase", "layer", "stage", "piece", "when", NULL},
         {"kind", "args", "phase", "layer", "stage", "piece", "when", "rows", NULL},
         {"kind", "op", "args", "axes", "dim", "dim2", "bytes", "peer", "tag", "phase", "layer",
@@ -1706,6 +1720,7 @@ static int rd_instr(const cJSON *o, const char *at, PlanInstr *in, char *err, si
         rd_opt_i32(o, at, "piece", 0, &in->piece, err, n) ||
         rd_opt_i32(o, at, "when", 0, &when, err, n) ||
         (kind == PI_KERNEL && rd_opt_i32(o, at, "acc", 0, &in->acc, err, n)) ||
+        (kind == PI_KERNEL && rd_opt_i32(o, at, "group", 0, &in->group, err, n)) ||
         (kind == PI_COPY && rd_opt_i32(o, at, "rows", 0, &in->rows, err, n)))
         return -1;
     in->when = (PlanWhen)when;

@@ -150,6 +150,10 @@ typedef struct PlanInstr {
     int piece;
     PlanWhen when;
     int acc;
+    int group;     /* kernels, plans without a microbatch loop: > 1 on the first of that many
+                      consecutive kernel instructions of one stage, independent of each other,
+                      that the CPU runs in one parallel region (their kernels' NAME_ws forms,
+                      with the source's tcc_run_group); 0 otherwise */
     int rows;      /* loop plans: a copy of the microbatch's rows of input args[1] (its block
                       mb of microbatches along the first dimension) into args[0] */
     /* compile time only (not in the plan file, 0 after loading): the microbatch of the
@@ -157,6 +161,7 @@ typedef struct PlanInstr {
      * piece, passes/pipeline.c), which the memory model reads; and the FLOPs it does
      * (GEMMs and attention kernels, else 0) and a kernel's work, which the cost model reads */
     int mb, tick;
+    int grouped; /* compile time only: a member of a group after its first */
     double flops;
     PlanWork work;
     int op; /* compile time only: 1 + the index in the per-device graph's ops of the op it

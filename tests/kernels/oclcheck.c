@@ -533,6 +533,8 @@ static void compare_all(const Kernel *k, Bufs *b, int with_ocl, Result *res)
         int j = 0;
         while (b->uniq[j] != u)
             j++;
+        if (k->pattern == KP_ATTENTION_BWD && j == 7) /* the C rendering's scratch */
+            continue;
         double tol = tolerance(k, k->ftype, dt);
         Cmp c = {0, tol, 0, 0, 0, 0, -1}, o = c, oc = c;
         oc.tol = 2 * tol; /* both sides err against the exact result */

@@ -520,3 +520,79 @@ Test(codegen, clipping_squares_and_scales_inside_the_sum_and_update_kernels)
     cr_assert_eq(updates, 2);
     ctx_free(c);
 }
+
+/* Kernel groups: the instructions of a group are kernel instructions of one
+ * stage, none of which writes slab bytes that another reads or writes (each
+ * kernel's stores read from its Kernel IR here, the bytes from the plan's
+ * tensors); every AdamW update of the model is in one group; and a training
+ * run that takes the groups gives the bits of one that runs each kernel
+ * alone (the same plan with its groups taken out). */
+static int stores_to(const Kernel *k, int slot)
+{
+    for (int s = 0; s < k->body.len; s++)
+        if ((k->body.data[s].kind == KS_STORE || k->body.data[s].kind == KS_STORE_ADD) &&
+            k->body.data[s].a == slot)
+            return 1;
+    return 0;
+}
+
+static int bytes_meet(const PlanTensor *x, const PlanTensor *y)
+{
+    return x->bytes && y->bytes && x->offset < y->offset + y->bytes &&
+           y->offset < x->offset + x->bytes;
+}
+
+Test(codegen, independent_kernels_run_in_groups_with_the_same_bits)
+{
+    const char *src = sample("gpt2.tdl", "model gpt2(V = 32, S = 16, D = 32, H = 2, L = 2, B = 8)");
+    Ctx *c = ctx_new(stderr);
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    cr_assert_not_null(g);
+    for (const Pass *p = pass_table; p->name; p++)
+        cr_assert_eq(p->run(c, g), 0, "%s", p->name);
+    Plan plan;
+    Kernel **ks;
+    cr_assert_eq(cg_build_plan_ir(c, g, 0, &plan, &ks), 0);
+    int groups = 0, adamw = 0, adamw_grouped = 0;
+    for (int i = 0; i < plan.ninstrs; i++)
+        adamw += plan.instrs[i].kind == PI_KERNEL &&
+                 strstr(plan.kernels[plan.instrs[i].kernel].name, "_adamw");
+    for (int i = 0; i < plan.ninstrs; i++) {
+        const PlanInstr *in = &plan.instrs[i];
+        if (in->group == 0)
+            continue;
+        cr_assert_gt(in->group, 1);
+        groups++;
+        for (int a = i; a < i + in->group; a++) {
+            const PlanInstr *x = &plan.instrs[a];
+            cr_assert_eq(x->kind, PI_KERNEL);
+            cr_assert_eq(x->stage, in->stage);
+            adamw_grouped += strstr(plan.kernels[x->kernel].name, "_adamw") != NULL;
+            for (int b = i; b < a; b++) {
+                const PlanInstr *y = &plan.instrs[b];
+                for (int u = 0; u < x->nargs; u++)
+                    for (int v = 0; v < y->nargs; v++)
+                        cr_assert(!((stores_to(ks[x->kernel], u) || stores_to(ks[y->kernel], v)) &&
+                                    bytes_meet(&plan.tensors[x->args[u]], &plan.tensors[y->args[v]])),
+                                  "instrs[%d] and instrs[%d] of the group at %d touch the same "
+                                  "bytes, one writing",
+                                  b, a, i);
+            }
+        }
+        i += in->group - 1;
+    }
+    cr_assert_geq(groups, 1);
+    cr_assert_eq(adamw_grouped, adamw, "%d of %d updates in groups", adamw_grouped, adamw);
+    cr_assert_gt(adamw, 10);
+    make_cache();
+    double a[8], b[8];
+    train_losses(&plan, a, 8);
+    for (int i = 0; i < plan.ninstrs; i++)
+        plan.instrs[i].group = 0;
+    train_losses(&plan, b, 8);
+    for (int s = 0; s < 8; s++)
+        cr_assert(memcmp(&a[s], &b[s], sizeof(double)) == 0, "step %d: %.9g in groups, %.9g alone",
+                  s + 1, a[s], b[s]);
+    remove_cache();
+    ctx_free(c);
+}

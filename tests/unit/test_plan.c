@@ -214,6 +214,7 @@ static void same_instr(const PlanInstr *a, const PlanInstr *b, int i)
     cr_assert_eq(a->phase, b->phase, "instrs[%d].phase", i);
     cr_assert_eq(a->layer, b->layer, "instrs[%d].layer", i);
     cr_assert_eq(a->stage, b->stage, "instrs[%d].stage", i);
+    cr_assert_eq(a->group, b->group, "instrs[%d].group", i);
     if (a->kind == PI_COLL) {
         cr_assert_eq(a->coll.op, b->coll.op, "instrs[%d].coll.op", i);
         cr_assert_eq(a->coll.naxes, b->coll.naxes, "instrs[%d].coll.naxes", i);
@@ -476,6 +477,9 @@ static int mutate(Plan *p, int which)
     case 55:
         strcpy(p->train_hash, "0123456789abcdef");
         break;
+    case 56:
+        p->instrs[1].group = 2;
+        break;
     default:
         return 0;
     }
@@ -504,7 +508,7 @@ Test(plan, hash_is_stable_and_changes_with_every_field)
             break;
         cr_assert_str_neq(h, h0, "changing field %d leaves the hash as it was", which);
     }
-    cr_assert_eq(which, 56);
+    cr_assert_eq(which, 57);
 }
 
 Test(plan, hash_ignores_fields_an_instruction_does_not_use_and_negative_zero)
@@ -831,6 +835,18 @@ static void bad_phase(Plan *p)
 {
     p->instrs[2].phase = 4;
 }
+static void group_of_one(Plan *p)
+{
+    p->instrs[1].group = 1;
+}
+static void group_past_the_end(Plan *p)
+{
+    p->instrs[1].group = 3;
+}
+static void group_over_a_copy(Plan *p)
+{
+    p->instrs[1].group = 2;
+}
 
 Test(plan, plans_with_a_wrong_meaning_are_refused_with_the_field)
 {
@@ -858,6 +874,9 @@ Test(plan, plans_with_a_wrong_meaning_are_refused_with_the_field)
     refused(step_not_scalar, "tensors[4]: a step tensor must be f32[]");
     refused(bad_kernel_name, "kernels[0].name: \"00\" is not a C identifier");
     refused(bad_phase, "instrs[2].phase: out of range");
+    refused(group_of_one, "instrs[1].group: 1 is not a group of the instructions that follow");
+    refused(group_past_the_end, "instrs[1].group: 3 is not a group of the instructions that follow");
+    refused(group_over_a_copy, "instrs[1].group: instrs[2] is not a kernel of its stage");
 }
 
 /* ---- pipeline stages ---- */
