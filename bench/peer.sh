@@ -11,6 +11,7 @@
 # share: bench/kprof.c's time of tcc's adamw kernels on the 124M shape,
 # against the memory bandwidth that bench/stream.c measures in the same run.
 #   ROUNDS=3 STEPS=6 bash bench/peer.sh
+#   TORCH2=1 bash bench/peer.sh          (PyTorch 2 with torch.compile)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -21,9 +22,19 @@ CC=${CC:-cc}
 mkdir -p "$OUT"
 
 # Debian's package goes with Debian's python (/usr/bin/python3), which may
-# not be the python3 on PATH.
+# not be the python3 on PATH. TORCH2=1: PyTorch 2 from PyPI instead, in a
+# venv of its own (build/bench/torch2: about 5 GB with its CUDA libraries),
+# compiled with torch.compile (TCC_PEER_COMPILE=1) and fused AdamW.
 PY=${PYTHON:-python3}
-if ! "$PY" -c "import torch" 2>/dev/null; then
+if [ "${TORCH2:-0}" = 1 ]; then
+    VENV=build/bench/torch2
+    if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+        echo "peer: installing PyTorch 2 from PyPI into $VENV for this benchmark"
+        /usr/bin/python3 -m venv "$VENV" && "$VENV/bin/pip" install -q torch
+    fi
+    PY=$VENV/bin/python
+    export TCC_PEER_COMPILE=1
+elif ! "$PY" -c "import torch" 2>/dev/null; then
     PY=/usr/bin/python3
     if ! "$PY" -c "import torch" 2>/dev/null; then
         echo "peer: installing python3-torch (Debian) for this benchmark"

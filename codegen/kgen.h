@@ -26,6 +26,8 @@ typedef struct Gen {
     int *seen_head, seen_cap;
     int *tensor_of; /* by Value.id: plan tensor, -1 when none */
     char *fused;    /* by Value.id: computed inside its only user's kernel, no memory */
+    int *kept;      /* by Value.id: 1 + the index of the op whose kernel computes it and
+                       stores it (its first reader: find_fusions), or 0 */
     char *dead;     /* by op index: no result is read, nothing to run */
     char *bias_add; /* by op index: an add of a bias that its matmul's GEMM does (epilogue) */
     char *tgemm;    /* by op index: a transpose of a product that its matmul's GEMM writes */

@@ -476,12 +476,82 @@ static void twin_uses(Gen *gen, int *uses, const int *recomputed)
     }
 }
 
+/* Values computed in their first reader's kernel and stored there too, for
+ * the readers after it: an elementwise result (f32 or f64: a stored bf16
+ * value would be rounded where the inline one is not) read by more than one
+ * op whose first reader is an elementwise kernel of its shape (GELU of a
+ * product plus its bias) or a layernorm or rmsnorm of it (the residual add
+ * before the next block's norm). That kernel computes it from its operands
+ * and stores it at its own element (a norm: in its last loop over the row,
+ * after the loops of its statistics read the operands); the value's own
+ * pass over memory is gone. Not with recomputation in the picture (a value
+ * with a recomputed copy, or ops of the recompute phase), across stages or
+ * pieces of a schedule, or where the first reader is fused into another
+ * kernel or kept in one itself (then it would not run where this value is
+ * stored). A bias add that the GEMM would do (its epilogue, one thread) is
+ * taken into the reader's parallel kernel instead. Each element's arithmetic
+ * is unchanged, so are the bits. */
+/* The loads of v's expression with its fused producers inlined. */
+static int inline_loads(const Gen *gen, const Value *v)
+{
+    if (!gen->fused[v->id] || !v->def)
+        return 1;
+    int n = 0;
+    for (int j = 0; j < v->def->nargs; j++)
+        n += inline_loads(gen, v->def->args[j]);
+    return n;
+}
+
+static void find_kept(Gen *gen, const int *uses, const int *recomputed)
+{
+    const Graph *g = gen->g;
+    const Op **first = arena_alloc(gen->a, sizeof(Op *) * (size_t)(g->values.len + 1));
+    for (int i = g->ops.len - 1; i >= 0; i--)
+        for (int j = 0; j < g->ops.data[i]->nargs; j++)
+            first[g->ops.data[i]->args[j]->id] = g->ops.data[i];
+    const Value **twin = ir_recompute_twins(g, gen->a);
+    char *is_twin = arena_alloc(gen->a, (size_t)g->values.len + 1);
+    for (int i = 0; i < g->values.len; i++)
+        if (twin[i])
+            is_twin[twin[i]->id] = 1;
+    for (int i = g->ops.len - 1; i >= 0; i--) { /* a reader's own result decided first */
+        const Op *op = g->ops.data[i];
+        if (!cg_fusable(op) || op->nres != 1 || op->kind == OP_CONSTANT || gen->tgemm[op->id])
+            continue;
+        const Value *v = op->res[0];
+        const Op *u = first[v->id];
+        if (gen->fused[v->id] || uses[v->id] < 2 || !u || twin[v->id] || is_twin[v->id] ||
+            recomputed[v->id] || op->phase == PH_RECOMPUTE || u->phase == PH_RECOMPUTE ||
+            (v->dtype != DT_F32 && v->dtype != DT_F64) || u->stage != op->stage || u->tick != op->tick)
+            continue;
+        int pointwise = cg_fusable(u) && u->kind != OP_CONSTANT && u->nres == 1 &&
+                        !gen->fused[u->res[0]->id] && !gen->kept[u->res[0]->id] &&
+                        u->res[0]->rank == v->rank &&
+                        !memcmp(u->res[0]->shape, v->shape, sizeof(int64_t) * (size_t)v->rank);
+        int norm = (u->kind == OP_LAYERNORM || u->kind == OP_RMSNORM) && u->args[0] == v;
+        for (int j = 1; norm && j < u->nargs; j++)
+            norm = u->args[j] != v;
+        int n = 0; /* the loads it brings along (a norm computes it in each of its loops) */
+        for (int j = 0; j < op->nargs; j++)
+            n += inline_loads(gen, op->args[j]);
+        if (!(pointwise || norm) || n > 4)
+            continue;
+        if (gen->bias_add[op->id]) { /* the reader adds the bias: the GEMM writes the product */
+            const Value *b, *m = bias_matmul(op, NULL, &b);
+            gen->bias_add[op->id] = 0;
+            gen->fused[m->id] = 0;
+        }
+        gen->kept[v->id] = u->id + 1;
+    }
+}
+
 static void find_fusions(Gen *gen, int flags)
 {
     const Graph *g = gen->g;
     int *uses = arena_alloc(gen->a, sizeof(int) * (size_t)(g->values.len + 1));
     const Op **user = arena_alloc(gen->a, sizeof(Op *) * (size_t)(g->values.len + 1));
     gen->fused = arena_alloc(gen->a, (size_t)g->values.len + 1);
+    gen->kept = arena_alloc(gen->a, sizeof(int) * (size_t)(g->values.len + 1));
     if (flags & CG_KEEP_VALUES)
         return;
     int *recomputed = arena_alloc(gen->a, sizeof(int) * (size_t)(g->values.len + 1));
@@ -532,6 +602,7 @@ static void find_fusions(Gen *gen, int flags)
             (same || scalar || reduced) && u->stage == op->stage && (scalar || u->tick == op->tick))
             gen->fused[v->id] = 1;
     }
+    find_kept(gen, uses, recomputed);
     gen->dead = arena_alloc(gen->a, (size_t)g->ops.len + 1);
     for (int i = g->ops.len - 1; i >= 0; i--) { /* backwards: a dead op frees its operands */
         const Op *op = g->ops.data[i];
@@ -544,6 +615,9 @@ static void find_fusions(Gen *gen, int flags)
         for (int j = 0; j < op->nargs; j++)
             uses[op->args[j]->id]--;
     }
+    for (int i = 0; i < g->values.len; i++) /* a reader that does not run stores nothing */
+        if (gen->kept[i] && gen->dead[gen->kept[i] - 1])
+            gen->kept[i] = 0;
 }
 
 /* The op that runs op's work: op itself, or the kernel of the user it is
@@ -781,7 +855,7 @@ static void collective(Gen *gen, const Op *op)
 static int lower_op(Gen *gen, const Op *op)
 {
     gen->op = op;
-    if (op->nres == 1 && gen->fused[op->res[0]->id])
+    if (op->nres == 1 && (gen->fused[op->res[0]->id] || gen->kept[op->res[0]->id]))
         return 0; /* computed inside its user's kernel */
     if (gen->dead && gen->dead[op->id])
         return 0; /* nothing reads it */

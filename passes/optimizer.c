@@ -73,21 +73,31 @@ static Value *learning_rate(Opt *o, DType dt)
     return lr;
 }
 
-/* sqrt(sum over every gradient of the sum of its squares), in dt. */
+/* sqrt(sum over every gradient of the sum of its squares), in dt. Each
+ * gradient's squares are summed one dim at a time, not through a flattening
+ * reshape: a split dimension then gives a partial sum instead of a gather
+ * (passes/shard_rules.c). The sums are made a level at a time, the first
+ * dim's of every gradient, then the second's: the sums of one level are
+ * independent, so code generation runs them as one group of kernels
+ * (codegen/plan.c) instead of one parallel region each. */
 static Value *global_norm(Opt *o, Value **grads, int n, DType dt)
 {
-    Value *total = NULL;
+    Value *total = NULL, **s = arena_alloc(o->g->arena, sizeof(Value *) * (size_t)(n + 1));
+    int most = 0;
     for (int i = 0; i < n; i++) {
-        /* one dim at a time, not a flattening reshape: a split dimension then
-         * gives a partial sum instead of a gather (passes/shard_rules.c) */
-        Value *g = grads[i], *s = bin(o, OP_MUL, g, g);
-        for (int d = 0; d < g->rank; d++)
-            s = emit(o, OP_SUM, &s, 1, NULL, 0);
-        if (g->dtype != dt) {
+        s[i] = bin(o, OP_MUL, grads[i], grads[i]);
+        most = grads[i]->rank > most ? grads[i]->rank : most;
+    }
+    for (int d = 0; d < most; d++)
+        for (int i = 0; i < n; i++)
+            if (d < grads[i]->rank)
+                s[i] = emit(o, OP_SUM, &s[i], 1, NULL, 0);
+    for (int i = 0; i < n; i++) {
+        if (grads[i]->dtype != dt) {
             Attr *cast = ir_attr_str(o->g->arena, "dtype", ir_dtype_name(dt));
-            s = emit(o, OP_CAST, &s, 1, &cast, 1);
+            s[i] = emit(o, OP_CAST, &s[i], 1, &cast, 1);
         }
-        total = total ? bin(o, OP_ADD, total, s) : s;
+        total = total ? bin(o, OP_ADD, total, s[i]) : s[i];
     }
     if (!total)
         total = source(o, OP_CONSTANT, dt, 0, NULL, NULL);

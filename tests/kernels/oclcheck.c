@@ -9,12 +9,13 @@
  * exit 1 naming the worst kernel when a comparison fails, 77 when there is no
  * OpenCL platform.
  *
- *   oclcheck [--seed N] [--perturb] [--drop-group] [--no-opencl] [--keep] FILE.tir
+ *   oclcheck [--seed N] [--perturb] [--drop-group] [--no-opencl] [--keep] [--unfused] FILE.tir
  *
  * --perturb changes one output element of each kernel's checked result (the
  * OpenCL one, or the C one under --no-opencl) by 1%; --drop-group launches
  * every OpenCL kernel without its last work-group. Either way every kernel
- * must fail. */
+ * must fail. --unfused builds the plan with every value in a kernel of its
+ * own (CG_KEEP_VALUES), so each op's kernel is checked standalone. */
 #define CL_TARGET_OPENCL_VERSION 120
 #include "codegen/codegen.h"
 
@@ -31,7 +32,7 @@ typedef void (*KernelFn)(char *const *args);
 
 typedef struct Opts {
     uint64_t seed;
-    int perturb, drop_group, no_opencl, keep;
+    int perturb, drop_group, no_opencl, keep, unfused;
     const char *path;
 } Opts;
 
@@ -614,7 +615,8 @@ static int usage(void)
 {
     fprintf(
         stderr,
-        "usage: oclcheck [--seed N] [--perturb] [--drop-group] [--no-opencl] [--keep] FILE.tir\n");
+        "usage: oclcheck [--seed N] [--perturb] [--drop-group] [--no-opencl] [--keep] [--unfused] "
+        "FILE.tir\n");
     return 2;
 }
 
@@ -637,6 +639,8 @@ static int parse_args(int argc, char **argv, Opts *o)
             o->no_opencl = 1;
         } else if (!strcmp(argv[i], "--keep")) {
             o->keep = 1;
+        } else if (!strcmp(argv[i], "--unfused")) {
+            o->unfused = 1;
         } else if (argv[i][0] == '-' || o->path) {
             usage();
             return -1;
@@ -652,7 +656,7 @@ static int parse_args(int argc, char **argv, Opts *o)
 }
 
 /* The graph of the IR file, its plan and kernels; -1 after reporting. */
-static int load_plan(Ctx *c, const char *path, Plan *plan, Kernel ***ks)
+static int load_plan(Ctx *c, const char *path, int flags, Plan *plan, Kernel ***ks)
 {
     size_t len;
     char *text = read_file(c->arena, path, &len);
@@ -661,7 +665,7 @@ static int load_plan(Ctx *c, const char *path, Plan *plan, Kernel ***ks)
         return -1;
     }
     Graph *g = ir_parse(c, path, text, len);
-    if (!g || ir_verify(c, g) != 0 || cg_build_plan_ir(c, g, 0, plan, ks) != 0)
+    if (!g || ir_verify(c, g) != 0 || cg_build_plan_ir(c, g, flags, plan, ks) != 0)
         return -1;
     return 0;
 }
@@ -716,7 +720,7 @@ static int run(Ctx *c, Opts *o, const char *dir)
 {
     Plan plan;
     Kernel **ks;
-    if (load_plan(c, o->path, &plan, &ks) != 0)
+    if (load_plan(c, o->path, o->unfused ? CG_KEEP_VALUES : 0, &plan, &ks) != 0)
         return 1;
     printf("oclcheck: %s: %d kernels, seed %llu\n", o->path, plan.nkernels,
            (unsigned long long)o->seed);

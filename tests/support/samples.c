@@ -17,7 +17,9 @@ const char *test_sample(const char *file, const char *model_line)
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = 0;
-    char *p = strstr(buf, "model "), *end = p ? strchr(p, ')') : NULL;
+    char *p = !strncmp(buf, "model ", 6) ? buf : strstr(buf, "\nmodel "); /* a line's start */
+    p = p && p != buf ? p + 1 : p;
+    char *end = p ? strchr(p, ')') : NULL;
     if (!model_line)
         return buf;
     if (!end || n - (size_t)(end - buf) + strlen(model_line) >= sizeof buf)

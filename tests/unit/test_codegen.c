@@ -596,3 +596,58 @@ Test(codegen, independent_kernels_run_in_groups_with_the_same_bits)
     remove_cache();
     ctx_free(c);
 }
+
+/* Values kept in their first reader's kernel (find_kept, codegen/plan.c):
+ * the sum before each layernorm (the embedding plus the positions, each
+ * residual sum) is computed and stored by the norm's kernel, the product
+ * plus the MLP's bias by GELU's, so no kernel of the forward only adds and
+ * the MLP's GEMM has no bias epilogue; the values against float64 are the
+ * tiny_gpt2 step tests above. The sample is f32: a bf16 value is not kept
+ * (stored, it would be rounded where the inline one is not). */
+static int stores_of(const Kernel *k)
+{
+    uint64_t m = 0;
+    for (int s = 0; s < k->body.len; s++)
+        if (k->body.data[s].kind == KS_STORE)
+            m |= UINT64_C(1) << k->body.data[s].a;
+    int n = 0;
+    for (; m; m &= m - 1)
+        n++;
+    return n;
+}
+
+Test(codegen, residual_sum_and_bias_are_kept_in_the_norm_and_gelu_kernels)
+{
+    const char *src = sample("gpt-tiny.tdl", "model gpt_tiny(V = 32, S = 16, D = 32, H = 2, L = 2, B = 8)");
+    Ctx *c = ctx_new(stderr);
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    cr_assert_not_null(g);
+    for (const Pass *p = pass_table; p->name; p++)
+        cr_assert_eq(p->run(c, g), 0, "%s", p->name);
+    Plan plan;
+    Kernel **ks;
+    cr_assert_eq(cg_build_plan_ir(c, g, 0, &plan, &ks), 0);
+    int norms = 0, norms_keeping = 0, gelus = 0, gelus_keeping = 0, epilogues = 0, adds = 0;
+    for (int i = 0; i < plan.ninstrs; i++) {
+        const PlanInstr *in = &plan.instrs[i];
+        if (in->phase != PH_FWD)
+            continue;
+        epilogues += in->kind == PI_GEMM && in->gemm.epilogue == PE_BIAS;
+        if (in->kind != PI_KERNEL)
+            continue;
+        const Kernel *k = ks[in->kernel];
+        const char *name = plan.kernels[in->kernel].name;
+        int norm = strstr(name, "_layernorm") != NULL, gelu = strstr(name, "_gelu") != NULL;
+        adds += strstr(name, "_add") != NULL;
+        norms += norm, gelus += gelu;
+        norms_keeping += norm && stores_of(k) == 2;
+        gelus_keeping += gelu && stores_of(k) == 2;
+    }
+    cr_assert_eq(norms, 5, "two per block and the final one: %d", norms);
+    cr_assert_eq(norms_keeping, 5, "every norm stores its input too: %d", norms_keeping);
+    cr_assert_eq(gelus, 2);
+    cr_assert_eq(gelus_keeping, 2, "GELU stores its input (the product plus its bias) too");
+    cr_assert_eq(adds, 0, "no kernel of the forward only adds: %d", adds);
+    cr_assert_eq(epilogues, 2, "only the q/k/v projection keeps its bias epilogue: %d", epilogues);
+    ctx_free(c);
+}
