@@ -127,8 +127,19 @@ static Binding *lookup(Lower *L, const char *name)
     return NULL;
 }
 
+/* A digit-led token (`3D`, `1f1b`) is a name only as a training setting's
+ * value: declared, it would make a graph whose IR does not read back. */
+static int digit_led(Lower *L, const char *name, Loc loc)
+{
+    if (!name || name[0] < '0' || name[0] > '9')
+        return 0;
+    err(L, loc, "'%s' is not a name: a name starts with a letter or '_'", name);
+    return 1;
+}
+
 static void bind(Lower *L, Scope *s, const char *name, BindKind kind, Val v, Loc loc)
 {
+    digit_led(L, name, loc);
     Binding b = {name, kind, v, loc};
     VEC_PUSH(L->c->arena, s->b, b);
 }
@@ -1388,7 +1399,8 @@ static void lower_mesh(Lower *L, Stmt *s)
         Stmt *a = s->body.data[i];
         int role = ir_role_lookup(a->str);
         int dup = ir_mesh_axis(m, a->name);
-        if (dup >= 0) {
+        if (digit_led(L, a->name, a->name_loc)) {
+        } else if (dup >= 0) {
             err(L, a->name_loc, "duplicate mesh axis '%s'", a->name);
             note(L, m->axes[dup].loc, "'%s' was first declared here", a->name);
         } else if (role < 0) {
@@ -1514,6 +1526,8 @@ static Stmt *lower_headers(Lower *L)
             mesh = mesh ? mesh : s;
         } else if (s->kind == S_BLOCK) {
             Stmt *old = find_block(L, s->name);
+            if (digit_led(L, s->name, s->name_loc))
+                continue;
             if (old || find_spec(s->name)) {
                 err(L, s->name_loc, "duplicate name '%s'", s->name);
                 if (old)
