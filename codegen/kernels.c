@@ -538,16 +538,16 @@ static int at(Row *R, int c)
 
 static int ld(Row *R, Gen *gen, const Value *v, int idx) { return kb_load(R->k, kb_arg(R->k, gen, T(gen, v)), idx); }
 
-/* A norm's input at element idx: loaded, or computed here when it is kept in
- * this kernel (find_kept, plan.c), and then stored when `store` (its last
- * loop: every loop before only reads what it is computed from). */
-static int ld_in(Row *R, Gen *gen, const Value *x, int idx, int store)
+/* A norm's input at element idx: loaded, or, when it is kept in this kernel
+ * (find_kept, plan.c), computed and stored by the row's first loop (`first`),
+ * whose element it reads at that element only (so it may take the memory of
+ * an operand: the residual stream in place), and loaded by the loops after. */
+static int ld_in(Row *R, Gen *gen, const Value *x, int idx, int first)
 {
-    if (!gen->kept[x->id] || gen->kept[x->id] != gen->op->id + 1)
+    if (!first || !gen->kept[x->id] || gen->kept[x->id] != gen->op->id + 1)
         return ld(R, gen, x, idx);
     int e = pw_expr(R->k, gen, x->def, x, idx);
-    if (store)
-        kb_store(R->k, kb_arg(R->k, gen, T(gen, x)), idx, e);
+    kb_store(R->k, kb_arg(R->k, gen, T(gen, x)), idx, e);
     return e;
 }
 
@@ -670,11 +670,11 @@ static void norm_stats(Row *R, Gen *gen, const Op *op, const Value *x, int ln, i
     *mean = kb_const(k, 0);
     if (ln) { /* (each fold closes its loop before the next node is made) */
         l = row_open(R, &c);
-        int sum = row_fold(R, l, ld_in(R, gen, x, at(R, c), 0), KR_SUM);
+        int sum = row_fold(R, l, ld_in(R, gen, x, at(R, c), 1), KR_SUM);
         *mean = kf(k, KN_DIV, sum, kb_const(k, C));
     }
     l = row_open(R, &c);
-    int d = kf(k, KN_SUB, ld_in(R, gen, x, at(R, c), 0), *mean);
+    int d = kf(k, KN_SUB, ld_in(R, gen, x, at(R, c), !ln), *mean);
     int sq = row_fold(R, l, kf(k, KN_MUL, d, d), KR_SUM);
     int var = kf(k, KN_DIV, sq, kb_const(k, C));
     *rs = kb_node(k, KN_RSQRT, KT_FLOAT, kf(k, KN_ADD, var, kb_const(k, ir_op_attr_float(op, "eps", 1e-5))), 0, 0);
@@ -688,7 +688,7 @@ static void norm(Gen *gen, const Op *op)
     Kernel *k = R.k;
     norm_stats(&R, gen, op, x, ln, &mean, &rs);
     int c, loop = row_open(&R, &c), idx = at(&R, c);
-    int v = kf(k, KN_MUL, kf(k, KN_MUL, kf(k, KN_SUB, ld_in(&R, gen, x, idx, 1), mean), rs),
+    int v = kf(k, KN_MUL, kf(k, KN_MUL, kf(k, KN_SUB, ld(&R, gen, x, idx), mean), rs),
                ld(&R, gen, op->args[1], c));
     if (ln)
         v = kf(k, KN_ADD, v, ld(&R, gen, op->args[2], c));
