@@ -16,7 +16,14 @@ typedef struct Out {
     const Kernel *k;
     int f32;   /* the float type is float, so math functions take the f suffix */
     int lanes; /* lane_kernel: a reduction's accumulator is an array, lane l's at [l] */
+    int64_t row_w; /* loop_kernel in rows of row_w items (row_width): i0 % row_w is c, i0 / row_w r */
 } Out;
+
+/* Whether node a is the item index. */
+static int is_item(const Kernel *k, int a)
+{
+    return k->nodes.data[a].kind == KN_IDX && k->nodes.data[a].a == 0;
+}
 
 static const char *ftype(const Out *o) { return o->f32 ? "float" : "double"; }
 
@@ -62,7 +69,14 @@ static void expr(Out *o, const KNode *n)
             fprintf(f, "(%s)a%d[t%d]", fl ? ftype(o) : "int64_t", n->a, n->b);
         return;
     case KN_ACC: fprintf(f, o->lanes ? "acc%d[l]" : "acc%d", n->a); return;
-    case KN_ADD: case KN_SUB: case KN_MUL: case KN_DIV: case KN_IDIV: case KN_IMOD:
+    case KN_IDIV: case KN_IMOD: /* in rows: the row and the column (row_width) */
+        if (o->row_w && is_item(o->k, n->a) && o->k->nodes.data[n->b].kind == KN_ICONST &&
+            o->k->nodes.data[n->b].iimm == o->row_w) {
+            fputs(n->kind == KN_IMOD ? "c" : "r", f);
+            return;
+        }
+        /* fall through */
+    case KN_ADD: case KN_SUB: case KN_MUL: case KN_DIV:
         fprintf(f, "t%d %s t%d", n->a, ops[n->kind], n->b);
         return;
     case KN_MAX: case KN_MIN:
@@ -283,11 +297,51 @@ static void lane_kernel(Out *o, int loop)
  * NAME, which opens a region for it when it is large enough (cg_emit_c). The
  * runtime calls several NAME_ws of independent instructions in one region
  * (tcc_run_group, plan.c). */
+/* The row width W of an elementwise kernel whose every remainder or quotient
+ * of the item index is by one W (a bias along the last dimension is read at
+ * i0 % W): its items are written as rows of W, a vector loop over the row's
+ * columns, where i0 % W is the column and i0 / W the row, so the bias is
+ * read in order rather than at a remainder lane by lane. 0 when it is not
+ * such a kernel (W below 8, or not dividing the extent). */
+static int64_t row_width(const Kernel *k)
+{
+    if (k->levels || !independent_items(k))
+        return 0;
+    int64_t w = 0;
+    for (int s = 0; s < k->body.len; s++) { /* the nodes computed (the body's) */
+        if (k->body.data[s].kind != KS_NODE)
+            continue;
+        const KNode *n = &k->nodes.data[k->body.data[s].a];
+        if ((n->kind != KN_IMOD && n->kind != KN_IDIV) || !is_item(k, n->a))
+            continue;
+        const KNode *d = &k->nodes.data[n->b];
+        if (d->kind != KN_ICONST || (w && d->iimm != w))
+            return 0;
+        w = d->iimm;
+    }
+    return w >= 8 && k->extent % w == 0 ? w : 0;
+}
+
 static void loop_kernel(Out *o)
 {
     int depth = 1, level = 0, simd = independent_items(o->k);
+    int64_t w = row_width(o->k);
     for (int s = 0; s < o->k->npre; s++) /* the same for every item: once a call */
         stmt(o, s, &depth, &level);
+    if (w) {
+        fputs("#pragma omp for schedule(static) nowait\n", o->f);
+        fprintf(o->f, "    for (int64_t r = 0; r < INT64_C(%lld); r++) {\n",
+                (long long)(o->k->extent / w));
+        fprintf(o->f, "#pragma omp simd\n        for (int64_t c = 0; c < INT64_C(%lld); c++) {\n"
+                      "            const int64_t i0 = r * INT64_C(%lld) + c;\n",
+                (long long)w, (long long)w);
+        o->row_w = w, depth = 3;
+        for (int s = o->k->npre; s < o->k->body.len; s++)
+            stmt(o, s, &depth, &level);
+        o->row_w = 0;
+        fputs("        }\n    }\n", o->f);
+        return;
+    }
     fprintf(o->f, "#pragma omp for%s schedule(static) nowait\n", simd ? " simd" : "");
     fprintf(o->f, "    for (int64_t i0 = 0; i0 < INT64_C(%lld); i0++) {\n", (long long)o->k->extent);
     depth = 2;
@@ -657,7 +711,7 @@ char *cg_emit_c(Arena *a, const Kernel *k)
 {
     char *buf = NULL;
     size_t len = 0;
-    Out o = {open_memstream(&buf, &len), k, k->ftype != DT_F64, 0};
+    Out o = {open_memstream(&buf, &len), k, k->ftype != DT_F64, 0, 0};
     if (!o.f)
         BUG("open_memstream failed");
     int ws = cg_c_workshared(k);
