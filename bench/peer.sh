@@ -8,7 +8,7 @@
 # STEPS steps; a run's figure is the median of its steps after the first.
 # Both run f32 on every core, PyTorch with GOMP_SPINCOUNT=0, tcc's programs
 # with the threads' settings they give themselves. Then AdamW's
-# share: bench/kprof.c's time of tcc's adamw kernels on the 124M shape,
+# share: the time of tcc's adamw kernels on the 124M shape (TCC_PROFILE),
 # against the memory bandwidth that bench/stream.c measures in the same run.
 #   ROUNDS=3 STEPS=6 bash bench/peer.sh
 #   TORCH2=1 bash bench/peer.sh          (PyTorch 2 with torch.compile)
@@ -33,7 +33,7 @@ if [ "${TORCH2:-0}" = 1 ]; then
         /usr/bin/python3 -m venv "$VENV" && "$VENV/bin/pip" install -q torch
     fi
     PY=$VENV/bin/python
-    export TCC_PEER_COMPILE=1
+    export TCC_PEER_COMPILE=${TCC_PEER_COMPILE:-1} # 0: eager
 elif ! "$PY" -c "import torch" 2>/dev/null; then
     PY=/usr/bin/python3
     if ! "$PY" -c "import torch" 2>/dev/null; then
@@ -92,7 +92,10 @@ params=$(./tcc bench/gpt2_mb1.tdl -D L=12 -D D=768 -D H=12 -D S=64 -D B=4 -D V=5
 KPROF_OUT="$OUT/kprof.txt" LD_PRELOAD="$OUT/kprof.so" "$OUT/gpt2-124m" --steps 3 > "$OUT/kprof.log"
 ms=$(awk '/trained/ {for (i = 1; i < NF; i++) if ($(i + 1) ~ /^ms\/step/) print $i}' "$OUT/kprof.log")
 python3 bench/kprof.py "$OUT/gpt2-124m" "$OUT/kprof.txt" 3 "$ms" 12 > "$OUT/kprof.table"
-adamw=$(awk '$1 == "adamw" {print $2; exit}' "$OUT/kprof.table")
+# the update's time from TCC_PROFILE: the kernels of a group share the
+# group's time (one parallel region: kprof sees tcc_run_group alone)
+TCC_PROFILE="$OUT/profile.txt" "$OUT/gpt2-124m" --steps 3 > /dev/null
+adamw=$(awk -F'\t' '$3 ~ /_adamw$/ {s += $2} END {print s / 1000}' "$OUT/profile.txt")
 "$OUT/stream" 256 | tee -a "$OUT/stream.txt" # again after: this machine's bandwidth moves
 bw=$(awk '{print $3}' "$OUT/stream.txt" | sort -g | tail -1)
 python3 -c "import sys; n, ms, bw = map(float, sys.argv[1:]); g = 28 * n / (ms / 1e3) / 1e9
