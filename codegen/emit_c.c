@@ -364,8 +364,8 @@ int cg_c_workshared(const Kernel *k)
  * load $Ln(x) and the rounding store $Wn(x) (tcc_bf2f / tcc_f2bf for bf16, a
  * cast otherwise). Storage is bf16, f32 or f64; arithmetic is $T. */
 
-/* below: the fragments $U, $P, $K, $G, $Q; $N is the kernel's name */
-static const char *attention_tile, *attention_bwd_pass, *attention_bwd_kv, *attention_bwd_grad,
+/* below: the fragments $U, $F, $P, $K, $G, $Q; $N is the kernel's name */
+static const char *attention_tile, *attention_keys, *attention_bwd_pass, *attention_bwd_kv, *attention_bwd_grad,
     *attention_bwd_dq;
 
 /* tmpl filled into the kernel; every line after the first indented by
@@ -385,6 +385,7 @@ static void attention_fill(Out *o, const char *tmpl, int indent)
         char w = *++p;
         column += 2;
         const char *frag = w == 'U' ? attention_tile /* the online softmax's step over a tile */
+                         : w == 'F' ? attention_keys
                          : w == 'P' ? attention_bwd_pass
                          : w == 'K' ? attention_bwd_kv
                          : w == 'G' ? attention_bwd_grad
@@ -483,6 +484,23 @@ static const char *attention_tile =
     "}\n"
     "m[r] = nm;\n";
 
+/* $F: the block's rows against every tile of keys up to `last`, each tile's
+ * keys transposed once, each row's step over the tile ($U). The forward's
+ * and the backward's first pass. */
+static const char *attention_keys =
+    "for (int64_t j0 = 0; j0 <= last; j0 += TILE) {\n"
+    "    const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
+    "    for (int64_t j = 0; j < n; j++) {\n"
+    "        const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "        #pragma GCC unroll 1\n"
+    "        for (int64_t d = 0; d < DH; d++) kt[d][j] = $L1(kj[d]);\n"
+    "    }\n"
+    "    for (int64_t r = 0; r < ni; r++) {\n"
+    "        const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
+    "        $U"
+    "    }\n"
+    "}\n";
+
 static const char *attention_fwd =
     "    enum { NQB = (S + QB - 1) / QB };\n"
     "    #pragma omp parallel for collapse(3) schedule(static)\n"
@@ -498,18 +516,7 @@ static const char *attention_fwd =
     "            #pragma GCC unroll 1\n"
     "            for (int64_t d = 0; d < DH; d++) q[r][d] = $L0(qi[d]), acc[r][d] = 0;\n"
     "        }\n"
-    "        for (int64_t j0 = 0; j0 <= last; j0 += TILE) {\n"
-    "            const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
-    "            for (int64_t j = 0; j < n; j++) {\n"
-    "                const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
-    "                #pragma GCC unroll 1\n"
-    "                for (int64_t d = 0; d < DH; d++) kt[d][j] = $L1(kj[d]);\n"
-    "            }\n"
-    "            for (int64_t r = 0; r < ni; r++) {\n"
-    "                const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
-    "                $U"
-    "            }\n"
-    "        }\n"
+    "        $F"
     "        for (int64_t r = 0; r < ni; r++) {\n"
     "            $S3 *oi = a3 + (b * S + i0 + r) * QC + h * DH;\n"
     "            #pragma GCC unroll 1\n"
@@ -650,18 +657,7 @@ static const char *attention_bwd_pass =
     "    for (int64_t d = 0; d < DH; d++)\n"
     "        q[r][d] = $L0(qi[d]), dout[r][d] = $L3(doi[d]), acc[r][d] = dq[r][d] = 0;\n"
     "}\n"
-    "for (int64_t j0 = 0; j0 <= last; j0 += TILE) {\n"
-    "    const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
-    "    for (int64_t j = 0; j < n; j++) {\n"
-    "        const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
-    "        #pragma GCC unroll 1\n"
-    "        for (int64_t d = 0; d < DH; d++) kt[d][j] = $L1(kj[d]);\n"
-    "    }\n"
-    "    for (int64_t r = 0; r < ni; r++) {\n"
-    "        const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
-    "        $U"
-    "    }\n"
-    "}\n"
+    "$F"
     "for (int64_t r = 0; r < ni; r++) {\n"
     "    #pragma GCC unroll 1\n"
     "    for (int64_t d = 0; d < DH; d++) dot_o[r] += dout[r][d] * acc[r][d] / l[r];\n"

@@ -542,17 +542,23 @@ static int bytes_meet(const PlanTensor *x, const PlanTensor *y)
            y->offset < x->offset + x->bytes;
 }
 
-Test(codegen, independent_kernels_run_in_groups_with_the_same_bits)
+/* The plan of src after every pass, and its Kernel IR. */
+static void full_plan(Ctx *c, const char *src, Plan *plan, Kernel ***ks)
 {
-    const char *src = sample("gpt2.tdl", "model gpt2(V = 32, S = 16, D = 32, H = 2, L = 2, B = 8)");
-    Ctx *c = ctx_new(stderr);
     Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
     cr_assert_not_null(g);
     for (const Pass *p = pass_table; p->name; p++)
         cr_assert_eq(p->run(c, g), 0, "%s", p->name);
+    cr_assert_eq(cg_build_plan_ir(c, g, 0, plan, ks), 0);
+}
+
+Test(codegen, independent_kernels_run_in_groups_with_the_same_bits)
+{
+    const char *src = sample("gpt2.tdl", "model gpt2(V = 32, S = 16, D = 32, H = 2, L = 2, B = 8)");
+    Ctx *c = ctx_new(stderr);
     Plan plan;
     Kernel **ks;
-    cr_assert_eq(cg_build_plan_ir(c, g, 0, &plan, &ks), 0);
+    full_plan(c, src, &plan, &ks);
     int groups = 0, adamw = 0, adamw_grouped = 0;
     for (int i = 0; i < plan.ninstrs; i++)
         adamw += plan.instrs[i].kind == PI_KERNEL &&
@@ -621,13 +627,9 @@ Test(codegen, residual_sums_and_the_mlp_bias_are_kept_in_the_norm_and_gelu_kerne
 {
     const char *src = sample("gpt-tiny.tdl", "model gpt_tiny(V = 32, S = 16, D = 32, H = 2, L = 2, B = 8)");
     Ctx *c = ctx_new(stderr);
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
-    cr_assert_not_null(g);
-    for (const Pass *p = pass_table; p->name; p++)
-        cr_assert_eq(p->run(c, g), 0, "%s", p->name);
     Plan plan;
     Kernel **ks;
-    cr_assert_eq(cg_build_plan_ir(c, g, 0, &plan, &ks), 0);
+    full_plan(c, src, &plan, &ks);
     int norms = 0, norms_keeping = 0, gelus = 0, gelus_keeping = 0, epilogues = 0, adds = 0;
     for (int i = 0; i < plan.ninstrs; i++) {
         const PlanInstr *in = &plan.instrs[i];
