@@ -37,15 +37,6 @@ static void put_string(FILE *f, const char *s)
     fputs("\"", f);
 }
 
-/* Whether kernel i has a NAME_ws form in the source (cg_c_workshared): a
- * plain loop kernel's definition. */
-static int ws_of(const Plan *p, int i)
-{
-    char def[300];
-    snprintf(def, sizeof def, "void %s_ws(char *const *args)\n", p->kernels[i].name);
-    return strstr(p->kernel_source, def) != NULL;
-}
-
 static int write_source(const char *path, const Plan *p, const char *json)
 {
     FILE *f = fopen(path, "w");
@@ -66,7 +57,8 @@ static int write_source(const char *path, const Plan *p, const char *json)
     for (int i = 0; i < p->nkernels; i++)
         fprintf(f, "    %s,\n", p->kernels[i].name);
     for (int i = 0; groups && i < p->nkernels; i++) /* then each NAME_ws, and the group runner */
-        fprintf(f, ws_of(p, i) ? "    %s_ws,\n" : "    0, /* %s */\n", p->kernels[i].name);
+        fprintf(f, cg_pattern_workshared(p->kernels[i].pattern) ? "    %s_ws,\n" : "    0, /* %s */\n",
+                p->kernels[i].name);
     if (groups)
         fputs("    (tcc_kernel)tcc_run_group,\n", f);
     if (!p->nkernels)

@@ -142,6 +142,8 @@ const char *cg_c_prelude(void);
  * a barrier at its end; and the measure of its work that decides whether
  * NAME opens a region (more than 4096). */
 int cg_c_workshared(const Kernel *k);
+/* The same by a plan kernel's pattern (PlanKernel.pattern is the KPattern). */
+int cg_pattern_workshared(int pattern);
 int64_t cg_c_items(const Kernel *k);
 /* The scalar work of one call of cg_emit_c's rendering of k, for the CPU cost
  * model: operations (loads, stores, arithmetic), steps of running reductions

@@ -352,10 +352,9 @@ static void loop_kernel(Out *o)
 
 int64_t cg_c_items(const Kernel *k) { return k->extent * (k->levels ? 64 : 1); }
 
-int cg_c_workshared(const Kernel *k)
-{
-    return k->pattern != KP_ATTENTION && k->pattern != KP_ATTENTION_BWD;
-}
+int cg_pattern_workshared(int pattern) { return pattern != KP_ATTENTION && pattern != KP_ATTENTION_BWD; }
+
+int cg_c_workshared(const Kernel *k) { return cg_pattern_workshared((int)k->pattern); }
 
 /* ---- attention templates ----
  * Written once with $WORDS filled per kernel: $T the float type, $X the math
