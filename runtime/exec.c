@@ -150,7 +150,8 @@ Runtime *rt_open_device(const Plan *p, RtKernel const *kernels, RtDeviceKind kin
     rt->nstages = plan_stages(p);
     rt->stage = rt->nstages > 1 ? -1 : 0; /* known at rt_attach */
     if (rt_cpu_open_linked(&rt->dev, p, kernels, cache_dir, err, n) || bind_args(rt, err, n) ||
-        rt_guard_open(rt, err, n) || rt_profile_open(rt, kind, err, n) || (kind == RT_CUDA && open_gpu(rt, cache_dir, err, n))) {
+        rt_guard_open(rt, err, n) || rt_guard_gpu_hang(rt, kind == RT_CUDA, err, n) ||
+        rt_profile_open(rt, kind, err, n) || (kind == RT_CUDA && open_gpu(rt, cache_dir, err, n))) {
         rt_close(rt);
         return NULL;
     }
@@ -423,6 +424,9 @@ int rt_run_instr(Runtime *rt, int i, int hook, char *err, size_t n)
     if (hook && rt_guard_due(rt, i) && rt_guard_poison(rt, msg, sizeof msg))
         return plan_errorf(err, n, "step %" PRId64 ", TCC_TEST_NAN_GRAD: %s", rt->step_now, msg);
     double t0 = rt->prof && hook ? rt_profile_now() : 0;
+    if (hook && rt->gpu && i == rt->hang_at && rt->step_now == rt->hang_step &&
+        rt_cuda_hang(rt->gpu, msg, sizeof msg))
+        return plan_errorf(err, n, "step %" PRId64 ", %s", rt->step_now, msg);
     if (rt->gpu ? run_gpu(rt, i, msg, sizeof msg) : run_cpu(rt, i, msg, sizeof msg))
         return plan_errorf(err, n, "step %" PRId64 ", instrs[%d] (%s): %s", rt->step_now, i,
                            plan_instr_label(rt->p, i, what, sizeof what), msg);
@@ -569,6 +573,7 @@ int rt_cuda_get(CudaDevice *d, char *host, uint64_t off, uint64_t bytes, char *e
 }
 
 int rt_cuda_sync(CudaDevice *d, char *err, size_t n) { return no_cuda(err, n); }
+int rt_cuda_hang(CudaDevice *d, char *err, size_t n) { return no_cuda(err, n); }
 int rt_cuda_run(CudaDevice *d, int i, char *err, size_t n) { return no_cuda(err, n); }
 int rt_cuda_group(CudaDevice *d, int slot, RtComm *c, char *err, size_t n)
 {

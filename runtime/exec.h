@@ -51,6 +51,8 @@ struct Runtime {
     int poison_at, poison_tensor;     /* before instruction poison_at of those steps (-1: none) */
     int64_t stall_step; /* TCC_TEST_STALL: world rank stall_rank (-1: none) stops at this step */
     int stall_rank;
+    int64_t hang_step; /* TCC_TEST_GPU_HANG: the cuda device hangs before instruction hang_at */
+    int hang_at;       /* of step hang_step (-1: never) */
     RtProfile *prof; /* TCC_PROFILE: instruction times (profile.c); NULL when not asked */
 };
 
@@ -108,5 +110,9 @@ int rt_guard_poison(Runtime *rt, char *err, size_t n);
  * on this rank, wait until the world is broken (under mpirun: until the job
  * ends), then -1 with a message; else 0. */
 int rt_guard_stall(Runtime *rt, char *err, size_t n);
+/* TCC_TEST_GPU_HANG=STEP:INSTR (tests only): on the cuda device, a kernel
+ * that never ends before instruction INSTR of step STEP, for the watchdog to
+ * find; refused on the CPU device (cuda: 0) and for an INSTR out of range. */
+int rt_guard_gpu_hang(Runtime *rt, int cuda, char *err, size_t n);
 
 #endif

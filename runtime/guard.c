@@ -374,6 +374,26 @@ static int read_stall(Runtime *rt, char *err, size_t n)
     return 0;
 }
 
+int rt_guard_gpu_hang(Runtime *rt, int cuda, char *err, size_t n)
+{
+    const char *v = getenv("TCC_TEST_GPU_HANG");
+    char *end;
+    rt->hang_at = -1;
+    if (!v || !*v)
+        return 0;
+    long long step = strtoll(v, &end, 10), at = -1;
+    if (end != v && *end == ':')
+        at = strtoll(end + 1, &end, 10);
+    if (step < 1 || at < 0 || at >= rt->p->ninstrs || *end)
+        return plan_errorf(err, n, "TCC_TEST_GPU_HANG: expected STEP:INSTR (INSTR < %d), got '%s'",
+                           rt->p->ninstrs, v);
+    if (!cuda)
+        return plan_errorf(err, n, "TCC_TEST_GPU_HANG: the cpu device has no GPU to hang "
+                                   "(--device cuda)");
+    rt->hang_step = step, rt->hang_at = (int)at;
+    return 0;
+}
+
 int rt_guard_open(Runtime *rt, char *err, size_t n)
 {
     return find_splits(rt, err, n) || find_grads(rt, err, n) || read_hook(rt, err, n) ||

@@ -90,6 +90,9 @@ void rt_comm_free(RtComm *c); /* c may be NULL */
 /* A name for c in messages, e.g. the mesh axes its members differ along
  * ("dp", "dp,tp"); at most 31 bytes are kept. */
 void rt_comm_name(RtComm *c, const char *name);
+/* "group dp (ranks 0 2)": c's name and its members' world ranks (the first 8,
+ * then "..."), for messages. */
+void rt_comm_describe(const RtComm *c, char *out, size_t n);
 int rt_comm_rank(const RtComm *c);
 int rt_comm_size(const RtComm *c);
 

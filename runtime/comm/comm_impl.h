@@ -55,8 +55,5 @@ void *rt_comm_scratch(RtComm *c, size_t bytes, char *err, size_t n);
 void rt_comm_release(RtComm *c);
 /* The world rank of member r of c. */
 int rt_comm_member(const RtComm *c, int r);
-/* "group dp (ranks 0 2)": c's name and its members' world ranks (the first 8,
- * then "..."), for messages. */
-void rt_comm_describe(const RtComm *c, char *out, size_t n);
 
 #endif

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/gpu/gpumap.h"
 #include "runtime/gpu/nvrtc.h"
@@ -252,8 +253,15 @@ static int open_streams(CudaDevice *d, char *err, size_t n)
     d->before = calloc((size_t)p->ninstrs + 1, sizeof *d->before);
     d->done = calloc((size_t)p->ninstrs + 1, sizeof *d->done);
     d->pending = calloc((size_t)p->ninstrs + 1, sizeof *d->pending);
-    if (!d->before || !d->done || !d->pending)
+    d->issued = calloc((size_t)p->ninstrs + 1, sizeof *d->issued);
+    d->slot_of = calloc((size_t)p->ninstrs + 1, sizeof *d->slot_of);
+    if (!d->before || !d->done || !d->pending || !d->issued || !d->slot_of)
         return plan_errorf(err, n, "calloc: out of memory");
+    for (int i = 0; i < p->ninstrs; i++)
+        d->slot_of[i] = -1;
+    for (int k = 0; k < CUDA_MARKS; k++)
+        CUDA(cudaEventCreateWithFlags, &d->marks[k], cudaEventDisableTiming);
+    d->first_run = -1;
     for (int i = 0; i < p->ninstrs; i++)
         if (p->instrs[i].kind == PI_COLL) {
             CUDA(cudaEventCreateWithFlags, &d->before[i], cudaEventDisableTiming);
@@ -270,6 +278,10 @@ CudaDevice *rt_cuda_open(const Plan *p, int ordinal, const char *cache_dir, char
         return NULL;
     }
     d->p = p, d->ordinal = ordinal;
+    if (rt_comm_timeout(&d->timeout, err, n)) {
+        free(d);
+        return NULL;
+    }
     cudaError_t e = cudaSetDevice(ordinal);
     if (e != cudaSuccess) {
         plan_errorf(err, n, "cudaSetDevice(%d): %s", ordinal, cudaGetErrorString(e));
@@ -289,11 +301,20 @@ void rt_cuda_close(CudaDevice *d)
 {
     if (!d)
         return;
+    if (d->stuck) /* the streams may never finish, and freeing device memory waits for them: the
+                     driver reclaims it when the process ends */
+        goto host;
     if (d->compute)
         cudaStreamSynchronize(d->compute);
     if (d->comm)
         cudaStreamSynchronize(d->comm);
-    nccl_close(d); /* waits for the pipeline channels' streams first */
+    for (int k = 0; k < CUDA_MARKS; k++)
+        if (d->marks[k])
+            cudaEventDestroy(d->marks[k]);
+    if (d->spin_flag)
+        cudaFreeHost((void *)d->spin_flag);
+    if (d->spin_lib)
+        cudaLibraryUnload(d->spin_lib);
     for (int i = 0; d->gemms && i < d->p->ninstrs; i++) {
         LtGemm *G = &d->gemms[i];
         if (G->la)
@@ -321,10 +342,12 @@ void rt_cuda_close(CudaDevice *d)
         cudaLibraryUnload(d->lib);
     if (d->mem)
         cudaFree(d->mem);
+host:
+    nccl_close(d); /* waits for the pipeline channels' streams first, unless stuck */
     if (d->params)
         free(d->params[0]);
     free(d->params), free(d->dptr), free(d->kernels), free(d->gemms);
-    free(d->before), free(d->done), free(d->pending);
+    free(d->before), free(d->done), free(d->pending), free(d->issued), free(d->slot_of);
     free(d);
 }
 
@@ -336,22 +359,161 @@ int rt_cuda_put(CudaDevice *d, const char *host, uint64_t off, uint64_t bytes, c
     return 0;
 }
 
+/* A copy into pageable host memory holds the host until the stream has run
+ * up to it: every stream is waited for first, under the watchdog, so that a
+ * step that never ends is reported instead of hanging in the copy. */
 int rt_cuda_get(CudaDevice *d, char *host, uint64_t off, uint64_t bytes, char *err, size_t n)
 {
-    for (int j = 0; j < d->npending; j++) /* the host may read a collective's output */
-        CUDA(cudaStreamWaitEvent, d->compute, d->done[d->pending[j]], 0);
-    d->npending = 0;
+    if (rt_cuda_sync(d, err, n))
+        return -1;
     CUDA(cudaMemcpyAsync, host + off, d->mem + off, bytes, cudaMemcpyDeviceToHost, d->compute);
     return 0;
 }
 
+/* ---- the watchdog ---- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* 1 when stream s has finished its work, 0 when not, -1 on a failure. */
+static int finished(cudaStream_t s, char *err, size_t n)
+{
+    cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaErrorNotReady)
+        return 0;
+    return e == cudaSuccess ? 1 : cuda_fail(e, "cudaStreamQuery", err, n);
+}
+
+/* 1 when every stream has finished, 0 when not, -1 on a failure. */
+static int idle(CudaDevice *d, char *err, size_t n)
+{
+    int r = finished(d->comm, err, n);
+    for (int k = 0; r == 1 && k < d->nchans; k++)
+        if (d->chans[k].stream)
+            r = finished(d->chans[k].stream, err, n);
+    return r == 1 ? finished(d->compute, err, n) : r;
+}
+
+/* 1 when event e (recorded since the last wait) has not completed. */
+static int unfinished(cudaEvent_t e)
+{
+    return cudaEventQuery(e) == cudaErrorNotReady;
+}
+
+/* A wait for the streams has lasted d->timeout: name the first collective
+ * queued since the last wait that has not completed and who of its group has
+ * not come, or else the compute instructions between the marks around the
+ * first that has not; abort the NCCL communicators (their kernels end). The
+ * device is stuck afterwards: every later wait fails at once. -1. */
+static int watchdog(CudaDevice *d, char *err, size_t n)
+{
+    const Plan *p = d->p;
+    char what[400], group[160], who[800];
+    int c = -1, k = 0;
+    d->stuck = 1;
+    for (int j = 0; j < d->nissued && c < 0; j++)
+        if (unfinished(d->done[d->issued[j]]))
+            c = d->issued[j];
+    if (c >= 0) {
+        nccl_describe(d, c, group, sizeof group);
+        nccl_absent(d, c, who, sizeof who);
+        snprintf(what, sizeof what, "instrs[%d] (%s%s%s)", c,
+                 plan_instr_label(p, c, (char[80]){0}, 80), group[0] ? " in " : "", group);
+    } else {
+        k = d->nmarks > CUDA_MARKS ? d->nmarks - CUDA_MARKS : 0; /* those still in the ring */
+        while (k < d->nmarks && !unfinished(d->marks[k % CUDA_MARKS]))
+            k++;
+        int from = k ? d->mark_at[(k - 1) % CUDA_MARKS] + 1 : d->first_run;
+        if (k < d->nmarks)
+            snprintf(what, sizeof what, "a kernel, GEMM or copy of instrs[%d..%d]", from,
+                     d->mark_at[k % CUDA_MARKS]);
+        else
+            snprintf(what, sizeof what, "a kernel, GEMM or copy from instrs[%d] on", from);
+        snprintf(who, sizeof who, "%s", "it does not end (no collective is waited for)");
+    }
+    nccl_abort(d);
+    if (d->spin_flag) /* TCC_TEST_GPU_HANG's kernel may end now */
+        *d->spin_flag = 1;
+    return plan_errorf(err, n,
+                       "cuda:%d: waited %g s for the GPU (the watchdog, TCC_COMM_TIMEOUT or "
+                       "--timeout): %s has not completed: %s",
+                       d->ordinal, d->timeout, what, who);
+}
+
+/* Wait until event e has completed (NULL: every stream has finished),
+ * polling: the first thousand polls only yield between them, later ones nap
+ * 20 us. A wait of d->timeout fires the watchdog. */
+static int watch(CudaDevice *d, cudaEvent_t e, char *err, size_t n)
+{
+    if (d->stuck)
+        return plan_errorf(err, n, "cuda:%d: an earlier wait for the GPU timed out: nothing more "
+                                   "runs on it",
+                           d->ordinal);
+    double t0 = 0;
+    for (long polls = 0;; polls++) {
+        cudaError_t q = e ? cudaEventQuery(e) : cudaSuccess;
+        int r = !e ? idle(d, err, n)
+                : q == cudaSuccess ? 1
+                : q == cudaErrorNotReady ? 0
+                : cuda_fail(q, "cudaEventQuery", err, n);
+        if (r < 0)
+            return -1;
+        if (r)
+            return 0;
+        if (polls == 0)
+            t0 = now_s();
+        else if (now_s() - t0 >= d->timeout)
+            return watchdog(d, err, n);
+        struct timespec nap = {0, polls < 1000 ? 0 : 20 * 1000};
+        nanosleep(&nap, NULL);
+    }
+}
+
 int rt_cuda_sync(CudaDevice *d, char *err, size_t n)
 {
-    CUDA(cudaStreamSynchronize, d->comm);
-    if (nccl_sync_channels(d, err, n))
+    if (watch(d, NULL, err, n))
         return -1;
-    CUDA(cudaStreamSynchronize, d->compute);
-    d->npending = 0;
+    d->npending = d->nissued = d->nmarks = d->since_mark = 0;
+    d->first_run = -1;
+    return 0;
+}
+
+/* TCC_TEST_GPU_HANG's kernel: it spins until the host writes its flag. */
+static const char spin_source[] =
+    "extern \"C\" __global__ void tcc_spin(volatile int *flag)\n"
+    "{\n"
+    "    while (*flag == 0)\n"
+    "        __nanosleep(1000);\n"
+    "}\n";
+
+int rt_cuda_hang(CudaDevice *d, char *err, size_t n)
+{
+    if (!d->spin) {
+        int major = 0, minor = 0;
+        char arch[16], msg[400];
+        CUDA(cudaDeviceGetAttribute, &major, cudaDevAttrComputeCapabilityMajor, d->ordinal);
+        CUDA(cudaDeviceGetAttribute, &minor, cudaDevAttrComputeCapabilityMinor, d->ordinal);
+        snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
+        RtCubin cubin = {0};
+        if (rt_nvrtc_compile(spin_source, arch, NULL, &cubin, msg, sizeof msg))
+            return plan_errorf(err, n, "TCC_TEST_GPU_HANG: NVRTC: %s", msg);
+        cudaError_t e = cudaLibraryLoadData(&d->spin_lib, cubin.image, NULL, NULL, 0, NULL, NULL, 0);
+        rt_cubin_free(&cubin);
+        if (e != cudaSuccess)
+            return cuda_fail(e, "cudaLibraryLoadData", err, n);
+        CUDA(cudaLibraryGetKernel, &d->spin, d->spin_lib, "tcc_spin");
+        CUDA(cudaHostAlloc, (void **)&d->spin_flag, sizeof(int), cudaHostAllocMapped);
+    }
+    void *flag;
+    *d->spin_flag = 0;
+    CUDA(cudaHostGetDevicePointer, &flag, (void *)d->spin_flag, 0);
+    void *args[] = {&flag};
+    dim3 one = {1, 1, 1};
+    CUDA(cudaLaunchKernel, (const void *)d->spin, one, one, args, 0, d->compute);
     return 0;
 }
 
@@ -418,16 +580,33 @@ static int run_kernel(CudaDevice *d, int i, char *err, size_t n)
 
 int rt_cuda_run(CudaDevice *d, int i, char *err, size_t n)
 {
+    int rc;
     if (d->npending && wait_for_colls(d, i, err, n))
         return -1;
     switch (d->p->instrs[i].kind) {
     case PI_KERNEL:
-        return run_kernel(d, i, err, n);
+        rc = run_kernel(d, i, err, n);
+        break;
     case PI_GEMM:
-        return run_gemm(d, i, err, n);
+        rc = run_gemm(d, i, err, n);
+        break;
     case PI_COPY:
-        return run_copy(d, i, err, n);
+        rc = run_copy(d, i, err, n);
+        break;
     default:
         return plan_errorf(err, n, "not a compute instruction");
     }
+    if (rc)
+        return -1;
+    if (d->first_run < 0)
+        d->first_run = i;
+    if (++d->since_mark == CUDA_MARK_EVERY) { /* for the watchdog */
+        if (d->nmarks >= CUDA_AHEAD &&
+            watch(d, d->marks[(d->nmarks - CUDA_AHEAD) % CUDA_MARKS], err, n))
+            return -1;
+        CUDA(cudaEventRecord, d->marks[d->nmarks % CUDA_MARKS], d->compute);
+        d->mark_at[d->nmarks++ % CUDA_MARKS] = i;
+        d->since_mark = 0;
+    }
+    return 0;
 }

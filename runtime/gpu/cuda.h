@@ -36,8 +36,17 @@ void rt_cuda_close(CudaDevice *d); /* d may be NULL */
  * queued on the compute stream after the work before it. */
 int rt_cuda_put(CudaDevice *d, const char *host, uint64_t off, uint64_t bytes, char *err, size_t n);
 int rt_cuda_get(CudaDevice *d, char *host, uint64_t off, uint64_t bytes, char *err, size_t n);
-/* Wait for both streams: afterwards the host mirror holds what was gotten. */
+/* Wait for every stream: afterwards the host mirror holds what was gotten.
+ * The watchdog: a wait that lasts rt_comm_timeout's seconds fails, naming the
+ * first collective queued since the last wait that has not completed and the
+ * members of its group that have not come to it (asked over its host
+ * communicator, which may take a timeout more), or else the compute
+ * instructions it is stuck in; the NCCL communicators are aborted, and every
+ * later call fails at once. */
 int rt_cuda_sync(CudaDevice *d, char *err, size_t n);
+/* TCC_TEST_GPU_HANG (tests only): a kernel that never ends, on the compute
+ * stream until the watchdog fires. */
+int rt_cuda_hang(CudaDevice *d, char *err, size_t n);
 
 /* Queue instruction i (a kernel, GEMM or copy) on the compute stream, after
  * the collectives whose tensors it touches. */

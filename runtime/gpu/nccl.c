@@ -59,6 +59,7 @@ int rt_cuda_group(CudaDevice *d, int slot, RtComm *c, char *err, size_t n)
         return plan_errorf(err, n, "ncclGetUniqueId%s: %s", rt_comm_rank(c) ? " (on member 0)" : "",
                            made != ncclSuccess ? ncclGetErrorString(made) : "failed");
     NCCL(ncclCommInitRank, &d->nccl[slot], rt_comm_size(c), m.id, rt_comm_rank(c));
+    d->host[slot] = c;
     return 0;
 }
 
@@ -148,7 +149,7 @@ int nccl_sync_channels(CudaDevice *d, char *err, size_t n)
 
 void nccl_close(CudaDevice *d)
 {
-    for (int k = 0; k < d->nchans; k++)
+    for (int k = 0; k < d->nchans && !d->stuck; k++)
         if (d->chans[k].stream)
             cudaStreamSynchronize(d->chans[k].stream);
     for (int i = 0; i < RT_MAX_GROUPS; i++)
@@ -161,6 +162,55 @@ void nccl_close(CudaDevice *d)
             cudaStreamDestroy(d->chans[k].stream);
     }
     free(d->chans), free(d->chan_of);
+}
+
+void nccl_abort(CudaDevice *d)
+{
+    for (int i = 0; i < RT_MAX_GROUPS; i++)
+        if (d->nccl[i]) {
+            ncclCommAbort(d->nccl[i]);
+            d->nccl[i] = NULL;
+        }
+    for (int k = 0; k < d->nchans; k++)
+        if (d->chans[k].comm) {
+            ncclCommAbort(d->chans[k].comm);
+            d->chans[k].comm = NULL;
+        }
+}
+
+void nccl_describe(const CudaDevice *d, int i, char *out, size_t n)
+{
+    int slot = d->slot_of ? d->slot_of[i] : -1;
+    const PlanInstr *in = &d->p->instrs[i];
+    if (in->coll.op == PC_SEND || in->coll.op == PC_RECV)
+        snprintf(out, n, "%s stage %d", in->coll.op == PC_SEND ? "to" : "from", in->coll.peer);
+    else if (slot >= 0 && d->host[slot])
+        rt_comm_describe(d->host[slot], out, n);
+    else
+        snprintf(out, n, "%s", "");
+}
+
+/* A member that waits for the same collective on its GPU times out too, and
+ * comes to the same barrier over the host communicator: the barrier completes
+ * when every member is there (NCCL itself is stuck), and otherwise its own
+ * watchdog names the members that have not come and where they are. */
+void nccl_absent(CudaDevice *d, int i, char *out, size_t n)
+{
+    const PlanInstr *in = &d->p->instrs[i];
+    int slot = d->slot_of ? d->slot_of[i] : -1;
+    char msg[700];
+    if (in->coll.op == PC_SEND || in->coll.op == PC_RECV) {
+        snprintf(out, n, "stage %d has not %s it, or NCCL is stuck", in->coll.peer,
+                 in->coll.op == PC_SEND ? "received" : "sent");
+    } else if (slot < 0 || !d->host[slot]) {
+        snprintf(out, n, "%s", "no host communicator to ask the members");
+    } else if (rt_comm_barrier(d->host[slot], msg, sizeof msg) == 0) {
+        snprintf(out, n, "%s",
+                 "every member of the group waits for it on its GPU: NCCL does not complete it");
+    } else {
+        const char *absent = strstr(msg, "not arrived:");
+        snprintf(out, n, "asked the members: %s", absent ? absent : msg);
+    }
 }
 
 static int nccl_type(PlanDType t, ncclDataType_t *out)
@@ -394,5 +444,8 @@ int rt_cuda_coll(CudaDevice *d, int i, int slot, int64_t blk, char *err, size_t 
         return -1;
     CUDA(cudaEventRecord, d->done[i], s);
     d->pending[d->npending++] = i;
+    d->slot_of[i] = slot;
+    if (d->nissued < d->p->ninstrs) /* a loop plan's replays past that are not listed */
+        d->issued[d->nissued++] = i;
     return 0;
 }

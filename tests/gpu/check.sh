@@ -11,7 +11,9 @@
 #      another order; bf16: 2e-2);
 #   4. the contract on GPUs: mesh plans under mpirun, one process per GPU,
 #      against one GPU (skipped with fewer than 2 GPUs);
-#   5. the timing of a GPT-2 124M step: ms per step, tokens/s, MFU (model
+#   5. the watchdog: a kernel that never ends (TCC_TEST_GPU_HANG) is named
+#      and the run ends within seconds;
+#   6. the timing of a GPT-2 124M step: ms per step, tokens/s, MFU (model
 #      FLOPs of a step over the time, over the GPU's peak: PEAK_TFLOPS,
 #      default the dense bf16 tensor-core peak of the GPU nvidia-smi names).
 # Usage: bash tests/gpu/check.sh [STEPS]   (run from the repository root)
@@ -165,7 +167,25 @@ else
     say "skip: the mesh contract needs 2 GPUs and mpirun"
 fi
 
-# ---- 5. GPT-2 124M: one step's time ----
+# ---- 5. the watchdog on the GPU ----
+# A kernel that never ends before instruction 5 of step 2 (TCC_TEST_GPU_HANG):
+# with --timeout 2 the run must end within 10 s, exit 1, and name the range of
+# instructions that holds instruction 5. (SIGKILL: on SIGTERM the program
+# would wait for its step to end.)
+bin=$OUT/gpt-tiny-f32
+start=$(date +%s%N)
+TCC_TEST_GPU_HANG=2:5 timeout -s KILL 60 "$bin" --device cuda --steps 3 --timeout 2 >"$OUT/watchdog.log" 2>&1
+rc=$?
+ms=$((($(date +%s%N) - start) / 1000000))
+range=$(sed -n 's/.*instrs\[\([0-9]*\)\.\.\([0-9]*\)\].*/\1 \2/p' "$OUT/watchdog.log" | head -1)
+if [ "$rc" = 1 ] && [ "$ms" -lt 10000 ] && grep -q 'waited 2 s for the GPU' "$OUT/watchdog.log" &&
+    [ -n "$range" ] && [ "${range% *}" -le 5 ] && [ "${range#* }" -ge 5 ]; then
+    pass "watchdog: a kernel that never ends, named (instrs[${range/ /..}]), exit 1 after $ms ms"
+else
+    fail "watchdog: exit $rc after $ms ms, range '$range' (log $OUT/watchdog.log)"
+fi
+
+# ---- 6. GPT-2 124M: one step's time ----
 case "$GPU" in
 *H100* | *H200* | *H800*) peak=989 ;;
 *A100* | *A800*) peak=312 ;;
