@@ -70,7 +70,8 @@ typedef struct Stmt {
     TypeAst *type;
     Expr *value;
     VEC(struct Stmt *) body;   /* model params, mesh axes, repeat/block/train bodies */
-    VEC(const char *) params;  /* S_BLOCK formal parameters */
+    VEC(const char *) params;  /* S_BLOCK formal parameters; S_ASSIGN `a, b, c = e`: b and c
+                                  (a is `name`) */
     VEC(Loc) param_locs;
 } Stmt;
 

@@ -1076,34 +1076,72 @@ static Val annotate(Lower *L, Stmt *s, Val v)
     return v;
 }
 
-static void lower_assign(Lower *L, Stmt *s)
+/* name = v: rebinding walks out to the enclosing block or model scope. */
+static void assign(Lower *L, const char *name, Loc loc, Val v)
 {
-    Val v = eval(L, s->value);
-    if (s->type)
-        v = annotate(L, s, v);
     if (v.k == V_TENSOR && !v.t->name && v.t->def->kind != OP_PARAM && v.t->def->kind != OP_INPUT)
-        v.t->name = s->name;
-    /* Rebinding walks out to the enclosing block or model scope. */
+        v.t->name = name;
     for (Scope *sc = L->scope; sc; sc = sc->boundary ? NULL : sc->parent) {
-        Binding *b = scope_find_local(sc, s->name);
+        Binding *b = scope_find_local(sc, name);
         if (!b)
             continue;
         if (b->kind == B_MODEL || b->kind == B_PARAM || b->kind == B_INDEX) {
             static const char *what[] = {"value", "model parameter", "parameter", "input",
                                          "repeat index"};
-            err(L, s->name_loc, "cannot assign to %s '%s'", what[b->kind], s->name);
-            note(L, b->loc, "'%s' is declared here", s->name);
+            err(L, loc, "cannot assign to %s '%s'", what[b->kind], name);
+            note(L, b->loc, "'%s' is declared here", name);
             return;
         }
         b->val = v;
         return;
     }
-    if (lookup(L, s->name) && lookup(L, s->name)->kind == B_MODEL) {
-        err(L, s->name_loc, "cannot assign to model parameter '%s'", s->name);
-        note(L, lookup(L, s->name)->loc, "'%s' is declared here", s->name);
+    if (lookup(L, name) && lookup(L, name)->kind == B_MODEL) {
+        err(L, loc, "cannot assign to model parameter '%s'", name);
+        note(L, lookup(L, name)->loc, "'%s' is declared here", name);
         return;
     }
-    bind(L, L->scope, s->name, B_VALUE, v, s->name_loc);
+    bind(L, L->scope, name, B_VALUE, v, loc);
+}
+
+/* `a, b, c = e`: e is a list of as many values (a block's `return x, y, z`),
+ * bound in order. The names are distinct. */
+static void assign_several(Lower *L, Stmt *s, Val v)
+{
+    int n = s->params.len + 1;
+    for (int i = 0; i < s->params.len; i++) {
+        const char *a = s->params.data[i];
+        for (int j = -1; j < i; j++)
+            if (!strcmp(a, j < 0 ? s->name : s->params.data[j])) {
+                err(L, s->param_locs.data[i], "'%s' is assigned twice in one statement", a);
+                return;
+            }
+    }
+    if (v.k == V_ERR)
+        return;
+    if (v.k != V_LIST || v.n != n) {
+        if (v.k == V_LIST)
+            err(L, s->value->loc, "%d names are assigned %d value%s", n, v.n, v.n == 1 ? "" : "s");
+        else
+            err(L, s->value->loc, "%d names are assigned one value (%s); a block returns several "
+                                  "with 'return x, y'",
+                n, kind_name(v.k));
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        assign(L, i ? s->params.data[i - 1] : s->name, i ? s->param_locs.data[i - 1] : s->name_loc,
+               v.items[i]);
+}
+
+static void lower_assign(Lower *L, Stmt *s)
+{
+    Val v = eval(L, s->value);
+    if (s->params.len) {
+        assign_several(L, s, v);
+        return;
+    }
+    if (s->type)
+        v = annotate(L, s, v);
+    assign(L, s->name, s->name_loc, v);
 }
 
 static void lower_repeat(Lower *L, Stmt *s)

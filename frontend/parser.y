@@ -116,6 +116,9 @@ stmt
                                   $$->value = $3; }
     | NAME ':' type '=' expr    { $$ = stmt(p, S_ASSIGN, @1); $$->name = $1; $$->name_loc = L(p, @1);
                                   $$->type = $3; $$->value = $5; }
+    | NAME ',' block_params '=' expr
+                                { $$ = $3; $$->kind = S_ASSIGN; $$->loc = L(p, @1);
+                                  $$->name = $1; $$->name_loc = L(p, @1); $$->value = $5; }
     | REPEAT expr body          { $$ = $3; $$->kind = S_REPEAT; $$->loc = L(p, @1); $$->value = $2; }
     | REPEAT expr AS NAME body  { $$ = $5; $$->kind = S_REPEAT; $$->loc = L(p, @1); $$->value = $2;
                                   $$->str = $4; $$->str_loc = L(p, @4); }
@@ -130,6 +133,11 @@ stmt
                                   $$->name = $2; $$->name_loc = L(p, @2);
                                   $$->params = $4->params; $$->param_locs = $4->param_locs; }
     | RETURN expr               { $$ = stmt(p, S_RETURN, @1); $$->value = $2; }
+    | RETURN expr ',' exprs     { $$ = stmt(p, S_RETURN, @1); $$->value = $4; $$->value->loc = L(p, @2);
+                                  VEC_PUSH(A, $4->args, NULL);
+                                  memmove($4->args.data + 1, $4->args.data,
+                                          sizeof(Expr *) * (size_t)($4->args.len - 1));
+                                  $4->args.data[0] = $2; }
     | TRAIN body                { $$ = $2; $$->kind = S_TRAIN; $$->loc = L(p, @1); }
     | OUTPUT NAME               { $$ = stmt(p, S_OUTPUT, @1); $$->name = $2; $$->name_loc = L(p, @2); }
     ;
