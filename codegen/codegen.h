@@ -65,6 +65,9 @@ typedef struct KAttention {
     int64_t batch, seq, heads, kv_heads, head_dim;
     int causal;
     double scale;
+    int64_t window; /* a query sees the keys less than window positions away; 0: all */
+    int mask;       /* the argument of the mask [B][S] (key j of row b seen where nonzero), the
+                       kernel's last; -1: none */
 } KAttention;
 
 typedef struct Kernel {

@@ -363,7 +363,18 @@ int cg_c_workshared(const Kernel *k) { return cg_pattern_workshared((int)k->patt
  * load $Ln(x) and the rounding store $Wn(x) (tcc_bf2f / tcc_f2bf for bf16, a
  * cast otherwise). Storage is bf16, f32 or f64; arithmetic is $T. */
 
-/* below: the fragments $U, $F, $P, $K, $G, $Q; $N is the kernel's name */
+/* $R: the tiles of keys a block of query rows i0 .. i0 + ni - 1 reads, from
+ * the one at `first` to the one holding `last`: the causal or windowed
+ * bounds (the tiles outside hold no key any of the rows sees). */
+static const char *attention_range =
+    "const int64_t last = CAUSAL ? i0 + ni - 1\n"
+    "                   : WIN > 0 && i0 + ni + WIN - 2 < S - 1 ? i0 + ni + WIN - 2 : S - 1;\n"
+    "const int64_t first = WIN > 0 && i0 - WIN + 1 > 0 ? (i0 - WIN + 1) / TILE * TILE : 0;\n";
+
+/* below: the fragments $U, $F, $P, $K, $G, $Q; $N is the kernel's name; $H
+ * is whether query i does not see key j0 + j of row b (the window, the mask):
+ * the templates ask it only where HIDE (the sizes) is 1, so that without a
+ * window or a mask the compiler drops every test of it. */
 static const char *attention_tile, *attention_keys, *attention_bwd_pass, *attention_bwd_kv, *attention_bwd_grad,
     *attention_bwd_dq;
 
@@ -388,7 +399,8 @@ static void attention_fill(Out *o, const char *tmpl, int indent)
                          : w == 'P' ? attention_bwd_pass
                          : w == 'K' ? attention_bwd_kv
                          : w == 'G' ? attention_bwd_grad
-                         : w == 'Q' ? attention_bwd_dq : NULL;
+                         : w == 'Q' ? attention_bwd_dq
+                         : w == 'R' ? attention_range : NULL;
         if (frag) { /* a fragment, set in at this column */
             attention_fill(o, frag, indent + column - 2);
             column = 0; /* it ends its last line */
@@ -396,6 +408,17 @@ static void attention_fill(Out *o, const char *tmpl, int indent)
         }
         if (w == 'N') {
             fputs(k->name, o->f);
+            continue;
+        }
+        if (w == 'H') { /* the mask widened, so that -0 is 0 */
+            fputs("(WIN > 0 && (i - (j0 + j) >= WIN || (j0 + j) - i >= WIN))", o->f);
+            if (k->attn.mask >= 10)
+                BUG("attention template: the mask is argument %d", k->attn.mask);
+            if (k->attn.mask >= 0) {
+                fputs(" || ", o->f);
+                attention_fill(o, (char[]){'$', 'L', (char)('0' + k->attn.mask), 0}, 0);
+                fputs("(mk[b * S + j0 + j]) == 0", o->f);
+            }
             continue;
         }
         if (w == 'T' || w == 'X') {
@@ -433,6 +456,10 @@ static void attention_consts(Out *o, int full)
             (long long)a->head_dim, a->causal, ATT_TILE, ATT_QB);
     if (!full)
         return;
+    fprintf(o->f, "    enum { WIN = %lld, HIDE = %d };\n", (long long)a->window,
+            a->window > 0 || a->mask >= 0);
+    if (a->mask >= 0)
+        fprintf(o->f, "    const %s *const mk = a%d;\n", storage(o->k->arg_dtype[a->mask]), a->mask);
     fprintf(o->f, "    const int64_t QC = H * DH, KC = KV * DH;\n    const %s scale = ", ftype(o));
     literal(o, a->scale);
     fputs(";\n", o->f);
@@ -467,8 +494,12 @@ static const char *attention_tile =
     "$T tm = -INFINITY;\n"
     "for (int64_t j = 0; j < nr; j++) {\n"
     "    s[j] = s[j] * scale;\n"
+    "    if (HIDE && ($H))\n"
+    "        s[j] = -INFINITY;\n"
     "    tm = $M(tm, s[j]);\n"
     "}\n"
+    "if (HIDE && tm == -INFINITY) /* the row sees no key of the tile */\n"
+    "    continue;\n"
     "const $T nm = $M(m[r], tm), corr = $E(m[r] - nm);\n"
     "for (int64_t j = 0; j < nr; j++) s[j] = $E(s[j] - nm);\n"
     "l[r] *= corr;\n"
@@ -487,7 +518,7 @@ static const char *attention_tile =
  * keys transposed once, each row's step over the tile ($U). The forward's
  * and the backward's first pass. */
 static const char *attention_keys =
-    "for (int64_t j0 = 0; j0 <= last; j0 += TILE) {\n"
+    "for (int64_t j0 = first; j0 <= last; j0 += TILE) {\n"
     "    const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
     "    for (int64_t j = 0; j < n; j++) {\n"
     "        const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
@@ -507,7 +538,7 @@ static const char *attention_fwd =
     "    for (int64_t h = 0; h < H; h++)\n"
     "    for (int64_t qb = 0; qb < NQB; qb++) {\n"
     "        const int64_t kh = h / (H / KV), i0 = qb * QB, ni = S - i0 < QB ? S - i0 : QB;\n"
-    "        const int64_t last = CAUSAL ? i0 + ni - 1 : S - 1;\n"
+    "        $R"
     "        $T m[QB], l[QB], q[QB][DH], acc[QB][DH], kt[DH][TILE], s[TILE];\n"
     "        for (int64_t r = 0; r < ni; r++) {\n"
     "            const $S0 *qi = a0 + (b * S + i0 + r) * QC + h * DH;\n"
@@ -519,7 +550,7 @@ static const char *attention_fwd =
     "        for (int64_t r = 0; r < ni; r++) {\n"
     "            $S3 *oi = a3 + (b * S + i0 + r) * QC + h * DH;\n"
     "            #pragma GCC unroll 1\n"
-    "            for (int64_t d = 0; d < DH; d++) oi[d] = $W3(acc[r][d] / l[r]);\n"
+    "            for (int64_t d = 0; d < DH; d++) oi[d] = $W3(HIDE && l[r] == 0 ? 0 : acc[r][d] / l[r]);\n"
     "        }\n"
     "    }\n";
 
@@ -578,13 +609,13 @@ static const char *attention_bwd =
  * (with_kv), or else the rows' log-sum-exp and dot(dout, out) kept in a7. */
 static const char *attention_bwd_block =
     "    const int64_t kh = h / (H / KV), i0 = qb * QB, ni = S - i0 < QB ? S - i0 : QB;\n"
-    "    const int64_t last = CAUSAL ? i0 + ni - 1 : S - 1;\n"
+    "    $R"
     "    $T m[QB], l[QB], dot_o[QB], lse[QB], q[QB][DH], dout[QB][DH], acc[QB][DH], dq[QB][DH];\n"
     "    $T kt[DH][TILE], vt[DH][TILE], s[TILE], dp[TILE];\n"
     "    $P"
     "    for (int64_t r = 0; r < ni && !with_kv; r++)\n"
     "        a7[(b * H + h) * S + i0 + r] = lse[r], a7[((B + b) * H + h) * S + i0 + r] = dot_o[r];\n"
-    "    for (int64_t j0 = 0; j0 <= last; j0 += TILE) {\n"
+    "    for (int64_t j0 = first; j0 <= last; j0 += TILE) {\n"
     "        const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
     "        $K"
     "        for (int64_t r = 0; r < ni; r++) {\n"
@@ -623,7 +654,8 @@ static const char *attention_bwd_tile =
     "    for (int64_t j = 0; j < n; j++)\n"
     "        for (int64_t d = 0; d < DH; d++) dk[j][d] = dv[j][d] = 0;\n"
     "    for (int64_t h = kh * (H / KV); h < (kh + 1) * (H / KV); h++)\n"
-    "    for (int64_t i = CAUSAL ? j0 : 0; i < S; i++) {\n"
+    "    for (int64_t i = WIN > 0 && j0 - WIN + 1 > (CAUSAL ? j0 : 0) ? j0 - WIN + 1 : CAUSAL ? j0 : 0;\n"
+    "         i < (WIN > 0 && j0 + n + WIN - 1 < S ? j0 + n + WIN - 1 : S); i++) {\n"
     "        const int64_t r = 0, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
     "        const $T lse[1] = {a7[(b * H + h) * S + i]}, dot_o[1] = {a7[((B + b) * H + h) * S + i]};\n"
     "        const $S0 *qi = a0 + (b * S + i) * QC + h * DH;\n"
@@ -659,7 +691,8 @@ static const char *attention_bwd_pass =
     "$F"
     "for (int64_t r = 0; r < ni; r++) {\n"
     "    #pragma GCC unroll 1\n"
-    "    for (int64_t d = 0; d < DH; d++) dot_o[r] += dout[r][d] * acc[r][d] / l[r];\n"
+    "    for (int64_t d = 0; d < DH; d++)\n"
+    "        dot_o[r] += HIDE && l[r] == 0 ? 0 : dout[r][d] * acc[r][d] / l[r];\n"
     "    lse[r] = m[r] + log$X(l[r]);\n"
     "}\n";
 
@@ -681,7 +714,7 @@ static const char *attention_bwd_grad =
     "    for (int64_t j = 0; j < nr; j++) s[j] += x * kt[d][j], dp[j] += y * vt[d][j];\n"
     "}\n"
     "for (int64_t j = 0; j < nr; j++) {\n"
-    "    const $T p = $E(s[j] * scale - lse[r]);\n"
+    "    const $T p = HIDE && ($H) ? 0 : $E(s[j] * scale - lse[r]);\n"
     "    s[j] = p, dp[j] = p * (dp[j] - dot_o[r]) * scale;\n"
     "}\n";
 

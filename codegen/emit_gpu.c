@@ -669,6 +669,7 @@ static const char *att_common =
     "    const tcc_i64 QC = (tcc_i64)H * DH, KC = (tcc_i64)KV * DH, i = qb * ROWS + w;\n"
     "    const int live = i < S;\n"
     "    const tcc_i64 last = CAUSAL && qb * ROWS + ROWS - 1 < S - 1 ? qb * ROWS + ROWS - 1 : S - 1;\n"
+    "$RANGE"
     "    TCC_SHARED $T Qs[ROWS][DH], Ks[KT][DH + 1], Vs[KT][DH + 1];\n"
     "$RPDECL"
     "$DOSDECL"
@@ -680,11 +681,11 @@ static const char *att_common =
     "    $T m = -$INF, l = 0, acc[NA];\n"
     "    for (int r = 0; r < NA; r++)\n"
     "        acc[r] = 0;\n"
-    "    for (tcc_i64 j0 = 0; j0 <= last; j0 += KT) {\n"
+    "    for (tcc_i64 j0 = $FIRST; j0 <= $LAST; j0 += KT) {\n"
     "$TILE"
     "        const tcc_i64 j = j0 + lane;\n"
     "        $T s = -$INF;\n"
-    "        if (live && lane < KT && j < S && (!CAUSAL || j <= i)) {\n"
+    "        if (live && lane < KT && j < S && $SEEN) {\n"
     "            $T dot = 0;\n"
     "            for (int d = 0; d < DH; d++)\n"
     "                dot += Qs[w][d] * Ks[lane][d];\n"
@@ -707,7 +708,7 @@ static const char *att_fwd_tail =
     "    if (live)\n"
     "        for (int r = 0; r < NA; r++)\n"
     "            if (lane + 32 * r < DH)\n"
-    "                a3[(b * S + i) * QC + h * DH + lane + 32 * r] = $ST3(acc[r] / l);\n";
+    "                a3[(b * S + i) * QC + h * DH + lane + 32 * r] = $ST3($OUTR);\n";
 
 /* The row's statistics are those of the forward above; then each tile again:
  * p and ds for the block's rows through shared memory, dq in registers, and
@@ -716,16 +717,16 @@ static const char *att_bwd_tail =
     "    $T part = 0;\n"
     "    for (int r = 0; r < NA; r++)\n"
     "        if (lane + 32 * r < DH)\n"
-    "            part += DOs[w][lane + 32 * r] * acc[r] / l;\n"
+    "            part += DOs[w][lane + 32 * r] * $OUTR;\n"
     "    const $T dot_o = $RSUM(part), lse = live ? m + $LOG(l) : 0;\n"
     "    $T dq[NA];\n"
     "    for (int r = 0; r < NA; r++)\n"
     "        dq[r] = 0;\n"
-    "    for (tcc_i64 j0 = 0; j0 <= last; j0 += KT) {\n"
+    "    for (tcc_i64 j0 = $FIRST; j0 <= $LAST; j0 += KT) {\n"
     "$TILE"
     "        const tcc_i64 j = j0 + lane;\n"
     "        $T p = 0, ds = 0;\n"
-    "        if (live && lane < KT && j < S && (!CAUSAL || j <= i)) {\n"
+    "        if (live && lane < KT && j < S && $SEEN) {\n"
     "            $T s = 0, dp = 0;\n"
     "            for (int d = 0; d < DH; d++) {\n"
     "                s += Qs[w][d] * Ks[lane][d];\n"
@@ -779,6 +780,16 @@ static const char *atomic_of(G *g, int s)
     }
 }
 
+/* Whether the mask's element of key j of row b is nonzero, -0 counting as 0. */
+static const char *mask_seen(G *g, Arena *a, int m)
+{
+    switch (g->k->arg_dtype[m]) {
+    case DT_BF16: return arena_printf(a, "(a%d[b * S + j] & 0x7fff) != 0", m);
+    case DT_I32: return arena_printf(a, "a%d[b * S + j] != 0", m);
+    default: return arena_printf(a, "a%d[b * S + j] != 0", m); /* a float compare: -0 == 0 */
+    }
+}
+
 static void attention(G *g, Arena *a)
 {
     const Kernel *k = g->k;
@@ -786,6 +797,7 @@ static void attention(G *g, Arena *a)
     char scale[48];
     fmt_double(scale, sizeof scale, at->scale);
     int bwd = k->pattern == KP_ATTENTION_BWD, cuda = g->lang == CG_CUDA;
+    int hide = at->window > 0 || at->mask >= 0;
     char tp = g->f32 ? 'f' : 'd';
     Sub subs[] = {
         {"B", arena_printf(a, "%lld", (long long)at->batch)},
@@ -794,6 +806,23 @@ static void attention(G *g, Arena *a)
         {"KV", arena_printf(a, "%lld", (long long)at->kv_heads)},
         {"DH", arena_printf(a, "%lld", (long long)at->head_dim)},
         {"CAUSAL", at->causal ? "1" : "0"},
+        /* whether query i sees key j (row b): causal, and the window and mask if any */
+        {"SEEN", !hide ? "(!CAUSAL || j <= i)"
+                 : arena_printf(a, "(!CAUSAL || j <= i) && (%lld == 0 || (i - j < %lld && j - i < %lld)) && %s",
+                                (long long)at->window, (long long)at->window, (long long)at->window,
+                                at->mask < 0 ? "1" : mask_seen(g, a, at->mask))},
+        /* a window's bounds on the tiles of keys (none outside holds a key the block's rows see) */
+        {"RANGE", at->window <= 0 ? ""
+                  : arena_printf(a, "    const tcc_i64 wlast = !CAUSAL && qb * ROWS + ROWS + %lld - 2 < last ? "
+                                    "qb * ROWS + ROWS + %lld - 2 : last;\n"
+                                    "    const tcc_i64 wfirst = qb * ROWS - %lld + 1 > 0 ? "
+                                    "(qb * ROWS - %lld + 1) / KT * KT : 0;\n",
+                                 (long long)at->window, (long long)at->window,
+                                 (long long)at->window, (long long)at->window)},
+        {"FIRST", at->window <= 0 ? "0" : "wfirst"},
+        {"LAST", at->window <= 0 ? "last" : "wlast"},
+        /* the output of row i, column r: 0 for a row that sees no key */
+        {"OUTR", hide ? "(l > 0 ? acc[r] / l : 0)" : "acc[r] / l"},
         {"ROWS", arena_printf(a, "%d", ATT_ROWS)},
         {"KT", arena_printf(a, "%d", att_tile(k))},
         {"T", ft(g)},

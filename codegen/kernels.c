@@ -913,8 +913,10 @@ static void attention(Gen *gen, const Op *op)
     Kernel *k = kb_new(gen, op->kind == OP_ATTENTION ? KP_ATTENTION : KP_ATTENTION_BWD, 1,
                        ftype_of(op));
     k->attn = (KAttention){q->shape[0], q->shape[1], H, ir_op_attr_int(op, "kv_heads", H), Dh,
-                           (int)ir_op_attr_int(op, "causal", 0), 1 / sqrt((double)Dh)};
-    for (int i = 0; i < op->nargs; i++)
+                           (int)ir_op_attr_int(op, "causal", 0), 1 / sqrt((double)Dh),
+                           ir_op_attr_int(op, "window", 0), -1};
+    int nq = op->kind == OP_ATTENTION ? 3 : 4; /* q, k, v (dout): the mask comes last */
+    for (int i = 0; i < nq; i++)
         k->args[k->nargs] = T(gen, op->args[i]), k->arg_dtype[k->nargs++] = op->args[i]->dtype;
     for (int i = 0; i < op->nres; i++)
         k->args[k->nargs] = T(gen, op->res[i]), k->arg_dtype[k->nargs++] = op->res[i]->dtype;
@@ -922,6 +924,10 @@ static void attention(Gen *gen, const Op *op)
         int64_t n = 2 * q->shape[0] * H * q->shape[1];
         DType t = ftype_of(op) == DT_F64 ? DT_F64 : DT_F32;
         k->args[k->nargs] = gen_temp(gen, t, 1, &n), k->arg_dtype[k->nargs++] = t;
+    }
+    if (op->nargs > nq) {
+        k->attn.mask = k->nargs;
+        k->args[k->nargs] = T(gen, op->args[nq]), k->arg_dtype[k->nargs++] = op->args[nq]->dtype;
     }
     double f = 4.0 * (double)(k->attn.batch * H * k->attn.seq * k->attn.seq * Dh);
     gen->flops += (k->attn.causal ? f / 2 : f) * (op->kind == OP_ATTENTION ? 1 : 2.5);

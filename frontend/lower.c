@@ -409,7 +409,8 @@ static Val eval_list(Lower *L, Expr *e)
 
 /* ---- calls: tensor ops, numeric functions, blocks ---- */
 
-typedef enum { K_INT, K_FLOAT, K_BOOL, K_INTS, K_DTYPE } KwKind;
+typedef enum { K_INT, K_FLOAT, K_BOOL, K_INTS, K_DTYPE, K_TENSOR } KwKind; /* K_TENSOR: an extra
+                                                                       operand, after the others */
 
 typedef struct KwSpec {
     const char *name;
@@ -420,7 +421,7 @@ typedef struct OpSpec {
     const char *name;
     OpKind op;
     int min_t, max_t; /* leading tensor operands */
-    KwSpec kw[4];     /* further positional arguments fill these in order */
+    KwSpec kw[5];     /* further positional arguments fill these in order */
 } OpSpec;
 
 static const OpSpec op_specs[] = {
@@ -446,7 +447,8 @@ static const OpSpec op_specs[] = {
     {"argmax", OP_ARGMAX, 1, 1, {{"dim", K_INT}, {"keepdim", K_BOOL}}},
     {"embed", OP_EMBED, 2, 2, {{0}}},
     {"rope", OP_ROPE, 1, 1, {{"heads", K_INT}, {"theta", K_FLOAT}, {"rotate_half", K_BOOL}}},
-    {"attention", OP_ATTENTION, 1, 3, {{"heads", K_INT}, {"kv_heads", K_INT}, {"causal", K_BOOL}}},
+    {"attention", OP_ATTENTION, 1, 3,
+     {{"heads", K_INT}, {"kv_heads", K_INT}, {"causal", K_BOOL}, {"window", K_INT}, {"mask", K_TENSOR}}},
     {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, {{0}}},
     {"reshape", OP_RESHAPE, 1, 1, {{"shape", K_INTS}}},
     {"expand", OP_EXPAND, 1, 1, {{"shape", K_INTS}}},
@@ -466,7 +468,7 @@ static const OpSpec *find_spec(const char *name)
 
 static const KwSpec *find_kw(const OpSpec *s, const char *name)
 {
-    for (int i = 0; i < 4 && s->kw[i].name; i++)
+    for (int i = 0; i < 5 && s->kw[i].name; i++)
         if (strcmp(s->kw[i].name, name) == 0)
             return &s->kw[i];
     return NULL;
@@ -475,7 +477,7 @@ static const KwSpec *find_kw(const OpSpec *s, const char *name)
 static void kw_names(const OpSpec *s, char *buf, size_t n)
 {
     buf[0] = 0;
-    for (int i = 0; i < 4 && s->kw[i].name; i++) {
+    for (int i = 0; i < 5 && s->kw[i].name; i++) {
         size_t k = strlen(buf);
         snprintf(buf + k, n - k, "%s'%s'", i ? ", " : "", s->kw[i].name);
     }
@@ -524,7 +526,8 @@ static Attr *kw_attr(Lower *L, const OpSpec *s, const KwSpec *kw, Expr *e)
         }
         return ir_attr_ints(a, kw->name, xs, v.n);
     }
-    case K_DTYPE: break;
+    case K_DTYPE:
+    case K_TENSOR: break;
     }
 bad:;
     static const char *want[] = {"an integer", "a number", "true or false", "a list of integers",
@@ -590,7 +593,7 @@ static int split_qkv(Lower *L, Value **t, Attr **attrs, int nattrs, Loc loc)
 /* Sort the call's arguments into tensor operands and attrs, then emit. */
 static Val call_op(Lower *L, const OpSpec *s, Expr *e)
 {
-    Value *t[64];
+    Value *t[64], *extra = NULL; /* extra: a K_TENSOR argument (attention's mask) */
     Attr *attrs[8];
     int nt = 0, na = 0, npos = 0, bad = 0;
     for (int i = 0; i < e->args.len; i++) {
@@ -637,7 +640,7 @@ static Val call_op(Lower *L, const OpSpec *s, Expr *e)
         }
         if (!kw) {
             int k = npos++ - nt;
-            if (k >= 4 || !s->kw[k].name) {
+            if (k >= 5 || !s->kw[k].name) {
                 err(L, a->loc, "too many arguments for '%s'", s->name);
                 bad = 1;
                 continue;
@@ -649,6 +652,22 @@ static Val call_op(Lower *L, const OpSpec *s, Expr *e)
                 err(L, a->loc, "argument '%s' of '%s' given twice", kw->name, s->name);
                 bad = 1;
             }
+        if (kw->kind == K_TENSOR) {
+            Val v = eval(L, val);
+            if (extra) {
+                err(L, a->loc, "argument '%s' of '%s' given twice", kw->name, s->name);
+                bad = 1;
+            } else if (v.k == V_TENSOR) {
+                extra = v.t;
+            } else if (v.k != V_ERR) {
+                err(L, val->loc, "'%s' of '%s' must be a tensor, got %s", kw->name, s->name,
+                    kind_name(v.k));
+                bad = 1;
+            } else {
+                bad = 1;
+            }
+            continue;
+        }
         Attr *at = na < 8 ? kw_attr(L, s, kw, val) : NULL;
         if (at)
             attrs[na++] = at;
@@ -675,6 +694,8 @@ static Val call_op(Lower *L, const OpSpec *s, Expr *e)
             return ERRV;
         nt = 3;
     }
+    if (extra)
+        t[nt++] = extra;
     return vtensor(emit(L, s->op, t, nt, attrs, na, e->loc));
 }
 

@@ -10,6 +10,15 @@ const OpInfo ir_ops[OP_COUNT] = {
 #undef OP
 };
 
+int ir_op_arity_ok(const Op *op)
+{
+    int want = ir_ops[op->kind].nargs;
+    if (want < 0)
+        return op->nargs >= 1;
+    return op->nargs == want ||
+           ((op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD) && op->nargs == want + 1);
+}
+
 static const char *dtype_names[DT_COUNT] = {"f32", "f64", "bf16", "f16", "i32"};
 static const size_t dtype_sizes[DT_COUNT] = {4, 8, 2, 2, 4};
 static const char *role_names[ROLE_COUNT] = {"data", "fsdp", "tensor", "sequence", "pipeline"};

@@ -103,6 +103,9 @@ typedef struct OpInfo {
     const char *doc;
 } OpInfo;
 extern const OpInfo ir_ops[OP_COUNT];
+/* Whether op has its kind's operand count (ir_ops[].nargs), or one more where
+ * the last is optional: attention's and attention_grad's mask. */
+int ir_op_arity_ok(const Op *op);
 
 typedef enum { PH_FWD, PH_BWD, PH_RECOMPUTE, PH_OPT, PH_COUNT } Phase;
 

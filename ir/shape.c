@@ -122,6 +122,8 @@ static int check_value(Infer *in, const Value *v, const char *what, int i)
 static int check_arity(Infer *in)
 {
     int want = ir_ops[in->op->kind].nargs, got = in->op->nargs;
+    if (ir_op_arity_ok(in->op))
+        want = want < 0 ? want : got; /* attention's optional mask */
     if (want < 0 && got < 1)
         return fail(in, "'%s' takes at least 1 operand, got %d", in->name, got);
     if (want >= 0 && got != want)
@@ -454,8 +456,20 @@ static int infer_attention(Infer *in)
         return -1;
     if (!ir_op_attr(in->op, "heads"))
         return fail(in, "'attention' needs attr 'heads'");
-    if (attr_int(in, "heads", 1, &h) || attr_int(in, "kv_heads", h, &kv) || attr_bool(in, "causal"))
+    int64_t window;
+    if (attr_int(in, "heads", 1, &h) || attr_int(in, "kv_heads", h, &kv) ||
+        attr_bool(in, "causal") || attr_int(in, "window", 0, &window))
         return -1;
+    if (window < 0)
+        return fail(in, "'window' must be >= 0 (0: none), got %lld", (long long)window);
+    int nq = in->op->kind == OP_ATTENTION_GRAD ? 4 : 3;
+    if (in->op->nargs > nq) { /* the mask: which keys of each row are seen */
+        const Value *m = arg(in, nq);
+        if (m->rank != 2 || m->shape[0] != q->shape[0] || m->shape[1] != q->shape[1] ||
+            !(ir_dtype_is_float(m->dtype) || m->dtype == DT_I32))
+            return fail(in, "attention mask must be [B, S] = [%lld, %lld] (float or i32), got %s",
+                        (long long)q->shape[0], (long long)q->shape[1], ts(m).s);
+    }
     if (h < 1 || kv < 1)
         return fail(in, "'%s' must be >= 1, got %lld", h < 1 ? "heads" : "kv_heads",
                     (long long)(h < 1 ? h : kv));

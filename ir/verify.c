@@ -264,7 +264,7 @@ static int check_counts(Verifier *vf, const Op *op, int i)
         return 0;
     }
     int ok = 1, want = ir_ops[op->kind].nargs;
-    if ((want < 0 && op->nargs < 1) || (want >= 0 && op->nargs != want)) {
+    if (!ir_op_arity_ok(op)) {
         bad(vf, op->loc, "'%s' takes %s%d operand%s, got %d", op_name(op),
             want < 0 ? "at least " : "", want < 0 ? 1 : want, want == 1 || want < 0 ? "" : "s",
             op->nargs);

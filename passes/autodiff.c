@@ -311,8 +311,10 @@ static void vjp_layer(AD *ad, const Op *op, Value *dy)
             accumulate(ad, a[i], g->res[i]);
         return;
     }
-    case OP_ATTENTION: {
-        Op *g = emit_op(ad, OP_ATTENTION_GRAD, (Value *[]){a[0], a[1], a[2], dy}, 4, attrs, na);
+    case OP_ATTENTION: { /* the mask, if any, goes along; it gets no gradient */
+        Op *g = emit_op(ad, OP_ATTENTION_GRAD,
+                        (Value *[]){a[0], a[1], a[2], dy, op->nargs > 3 ? a[3] : NULL},
+                        op->nargs > 3 ? 5 : 4, attrs, na);
         for (int i = 0; i < 3; i++)
             accumulate(ad, a[i], g->res[i]);
         return;
@@ -423,6 +425,7 @@ static int passes_grad(const Op *op, int j)
     case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ: case OP_NE: case OP_ARGMAX:
         return 0;
     case OP_WHERE: return j > 0;
+    case OP_ATTENTION: return j < 3; /* not the mask */
     default: return 1;
     }
 }

@@ -155,8 +155,14 @@ static void fac_heads(const Op *op, Factors *f)
     int64_t heads = ir_op_attr_int(op, "heads", 1);
     int64_t kv = ir_op_attr_int(op, "kv_heads", heads);
     f->align[h] = kv < heads ? kv : heads;
+    int nq = op->kind == OP_ATTENTION_GRAD ? 4 : op->kind == OP_ATTENTION ? 3 : op->nargs;
     for (int a = 0; a < op->nargs && a < SH_MAXARGS; a++) {
         int r = op->args[a]->rank;
+        if (a >= nq) { /* attention's mask [B, S]: the batch split as q's, the sequence whole */
+            f->in[a][0] = (int8_t)b;
+            f->in[a][1] = (int8_t)s;
+            continue;
+        }
         f->in[a][0] = (int8_t)(r == 3 ? b : -1);
         f->in[a][r - 2] = (int8_t)s;
         f->in[a][r - 1] = (int8_t)h;

@@ -491,6 +491,10 @@ static void bufs_fill(Run *r, const Kernel *k, Bufs *b)
         fill(&r->rng, dt, dt == DT_I32 ? int_limit(r->plan, t) : 0, n, b->in[u], vals);
         if (t->role == PT_STEP && n == 1) /* step numbers 100..999 */
             store(dt, b->in[u], 0, vals[0] = 100 + (double)(rng_next(&r->rng) % 900));
+        if ((k->pattern == KP_ATTENTION || k->pattern == KP_ATTENTION_BWD) && j == k->attn.mask)
+            for (int64_t e = 0; e < n; e++) /* an attention mask: 3 keys in 4 hidden, so that
+                                               with a window some queries see none */
+                store(dt, b->in[u], e, vals[e] = rng_next(&r->rng) % 4 == 0);
         b->c[u] = malloc(sz + 1);
         b->ocl[u] = malloc(sz + 1);
         memcpy(b->c[u], b->in[u], sz);

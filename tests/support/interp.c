@@ -312,7 +312,20 @@ static void run_rope(Interp *in, const Op *op)
     }
 }
 
-/* softmax(q k^T / sqrt(Dh)) v per head; query head h reads kv head h / (H/KV). */
+/* Whether query i of row b sees key j: causal, the window, the mask (the
+ * operand after the first nq). */
+static int sees(Interp *in, const Op *op, int nq, int64_t S, int64_t b, int64_t i, int64_t j)
+{
+    int64_t w = ir_op_attr_int(op, "window", 0);
+    if (ir_op_attr_int(op, "causal", 0) && j > i)
+        return 0;
+    if (w > 0 && (i - j >= w || j - i >= w))
+        return 0;
+    return op->nargs <= nq || ARG(nq)[b * S + j] != 0;
+}
+
+/* softmax(q k^T / sqrt(Dh)) v per head over the keys the query sees (a row
+ * that sees none gives 0); query head h reads kv head h / (H/KV). */
 static void run_attention(Interp *in, const Op *op)
 {
     const Value *q = op->args[0], *k = op->args[1];
@@ -332,14 +345,16 @@ static void run_attention(Interp *in, const Op *op)
                     p[j] = 0;
                     for (int64_t d = 0; d < Dh; d++)
                         p[j] += qi[d] * kj[d] * scale;
+                    if (!sees(in, op, 3, S, b, i, j))
+                        p[j] = -INFINITY;
                     m = fmax(m, p[j]);
                 }
                 for (int64_t j = 0; j <= last; j++)
-                    s += (p[j] = exp(p[j] - m));
+                    s += (p[j] = p[j] == -INFINITY ? 0 : exp(p[j] - m));
                 double *o = OUT + (b * S + i) * qc + h * Dh;
                 for (int64_t d = 0; d < Dh; d++) {
                     double acc = 0;
-                    for (int64_t j = 0; j <= last; j++)
+                    for (int64_t j = 0; j <= last && s > 0; j++)
                         acc += p[j] / s * ARG(2)[(b * S + j) * kc + kh * Dh + d];
                     o[d] = acc;
                 }
@@ -562,10 +577,14 @@ static void run_attention_grad(Interp *in, const Op *op)
                     p[j] = 0;
                     for (int64_t d = 0; d < Dh; d++)
                         p[j] += ARG(0)[qo + d] * ARG(1)[(b * S + j) * kc + kh * Dh + d] * scale;
+                    if (!sees(in, op, 4, S, b, i, j))
+                        p[j] = -INFINITY;
                     m = fmax(m, p[j]);
                 }
                 for (int64_t j = 0; j <= last; j++)
-                    s += (p[j] = exp(p[j] - m));
+                    s += (p[j] = p[j] == -INFINITY ? 0 : exp(p[j] - m));
+                if (s == 0) /* a row that sees no key: its output is 0, so are its gradients */
+                    continue;
                 for (int64_t j = 0; j <= last; j++) {
                     int64_t ko = (b * S + j) * kc + kh * Dh;
                     p[j] /= s;

@@ -121,6 +121,21 @@
     "b = reshape(transpose(reshape(rope(p, heads = 2, theta = 100), [2, 3, 2, 3, 2])), [2, 3, 12])\n" \
     "loss = sum(sum(sum((a - b) * (a - b))))\n"
 
+/* attention's window and mask (issue 19), at S: a window of 2 with a mask
+ * that hides about half the keys (some queries see none: output 0), a causal
+ * window of 3, a causal i32 mask, and a mask that hides every key. */
+#define PROG_ATTENTION_WINDOW_AND_MASK(S) \
+    "input r : f32[2, " #S ", 6]\n" \
+    "input mi : f32[2, " #S "]\n" \
+    "param q : f32[2, " #S ", 6] = normal(1)\n" \
+    "param k : f32[2, " #S ", 6] = normal(1)\n" \
+    "param v : f32[2, " #S ", 6] = normal(1)\n" \
+    "m = mi > 0.0\n" \
+    "loss = sum(sum(sum(attention(q, k, v, heads = 2, window = 2, mask = m) * r)))\n" \
+    "loss = loss + sum(sum(sum(attention(q, k, v, heads = 2, causal, window = 3) * r)))\n" \
+    "loss = loss + sum(sum(sum(attention(q, k, v, heads = 2, causal, mask = cast(mi > 0.5, i32)) * r)))\n" \
+    "loss = loss + sum(sum(sum(attention(q, k, v, heads = 2, mask = mi > 100.0) * r)))\n"
+
 #define PROG_GROUPED_QUERY_ATTENTION_NON_CAUSAL \
     "input r : f32[2, 5, 8]\n" \
     "param q : f32[2, 5, 8] = normal(1)\n" \

@@ -140,6 +140,8 @@ Test(autodiff, rope_rotate_half_is_the_pairs_layout_of_reordered_features)
 
 GRAD_TEST(grouped_query_attention_non_causal, PROG_GROUPED_QUERY_ATTENTION_NON_CAUSAL)
 
+GRAD_TEST(attention_window_and_mask, PROG_ATTENTION_WINDOW_AND_MASK(5))
+
 GRAD_TEST(fused_qkv_attention,
           "input r : f32[1, 4, 6]\n"
           "param x : f32[1, 4, 18] = normal(1)\n"

@@ -191,6 +191,10 @@ STEP_TEST(causal_attention_over_two_tiles,
 
 STEP_TEST(grouped_query_attention_non_causal, PROG_GROUPED_QUERY_ATTENTION_NON_CAUSAL)
 
+/* S = 140: the window and the mask across three key tiles of 64, the blocks
+ * of query rows from 68 on skipping the tiles before their window */
+STEP_TEST(attention_window_and_mask, PROG_ATTENTION_WINDOW_AND_MASK(140))
+
 STEP_TEST(cross_entropy, PROG_CROSS_ENTROPY)
 
 STEP_TEST(data_movement, PROG_DATA_MOVEMENT)
