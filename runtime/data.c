@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/files.h"
 #include "runtime/runtime.h"
 
 enum {
@@ -84,47 +85,46 @@ static int compare_names(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The files matching pattern into d->files, sorted by name (strcmp, whatever the locale). */
-static int list_files(DataLoader *d, const char *pattern, char *err, size_t n)
+int rt_files_glob(const char *pattern, glob_t *g, char *err, size_t n)
 {
     if (!pattern || !*pattern)
         return plan_errorf(err, n, "no data file pattern given");
-    int rc = glob(pattern, 0, NULL, &d->files);
-    if (rc == GLOB_NOMATCH || (rc == 0 && d->files.gl_pathc == 0))
+    int rc = glob(pattern, 0, NULL, g);
+    if (rc == GLOB_NOMATCH || (rc == 0 && g->gl_pathc == 0))
         return plan_errorf(err, n, "no file matches '%s'", pattern);
     if (rc == GLOB_NOSPACE)
         return plan_errorf(err, n, "glob '%s': out of memory", pattern);
     if (rc != 0)
         return plan_errorf(err, n, "glob '%s': read error", pattern);
-    qsort(d->files.gl_pathv, d->files.gl_pathc, sizeof *d->files.gl_pathv, compare_names);
+    qsort(g->gl_pathv, g->gl_pathc, sizeof *g->gl_pathv, compare_names);
     return 0;
 }
 
-/* Map s->path whole and read-only; a file shorter than the header is refused first. */
-static int map_shard(Shard *s, char *err, size_t n)
+int rt_file_map(const char *path, size_t min, const char *what, const unsigned char **map,
+                size_t *size, char *err, size_t n)
 {
     struct stat st;
-    int fd = open(s->path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    *map = NULL;
     if (fd < 0)
-        return plan_errorf(err, n, "cannot open %s: %s", s->path, strerror(errno));
+        return plan_errorf(err, n, "cannot open %s: %s", path, strerror(errno));
     int rc = -1;
+    void *m;
     if (fstat(fd, &st))
-        plan_errorf(err, n, "fstat %s: %s", s->path, strerror(errno));
+        plan_errorf(err, n, "fstat %s: %s", path, strerror(errno));
     else if (!S_ISREG(st.st_mode))
-        plan_errorf(err, n, "%s: not a regular file", s->path);
-    else if (st.st_size < HEADER_BYTES)
-        plan_errorf(err, n, "%s: truncated header (%lld bytes, a header has %d)", s->path,
-             (long long)st.st_size, HEADER_BYTES);
-    else if ((s->map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0)) ==
-             MAP_FAILED) {
-        s->map = NULL;
-        plan_errorf(err, n, "mmap %s: %s", s->path, strerror(errno));
-    } else {
-        s->size = (size_t)st.st_size;
+        plan_errorf(err, n, "%s: not a regular file", path);
+    else if ((size_t)st.st_size < min)
+        plan_errorf(err, n, "%s: truncated %s (%lld bytes, a %s has %zu)", path, what,
+                    (long long)st.st_size, what, min);
+    else if ((m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED)
+        plan_errorf(err, n, "mmap %s: %s", path, strerror(errno));
+    else {
+        *map = m, *size = (size_t)st.st_size;
         rc = 0;
     }
     if (close(fd) && rc == 0)
-        rc = plan_errorf(err, n, "close %s: %s", s->path, strerror(errno));
+        rc = plan_errorf(err, n, "close %s: %s", path, strerror(errno));
     return rc;
 }
 
@@ -183,7 +183,8 @@ static int open_shards(DataLoader *d, int64_t vocab, char *err, size_t n)
     for (size_t i = 0; i < d->nshards; i++) {
         Shard *s = &d->shards[i];
         s->path = d->files.gl_pathv[i];
-        if (map_shard(s, err, n) || check_header(s, err, n) || check_tokens(s, vocab, err, n))
+        if (rt_file_map(s->path, HEADER_BYTES, "header", &s->map, &s->size, err, n) ||
+            check_header(s, err, n) || check_tokens(s, vocab, err, n))
             return -1;
         s->start = d->total;
         d->total += s->count; /* < 2^31 per shard, so no overflow before 2^32 shards */
@@ -209,7 +210,7 @@ DataLoader *rt_data_open(const char *pattern, int64_t vocab, int rank, int ranks
     }
     d->rank = rank;
     d->ranks = ranks;
-    if (list_files(d, pattern, err, n) || open_shards(d, vocab, err, n)) {
+    if (rt_files_glob(pattern, &d->files, err, n) || open_shards(d, vocab, err, n)) {
         rt_data_close(d);
         return NULL;
     }

@@ -298,6 +298,29 @@ int64_t rt_data_tokens(const DataLoader *d); /* tokens in all shards */
  * under a temporary name, fsync'ed, then renamed to path. 0 or -1. */
 int rt_data_write(const char *path, const uint16_t *tokens, int64_t count, char *err, size_t n);
 
+/* ---- the examples of other inputs (runtime/npy.c; NumPy's .npy format) ----
+ * The files matching a pattern, in name order, are one stream of examples
+ * that repeats forever: a file holds an array (N, example...) in the input's
+ * dtype (numpy '<f4' f32, '<f8' f64, '<i4' i32), little-endian and C order,
+ * the example being the input's shape without its batch dimension. The
+ * global batch at position p has R*K rows, global row g being example p + g;
+ * rank k takes global rows k, k+K, ... and the next batch starts at p + R*K. */
+typedef struct NpyLoader NpyLoader;
+
+/* Open and check every file matching pattern for the input called input:
+ * the magic, version, dtype, order, shape, the size (else "truncated" or "too
+ * long"), and for an i32 input with limit > 0 every element in [0, limit)
+ * (the first bad one named). NULL with a message naming the file. */
+NpyLoader *rt_npy_open(const char *pattern, const char *input, PlanDType dt,
+                       const int64_t *example, int erank, int64_t limit, int rank, int ranks,
+                       char *err, size_t n);
+void rt_npy_close(NpyLoader *l); /* l may be NULL */
+/* This rank's rows of the next global batch into out (rows x example). */
+int rt_npy_next(NpyLoader *l, int64_t rows, void *out, char *err, size_t n);
+int64_t rt_npy_tell(const NpyLoader *l); /* the example where the next global batch starts */
+int rt_npy_seek(NpyLoader *l, int64_t position, char *err, size_t n);
+int64_t rt_npy_examples(const NpyLoader *l);
+
 /* ---- checkpoints (runtime/ckpt.c; safetensors) ----
  * One file per checkpoint, DIR/step-00000042.safetensors, holding every
  * PT_PARAM and PT_STATE tensor under its plan name, and in the metadata the

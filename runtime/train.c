@@ -29,8 +29,13 @@
 #include <time.h>
 #include <unistd.h>
 
+enum { MAX_FILE_INPUTS = 16 };
+
 typedef struct Options {
     const char *data, *val, *ckpt, *comm, *device;
+    char input[MAX_FILE_INPUTS][128];     /* --input NAME=PATTERN: the name */
+    const char *pattern[MAX_FILE_INPUTS]; /* and the pattern (in argv) */
+    int ninputs;
     int64_t steps, ckpt_every, log_every, eval_every, eval_batches, keep, skip_nonfinite;
     uint64_t seed;
     double lr;
@@ -66,6 +71,11 @@ typedef struct Loop {
     int64_t skipped;   /* steps whose update was dropped (non-finite loss or norm) */
     int64_t last_ckpt; /* the step of the last checkpoint written or resumed, -1: none */
     DataLoader *train, *val;
+    NpyLoader *npy[MAX_FILE_INPUTS]; /* by --input */
+    int npy_t[MAX_FILE_INPUTS];      /* their tensors */
+    void *npy_buf[MAX_FILE_INPUTS];  /* this rank's rows of a batch */
+    int64_t npy_rows[MAX_FILE_INPUTS], npy_global[MAX_FILE_INPUTS]; /* a batch's, of its rank, of
+                                                                       all */
     int tokens, targets;  /* the plan's i32 [B, S] inputs, -1 when absent */
     int64_t rows, seq;    /* this rank's rows of a batch, the whole sequence */
     int64_t batch_tokens; /* of the global batch */
@@ -79,6 +89,8 @@ static void usage(const char *prog, FILE *f)
             "usage: %s [options]\n"
             "  --data PATTERN      training token shards (llm.c format; a glob)\n"
             "  --val PATTERN       validation token shards\n"
+            "  --input NAME=PATTERN  the input NAME from NumPy .npy files (a glob), one\n"
+            "                      example per row of its batch; repeat for each input\n"
             "  --steps N           steps to train (default: the train block's steps, else 100)\n"
             "  --lr X              peak learning rate (default: the model's)\n"
             "  --seed S            seed of the parameter init and of random data (default:\n"
@@ -104,7 +116,7 @@ static void usage(const char *prog, FILE *f)
             "                      fails the run, naming the ranks that have not come\n"
             "                      (default: $TCC_COMM_TIMEOUT, else 300)\n"
             "  --help              this text\n"
-            "Without --data, the model trains on one fixed batch of random tokens.\n"
+            "Without --data or --input, the model trains on one fixed batch of random inputs.\n"
             "SIGTERM, SIGINT or SIGUSR1: every rank finishes its step, a checkpoint is\n"
             "written to --ckpt DIR, and the program exits with status 128 + the signal\n"
             "(143, 130, 138); a second signal ends it at once.\n",
@@ -158,6 +170,18 @@ static int parse_one(Options *o, const char *a, const char *v, char *msg, size_t
     int k = 0;
     if (!strcmp(a, "--data")) {
         o->data = v;
+    } else if (!strcmp(a, "--input")) {
+        const char *eq = strchr(v, '=');
+        if (!eq || eq == v || !eq[1] || (size_t)(eq - v) >= sizeof o->input[0])
+            return failf(msg, n, "--input expects NAME=PATTERN, got '%s'", v);
+        if (o->ninputs == MAX_FILE_INPUTS)
+            return failf(msg, n, "--input: at most %d inputs", MAX_FILE_INPUTS);
+        char *name = o->input[o->ninputs];
+        snprintf(name, sizeof o->input[0], "%.*s", (int)(eq - v), v);
+        for (int i = 0; i < o->ninputs; i++)
+            if (!strcmp(o->input[i], name))
+                return failf(msg, n, "--input: '%s' given twice", name);
+        o->pattern[o->ninputs++] = eq + 1;
     } else if (!strcmp(a, "--val")) {
         o->val = v;
     } else if (!strcmp(a, "--ckpt")) {
@@ -200,7 +224,7 @@ static int parse_args(Options *o, int argc, char **argv, char *msg, size_t n)
     *o = (Options){.steps = 100, .log_every = 1, .eval_batches = 4, .seed = 1337, .lr = -1,
                    .device = "auto"};
     static const char *const known[] = {
-        "--data",          "--val",          "--ckpt",           "--lr",
+        "--data",          "--val",          "--ckpt",           "--lr",           "--input",
         "--steps",         "--seed",         "--ckpt-every",     "--log-every",
         "--eval-every",    "--eval-batches", "--comm",           "--device",
         "--resume",        "--exact",        "--help",           "-h",
@@ -353,21 +377,89 @@ static void find_token_inputs(Loop *L)
     }
 }
 
+/* The --input loaders: each names an input of the model that the token
+ * files do not feed; its files give this rank's rows, whole in the other
+ * dimensions (rt_set_input keeps this device's block). */
+static int open_inputs(Loop *L)
+{
+    char err[512], names[256];
+    const Plan *p = L->p;
+    for (int k = 0; k < L->o->ninputs; k++) {
+        const char *name = L->o->input[k];
+        int t = 0, rank, ranks;
+        while (t < p->ntensors && (p->tensors[t].role != PT_INPUT || strcmp(p->tensors[t].name, name)))
+            t++;
+        if (t == p->ntensors) {
+            size_t at = 0;
+            names[0] = 0;
+            for (int i = 0; i < p->ntensors && at < sizeof names; i++)
+                if (p->tensors[i].role == PT_INPUT)
+                    at += (size_t)snprintf(names + at, sizeof names - at, "%s'%s'", at ? ", " : "",
+                                           p->tensors[i].name);
+            return fail(L, "--input: the model has no input '%s' (its inputs: %s)", name, names);
+        }
+        if (L->o->data && (t == L->tokens || t == L->targets))
+            return fail(L, "--input: '%s' is fed by the token files of --data", name);
+        const PlanTensor *pt = &p->tensors[t];
+        int64_t whole[PLAN_MAX_RANK];
+        rt_global_shape(p, pt, whole);
+        if (pt->rank < 1)
+            return fail(L, "--input: '%s' is a scalar; .npy files feed inputs with a batch "
+                           "dimension", name);
+        rt_data_split(L->rt, name, &rank, &ranks);
+        L->npy_t[k] = t;
+        L->npy_rows[k] = pt->shape[0];
+        L->npy_global[k] = whole[0];
+        if (!(L->npy[k] = rt_npy_open(L->o->pattern[k], name, pt->dtype, whole + 1, pt->rank - 1,
+                                      pt->dtype == PD_I32 ? pt->limit : 0, rank, ranks, err,
+                                      sizeof err)))
+            return fail(L, "--input %s: %s", name, err);
+        size_t bytes = plan_dtype_size(pt->dtype) * (size_t)pt->shape[0];
+        for (int d = 1; d < pt->rank; d++)
+            bytes *= (size_t)whole[d];
+        if (!(L->npy_buf[k] = malloc(bytes + 1)))
+            return fail(L, "malloc: out of memory");
+    }
+    return 0;
+}
+
+/* Whether input t is fed by a file: the token files' pair, or an --input. */
+static int fed(const Loop *L, int t)
+{
+    int yes = L->o->data && (t == L->tokens || t == L->targets);
+    for (int k = 0; k < L->o->ninputs; k++)
+        yes |= L->npy_t[k] == t;
+    return yes;
+}
+
 /* The loaders: this rank reads the rows of its data-parallel rank. */
 static int open_data(Loop *L)
 {
     char err[512];
     int rank, ranks;
+    if (!L->o->data && !L->o->val && !L->o->ninputs)
+        return 0;
+    if (L->o->val && L->o->ninputs)
+        return fail(L, "--val: validation reads token files only, and --input feeds '%s' "
+                       "(validation of other inputs is not supported yet)",
+                    L->o->input[0]);
+    if ((L->o->data || L->o->val) && L->tokens < 0)
+        return fail(L, "--data: the model has no token inputs (two i32 inputs [B, S])");
+    if (open_inputs(L))
+        return 1;
+    for (int i = 0; i < L->p->ntensors; i++) /* every input is fed, or none */
+        if (L->p->tensors[i].role == PT_INPUT && !fed(L, i) && !L->o->ninputs)
+            return fail(L, "--data: the token files feed '%s' and '%s' only, and the model "
+                           "has the input '%s' besides (give it --input %s=PATTERN; without "
+                           "--data every input is random)",
+                        L->p->tensors[L->tokens].name, L->p->tensors[L->targets].name,
+                        L->p->tensors[i].name, L->p->tensors[i].name);
+        else if (L->p->tensors[i].role == PT_INPUT && !fed(L, i))
+            return fail(L, "--input: the model's input '%s' is fed by no file (give --input "
+                           "%s=PATTERN; without --data or --input every input is random)",
+                        L->p->tensors[i].name, L->p->tensors[i].name);
     if (!L->o->data && !L->o->val)
         return 0;
-    if (L->tokens < 0)
-        return fail(L, "--data: the model has no token inputs (two i32 inputs [B, S])");
-    for (int i = 0; i < L->p->ntensors; i++) /* token files feed tokens and targets only */
-        if (L->p->tensors[i].role == PT_INPUT && i != L->tokens && i != L->targets)
-            return fail(L, "--data: the token files feed '%s' and '%s' only, and the model "
-                           "has the input '%s' besides (without --data every input is random)",
-                        L->p->tensors[L->tokens].name, L->p->tensors[L->targets].name,
-                        L->p->tensors[i].name);
     const PlanTensor *t = &L->p->tensors[L->tokens];
     rt_data_split(L->rt, t->name, &rank, &ranks);
     if (L->o->data &&
@@ -380,6 +472,24 @@ static int open_data(Loop *L)
     L->tgt_buf = malloc(n * sizeof(int32_t));
     if (!L->in_buf || !L->tgt_buf)
         return fail(L, "malloc: out of memory");
+    return 0;
+}
+
+/* This rank's rows of the next batch of every --input into its tensor. */
+static int load_inputs(Loop *L)
+{
+    char err[512];
+    for (int k = 0; k < L->o->ninputs; k++) {
+        const PlanTensor *pt = &L->p->tensors[L->npy_t[k]];
+        size_t bytes = plan_dtype_size(pt->dtype) * (size_t)L->npy_rows[k];
+        int64_t whole[PLAN_MAX_RANK];
+        rt_global_shape(L->p, pt, whole);
+        for (int d = 1; d < pt->rank; d++)
+            bytes *= (size_t)whole[d];
+        if (rt_npy_next(L->npy[k], L->npy_rows[k], L->npy_buf[k], err, sizeof err) ||
+            rt_set_input(L->rt, pt->name, L->npy_buf[k], bytes, err, sizeof err))
+            return fail(L, "--input %s: %s", pt->name, err);
+    }
     return 0;
 }
 
@@ -502,6 +612,12 @@ static int start(Loop *L, int64_t *first)
                      ? fail(L, "--resume: %s", err)
                      : 0))
         return 1;
+    /* an --input's position after step s: s global batches of rows, whatever the mesh */
+    for (int k = 0; k < L->o->ninputs; k++) {
+        uint64_t at = (uint64_t)m.step * (uint64_t)L->npy_global[k];
+        rt_npy_seek(L->npy[k], (int64_t)(at % (uint64_t)rt_npy_examples(L->npy[k])), err,
+                    sizeof err);
+    }
     *first = m.step + 1;
     L->last_ckpt = m.step;
     say_device(L);
@@ -619,6 +735,8 @@ static int step_once(Loop *L, int64_t step, double *ms, int *skipped)
     *skipped = 0;
     if (L->train && agree(L, load_batch(L, L->train)))
         return 1;
+    if (L->o->ninputs && agree(L, load_inputs(L)))
+        return 1;
     double s0 = now_s();
     int rc = rt_step_begin(L->rt, step, err, sizeof err) ? fail(L, "%s", err) : 0;
     int flags = rc ? 0 : rt_step_nonfinite(L->rt);
@@ -681,7 +799,7 @@ static int train(Loop *L)
     int skipped, have0 = 0;
     if (start(L, &first))
         return 1;
-    if (!L->train)
+    if (!L->train && !L->o->ninputs)
         rt_random_inputs(L->rt, L->o->seed + 1);
     double t0 = now_s(), sum_ms = 0, ms = 0, loss0 = 0, loss = 0, vloss = 0;
     for (int64_t step = first; step <= L->o->steps; step++) {
@@ -772,6 +890,8 @@ static void close_rank(Loop *L)
     rt_close(L->rt);
     rt_comm_free(L->all);
     rt_data_close(L->train);
+    for (int k = 0; k < L->o->ninputs; k++)
+        rt_npy_close(L->npy[k]), free(L->npy_buf[k]);
     rt_data_close(L->val);
     free(L->in_buf);
     free(L->tgt_buf);

@@ -14,6 +14,7 @@ REQUIRED=(
     "flex               flex"
     "bison              bison"
     "python3            python3"
+    "python3-numpy      /usr/lib/python3/dist-packages/numpy/__init__.py"
     "libcriterion-dev   /usr/include/criterion/criterion.h"
     "llvm-14            /usr/lib/llvm-14/bin/llvm-symbolizer"
     "llvm-14-tools      /usr/lib/llvm-14/bin/FileCheck"

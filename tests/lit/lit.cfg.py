@@ -8,6 +8,8 @@
 #   %samples    the absolute path of samples/
 #   %oclcheck   build/oclcheck (tests/kernels/oclcheck.c); feature `opencl` when an
 #               OpenCL platform is installed (an ICD file in /etc/OpenCL/vendors)
+#   %numpy      a python3 that imports NumPy (Debian's python3-numpy, scripts/deps.sh),
+#               to write .npy files as NumPy itself does; feature `numpy`
 # Sanitizer errors abort, so `not %tcc` fails on a crash instead of passing.
 # Features: `cuda` when the CUDA toolkit is there ($CUDA_HOME, default
 # /usr/local/cuda, as the Makefile finds it): tests of the CUDA kernels say
@@ -53,3 +55,15 @@ config.substitutions.append(('%samples', os.path.join(root, 'samples')))
 config.substitutions.append(('%oclcheck', os.path.join(root, 'build', 'oclcheck')))
 if glob.glob('/etc/OpenCL/vendors/*.icd'):
     config.available_features.add('opencl')
+
+# The first python3 that imports NumPy: the system's, where pyenv or a venv
+# shadows it on the PATH.
+import subprocess
+for py in ['/usr/bin/python3', 'python3']:
+    try:
+        subprocess.run([py, '-c', 'import numpy'], check=True, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        continue
+    config.available_features.add('numpy')
+    config.substitutions.append(('%numpy', py))
+    break
