@@ -466,6 +466,36 @@ static void embed(Gen *gen, const Op *op)
     kb_finish(gen, k);
 }
 
+/* gather(x[...,V], index[...]) -> [...]: x[r, index[r]]; an index outside
+ * [0, V) reads the row's clamped element and gives 0. */
+static void gather(Gen *gen, const Op *op)
+{
+    const Value *x = op->args[0];
+    int64_t V = x->shape[x->rank - 1];
+    Kernel *k = kb_new(gen, KP_POINTWISE, numel(op->res[0]), ftype_of(op));
+    int r = kb_idx(k, 0), id = kb_load(k, kb_arg(k, gen, T(gen, op->args[1])), r);
+    int jc = ki(k, KN_MIN, ki(k, KN_MAX, id, kb_iconst(k, 0)), kb_iconst(k, V - 1));
+    int v = kb_load(k, kb_arg(k, gen, T(gen, x)), ki(k, KN_ADD, ki(k, KN_MUL, r, kb_iconst(k, V)), jc));
+    int in = kb_node(k, KN_EQ, KT_INT, id, jc, 0);
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), r, kb_node(k, KN_SELECT, KT_FLOAT, in, v, kb_const(k, 0)));
+    kb_finish(gen, k);
+}
+
+/* gather_grad(index[...], dy[...]) -> [...,V]: dy[r] at column index[r] of
+ * row r, 0 elsewhere (one pass over the result: nothing is added twice). */
+static void gather_grad(Gen *gen, const Op *op)
+{
+    const Value *out = op->res[0];
+    int64_t V = out->shape[out->rank - 1];
+    Kernel *k = kb_new(gen, KP_POINTWISE, numel(out), ftype_of(op));
+    int i = kb_idx(k, 0), vc = kb_iconst(k, V), r = ki(k, KN_IDIV, i, vc);
+    int id = kb_load(k, kb_arg(k, gen, T(gen, op->args[0])), r);
+    int g = kb_load(k, kb_arg(k, gen, T(gen, op->args[1])), r);
+    int at = kb_node(k, KN_EQ, KT_INT, ki(k, KN_IMOD, i, vc), id, 0);
+    kb_store(k, kb_arg(k, gen, T(gen, out)), i, kb_node(k, KN_SELECT, KT_FLOAT, at, g, kb_const(k, 0)));
+    kb_finish(gen, k);
+}
+
 /* Rotary embedding: within each head, pair (2p, 2p+1) turns by
  * pos * theta^(-2p/Dh), pos the index along dim -2; inverse turns back.
  * With rotate_half the pairs are (p, p + Dh/2) (the layout of Hugging Face's
@@ -966,6 +996,8 @@ int cg_op_kernels(Gen *gen, const Op *op)
     case OP_SLICE: slice(gen, op); return 0;
     case OP_PAD: case OP_CONCAT: segments(gen, op); return 0;
     case OP_EMBED: embed(gen, op); return 0;
+    case OP_GATHER: gather(gen, op); return 0;
+    case OP_GATHER_GRAD: gather_grad(gen, op); return 0;
     case OP_ROPE: rope(gen, op); return 0;
     case OP_SOFTMAX: softmax(gen, op); return 0;
     case OP_SOFTMAX_GRAD: softmax_grad(gen, op); return 0;

@@ -399,6 +399,9 @@ static void set_limits(Gen *gen)
         if (op->kind == OP_EMBED) { /* the global vocabulary of a split table */
             ids = op->args[1];
             limit = op->args[0]->shape[0] * ir_shard_factor(m, &op->args[0]->shard, 0);
+        } else if (op->kind == OP_GATHER) { /* the indices of a gather: its row */
+            ids = op->args[1];
+            limit = op->args[0]->shape[op->args[0]->rank - 1];
         } else if (op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_SHARD) {
             ids = op->args[1];
             int last = op->args[0]->rank - 1;

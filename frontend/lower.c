@@ -446,6 +446,7 @@ static const OpSpec op_specs[] = {
     {"max", OP_MAX, 1, 1, {{"dim", K_INT}, {"keepdim", K_BOOL}}},
     {"argmax", OP_ARGMAX, 1, 1, {{"dim", K_INT}, {"keepdim", K_BOOL}}},
     {"embed", OP_EMBED, 2, 2, {{0}}},
+    {"gather", OP_GATHER, 2, 2, {{0}}},
     {"rope", OP_ROPE, 1, 1, {{"heads", K_INT}, {"theta", K_FLOAT}, {"rotate_half", K_BOOL}}},
     {"attention", OP_ATTENTION, 1, 3,
      {{"heads", K_INT}, {"kv_heads", K_INT}, {"causal", K_BOOL}, {"window", K_INT}, {"mask", K_TENSOR}}},

@@ -408,6 +408,36 @@ static int infer_embed(Infer *in)
     return set_result(in, t->dtype, ids->rank + 1, out);
 }
 
+/* gather(x[...,V], index i32[...]) -> [...]: x's dtype, index's shape. */
+static int infer_gather(Infer *in)
+{
+    const Value *x = arg(in, 0), *ix = arg(in, 1);
+    if (need_float(in, x) || need_rank(in, x, "x", 1))
+        return -1;
+    if (ix->dtype != DT_I32 || ix->rank != x->rank - 1 ||
+        memcmp(ix->shape, x->shape, sizeof(int64_t) * (size_t)ix->rank) != 0)
+        return fail(in, "gather index must be %s for x %s, got %s",
+                    type_str(DT_I32, x->rank - 1, x->shape).s, ts(x).s, ts(ix).s);
+    return set_result(in, x->dtype, ix->rank, ix->shape);
+}
+
+/* gather_grad(index i32[...], dy[...]) -> [..., size]. */
+static int infer_gather_grad(Infer *in)
+{
+    const Value *ix = arg(in, 0), *dy = arg(in, 1);
+    int64_t size, out[IR_MAX_RANK];
+    if (attr_int(in, "size", 0, &size) || need_float(in, dy))
+        return -1;
+    if (size < 1)
+        return fail(in, "'size' must be >= 1, got %lld", (long long)size);
+    if (ix->dtype != DT_I32 || ix->rank != dy->rank || ix->rank > IR_MAX_RANK - 1 ||
+        memcmp(ix->shape, dy->shape, sizeof(int64_t) * (size_t)ix->rank) != 0)
+        return fail(in, "gather_grad index %s does not match dy %s", ts(ix).s, ts(dy).s);
+    memcpy(out, dy->shape, sizeof(int64_t) * (size_t)dy->rank);
+    out[dy->rank] = size;
+    return set_result(in, dy->dtype, dy->rank + 1, out);
+}
+
 /* x[...,S,H*Dh]: rotation pairs within each head need an even Dh. */
 static int infer_rope(Infer *in)
 {
@@ -887,6 +917,10 @@ static int infer_rule(Infer *in)
         return infer_reduce(in);
     case OP_EMBED:
         return infer_embed(in);
+    case OP_GATHER:
+        return infer_gather(in);
+    case OP_GATHER_GRAD:
+        return infer_gather_grad(in);
     case OP_ROPE:
         return infer_rope(in);
     case OP_ATTENTION:

@@ -203,6 +203,23 @@ static void fac_embed_grad(const Op *op, Factors *f)
     f->lin = 1u << 1;
 }
 
+/* gather(x[...,V], index[...]) -> [...] and gather_grad(index, dy) ->
+ * [...,V]: the rows shared by every operand and the result, V whole (an
+ * index reaches across it); linear in x, and in dy. */
+static void fac_gather(const Op *op, Factors *f)
+{
+    int grad = op->kind == OP_GATHER_GRAD;
+    const Value *ix = op->args[grad ? 0 : 1];
+    for (int d = 0; d < ix->rank; d++)
+        f->in[0][d] = f->in[1][d] = f->out[0][d] = (int8_t)new_factor(f);
+    int v = new_factor(f);
+    f->full[v] = 1;
+    if (grad)
+        f->out[0][ix->rank] = (int8_t)v, f->lin = 1u << 1;
+    else
+        f->in[0][ix->rank] = (int8_t)v, f->lin = 1u << 0;
+}
+
 /* cross_entropy(logits[...,V], targets) -> []: rows summed (partial);
  * cross_entropy_grad(logits, targets, dloss) -> [...,V]. A split vocabulary
  * is vocabulary-parallel: the partition pass computes the row max and sum of
@@ -327,6 +344,7 @@ static void op_factors(const Op *op, Factors *f)
     case OP_ROPE: case OP_ATTENTION: case OP_ATTENTION_GRAD: fac_heads(op, f); break;
     case OP_EMBED: fac_embed(op, f); break;
     case OP_EMBED_GRAD: fac_embed_grad(op, f); break;
+    case OP_GATHER: case OP_GATHER_GRAD: fac_gather(op, f); break;
     case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: fac_cross_entropy(op, f); break;
     case OP_TRANSPOSE: fac_transpose(op, f); break;
     case OP_RESHAPE: fac_reshape(op, f); break;

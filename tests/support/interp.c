@@ -289,6 +289,25 @@ static int run_embed(Interp *in, const Op *op)
     return 0;
 }
 
+/* gather: x[r, index[r]] along the last dim, 0 outside [0, V); its gradient
+ * dy[r] at that column. */
+static void run_gather(Interp *in, const Op *op, int grad)
+{
+    const Value *ix = op->args[grad ? 0 : 1];
+    int64_t n = interp_numel(ix);
+    int64_t V = grad ? op->res[0]->shape[op->res[0]->rank - 1] : op->args[0]->shape[op->args[0]->rank - 1];
+    if (grad)
+        memset(OUT, 0, sizeof(double) * (size_t)(n * V));
+    for (int64_t r = 0; r < n; r++) {
+        double id = ARG(grad ? 0 : 1)[r];
+        int inside = id >= 0 && id < (double)V;
+        if (grad && inside)
+            OUT[r * V + (int64_t)id] = ARG(1)[r];
+        else if (!grad)
+            OUT[r] = inside ? ARG(0)[r * V + (int64_t)id] : 0;
+    }
+}
+
 /* Rotary embedding: in each head, pair (2i, 2i+1) turns by pos * theta^(-2i/Dh). */
 static void run_rope(Interp *in, const Op *op)
 {
@@ -710,6 +729,7 @@ static int run_op(Interp *in, const Op *op)
     case OP_SUM: case OP_MEAN: case OP_MAX: run_reduce(in, op); return 0;
     case OP_ARGMAX: run_argmax(in, op); return 0;
     case OP_EMBED: return run_embed(in, op);
+    case OP_GATHER: run_gather(in, op, 0); return 0;
     case OP_ROPE: run_rope(in, op); return 0;
     case OP_ATTENTION: run_attention(in, op); return 0;
     case OP_CROSS_ENTROPY: return run_cross_entropy(in, op);
@@ -728,6 +748,7 @@ static int run_op(Interp *in, const Op *op)
     case OP_MAX_GRAD: run_max_grad(in, op); return 0;
     case OP_LAYERNORM_GRAD: case OP_RMSNORM_GRAD: run_norm_grad(in, op); return 0;
     case OP_EMBED_GRAD: run_embed_grad(in, op); return 0;
+    case OP_GATHER_GRAD: run_gather(in, op, 1); return 0;
     case OP_ATTENTION_GRAD: run_attention_grad(in, op); return 0;
     case OP_CROSS_ENTROPY_GRAD: run_cross_entropy_grad(in, op); return 0;
     default:

@@ -136,6 +136,20 @@
     "loss = loss + sum(sum(sum(attention(q, k, v, heads = 2, causal, mask = cast(mi > 0.5, i32)) * r)))\n" \
     "loss = loss + sum(sum(sum(attention(q, k, v, heads = 2, mask = mi > 100.0) * r)))\n"
 
+/* gather (issue 19): a masked language model's loss, each row's log-softmax
+ * at its target weighted by a mask (mean over the masked rows only), and the
+ * gate probability of each row's top expert (argmax). */
+#define PROG_GATHER \
+    "input t : i32[3, 4]\n" \
+    "input mi : f32[3, 4]\n" \
+    "param l : f32[3, 4, 7] = normal(1)\n" \
+    "param g : f32[3, 4, 5] = normal(1)\n" \
+    "w = mi > 0.0\n" \
+    "lse = log(sum(exp(l)))\n" \
+    "ce = lse - gather(l, t)\n" \
+    "p = softmax(g)\n" \
+    "loss = sum(sum(ce * w)) / (sum(sum(w)) + 1.0) + sum(sum(gather(p, argmax(g)) * mi))\n"
+
 #define PROG_GROUPED_QUERY_ATTENTION_NON_CAUSAL \
     "input r : f32[2, 5, 8]\n" \
     "param q : f32[2, 5, 8] = normal(1)\n" \
