@@ -40,6 +40,8 @@ typedef struct G {
     int cols;    /* column mapping: 32 items a block, 8 threads an item */
     char *toplv; /* by statement: a loop at the top of the body (strided over the block) */
     char *used;  /* by node: something stored or reduced depends on it */
+    char *later; /* vec4: the nodes the lanes after the first need (not the index of a load
+                    of one element for all 4 items: lane 0 loads it) */
     char *pre;   /* by node: made in the prologue (Kernel.npre), one for every lane */
     int i0_used; /* a node reads the parallel index */
 } G;
@@ -250,35 +252,48 @@ static void store(G *g, const KStmt *t)
 /* Which nodes a store or a reduction needs, walking the statements back
  * (a node's operands come before it). In the 4-lane form a load of the
  * item's own element reads its vector, not its index. */
-static void mark_used(G *g, int vec)
+/* The nodes that statements need: stores' values (and indices unless vec),
+ * reductions', and recursively their operands. With one_load, a load of one
+ * element for the 4 items of a vec4 thread needs no index: the lanes after
+ * the first take lane 0's value (vec4_kernel). */
+static void mark_nodes(const Kernel *k, char *used, int vec, int one_load, int *i0)
 {
-    const Kernel *k = g->k;
-    g->used = calloc((size_t)k->nodes.len + 1, 1);
-    if (!g->used)
-        BUG("out of memory");
     for (int s = k->body.len - 1; s >= 0; s--) {
         const KStmt *t = &k->body.data[s];
         if (t->kind == KS_STORE || t->kind == KS_STORE_ADD)
-            g->used[t->b] = !vec, g->used[t->c] = 1;
+            used[t->b] = !vec, used[t->c] = 1;
         else if (t->kind == KS_REDUCE)
-            g->used[t->b] = 1;
-        if (t->kind != KS_NODE || !g->used[t->a])
+            used[t->b] = 1;
+        if (t->kind != KS_NODE || !used[t->a])
             continue;
         const KNode *n = &k->nodes.data[t->a];
         switch (n->kind) {
         case KN_CONST: case KN_ICONST: case KN_ACC: break;
-        case KN_IDX: g->i0_used |= n->a == 0; break;
+        case KN_IDX: *i0 |= n->a == 0; break;
         case KN_LOAD:
-            if (!vec || !is_item(k, n->b))
-                g->used[n->b] = 1;
+            if (!vec || (!is_item(k, n->b) && !one_load))
+                used[n->b] = 1;
             break;
-        case KN_SELECT: g->used[n->c] = 1; /* fall through */
+        case KN_SELECT: used[n->c] = 1; /* fall through */
         case KN_ADD: case KN_SUB: case KN_MUL: case KN_DIV: case KN_MAX: case KN_MIN:
         case KN_POW: case KN_LT: case KN_EQ: case KN_LE: case KN_NE: case KN_IDIV: case KN_IMOD:
-            g->used[n->b] = 1; /* fall through */
-        default: g->used[n->a] = 1; break;
+            used[n->b] = 1; /* fall through */
+        default: used[n->a] = 1; break;
         }
     }
+}
+
+static void mark_used(G *g, int vec)
+{
+    const Kernel *k = g->k;
+    int i0 = 0;
+    g->used = calloc((size_t)k->nodes.len + 1, 1);
+    g->later = calloc((size_t)k->nodes.len + 1, 1);
+    if (!g->used || !g->later)
+        BUG("out of memory");
+    mark_nodes(k, g->used, vec, 0, &g->i0_used);
+    if (vec)
+        mark_nodes(k, g->later, vec, 1, &i0);
 }
 
 static const char *red_name(int r) { return r == KR_SUM ? "sum" : r == KR_MAX ? "max" : "min"; }
@@ -602,7 +617,15 @@ static void vec4_kernel(G *g)
     for (g->lane = 0; g->lane < 4; g->lane++)
         for (int s = k->npre; s < k->body.len; s++) {
             const KStmt *t = &k->body.data[s];
-            if (t->kind == KS_NODE) {
+            const KNode *n = t->kind == KS_NODE ? &k->nodes.data[t->a] : NULL;
+            if (n && g->lane > 0 && !g->later[t->a])
+                continue; /* only lane 0 needs it: the index of a load for all 4 */
+            if (n && g->lane > 0 && g->used[t->a] && n->kind == KN_LOAD && !is_item(k, n->b)) {
+                /* one element for the 4 items (vec4_ok): lane 0's load (its index's
+                   computation in the other lanes is then dead) */
+                fprintf(f, "    const %s t%d_%d = t%d_0;\n", n->type == KT_FLOAT ? ft(g) : "tcc_i64",
+                        t->a, g->lane, t->a);
+            } else if (t->kind == KS_NODE) {
                 node(g, t->a, 1, 1);
             } else if (t->kind == KS_STORE) {
                 fprintf(f, "    w%d.%c = ", t->a, "xyzw"[g->lane]);
@@ -895,6 +918,7 @@ char *cg_emit_gpu(Arena *a, const Kernel *k, CgLang lang)
     fputs("}\n\n", g.f);
     fclose(g.f);
     free(g.used);
+    free(g.later);
     free(g.pre);
     char *s = arena_strdup(a, buf);
     free(buf);

@@ -555,9 +555,13 @@ static void find_kept(Gen *gen, const int *uses, const int *recomputed)
 {
     const Graph *g = gen->g;
     const Op **first = arena_alloc(gen->a, sizeof(Op *) * (size_t)(g->values.len + 1));
+    char *elsewhere = arena_alloc(gen->a, (size_t)g->values.len + 1); /* read on another stage */
     for (int i = g->ops.len - 1; i >= 0; i--)
-        for (int j = 0; j < g->ops.data[i]->nargs; j++)
-            first[g->ops.data[i]->args[j]->id] = g->ops.data[i];
+        for (int j = 0; j < g->ops.data[i]->nargs; j++) {
+            const Value *a = g->ops.data[i]->args[j];
+            first[a->id] = g->ops.data[i];
+            elsewhere[a->id] |= a->def && a->def->stage != g->ops.data[i]->stage;
+        }
     const Value **twin = ir_recompute_twins(g, gen->a);
     char *is_twin = arena_alloc(gen->a, (size_t)g->values.len + 1);
     for (int i = 0; i < g->values.len; i++)
@@ -569,7 +573,9 @@ static void find_kept(Gen *gen, const int *uses, const int *recomputed)
             continue;
         const Value *v = op->res[0];
         const Op *u = first[v->id];
+        /* a value another stage reads is sent where it is made: made later it would not be */
         if (gen->fused[v->id] || uses[v->id] < 2 || !u || twin[v->id] || is_twin[v->id] ||
+            elsewhere[v->id] ||
             recomputed[v->id] || op->phase == PH_RECOMPUTE || u->phase == PH_RECOMPUTE ||
             (v->dtype != DT_F32 && v->dtype != DT_F64) || u->stage != op->stage || u->tick != op->tick)
             continue;
