@@ -691,6 +691,77 @@ static void argmax(Gen *gen, const Op *op)
     kb_finish(gen, k);
 }
 
+/* topk(x[...,V]) -> values, indices [...,k]: in the order largest first,
+ * ties by index, NaNs last (among them by index), the j-th of the row is the
+ * first of the elements after the (j-1)-th in that order: per j, three
+ * passes over the row (the largest number left, how many numbers are left,
+ * the first element with that value, or the first NaN left when no number
+ * is). k is small (a router's experts): 3k passes. */
+static void topk(Gen *gen, const Op *op)
+{
+    const Value *x = op->args[0];
+    int64_t K = ir_op_attr_int(op, "k", 1);
+    Row R = row_begin(gen, op, x, x->rank - 1);
+    Kernel *k = R.k;
+    if (R.n > (INT64_C(1) << 24)) /* the element numbers are folded as floats */
+        k->ftype = DT_F64;
+    int r = kb_idx(k, 0), pv = -1, pi = -1, one = kb_iconst(k, 1), zero = kb_iconst(k, 0);
+    int vs = kb_arg(k, gen, T(gen, op->res[0])), is = kb_arg(k, gen, T(gen, op->res[1]));
+    for (int64_t j = 0; j < K; j++) {
+        int m = -1, cnt = -1, idx = -1; /* this j's largest number left, numbers left, index */
+        for (int p = 0; p < 3; p++) { /* each pass its own loop: its own element c */
+            int c, l = row_open(&R, &c), a = ld(&R, gen, x, at(&R, c));
+            int nan = kb_node(k, KN_NE, KT_INT, a, a, 0), avail = one;
+            if (j > 0) { /* after the previous (pv, pi): a number below it or equal and later, or a NaN */
+                int later = kb_node(k, KN_LT, KT_INT, pi, c, 0);
+                int below = kb_node(k, KN_LT, KT_INT, a, pv, 0);
+                int tie = ki(k, KN_MUL, kb_node(k, KN_EQ, KT_INT, a, pv, 0), later);
+                int after_num = kb_node(k, KN_LT, KT_INT, zero, ki(k, KN_ADD, ki(k, KN_ADD, nan, below), tie), 0);
+                int pnan = kb_node(k, KN_NE, KT_INT, pv, pv, 0);
+                avail = kb_node(k, KN_SELECT, KT_INT, pnan, ki(k, KN_MUL, nan, later), after_num);
+            }
+            int num = ki(k, KN_MUL, avail, ki(k, KN_SUB, one, nan));
+            if (p == 0) {
+                m = row_fold(&R, l, kb_node(k, KN_SELECT, KT_FLOAT, num, a, kb_const(k, -INFINITY)), KR_MAX);
+            } else if (p == 1) {
+                cnt = row_fold(&R, l, kb_node(k, KN_TOFLOAT, KT_FLOAT, num, 0, 0), KR_SUM);
+            } else {
+                int some = kb_node(k, KN_LT, KT_INT, kb_const(k, 0.5), cnt, 0); /* numbers are left */
+                int top = ki(k, KN_MUL, num, kb_node(k, KN_EQ, KT_INT, a, m, 0));
+                int cand = kb_node(k, KN_SELECT, KT_INT, some, top, avail);
+                int f = kb_node(k, KN_SELECT, KT_FLOAT, cand, kb_node(k, KN_TOFLOAT, KT_FLOAT, c, 0, 0),
+                                kb_const(k, (double)R.n));
+                idx = kb_node(k, KN_TOINT, KT_INT, row_fold(&R, l, f, KR_MIN), 0, 0);
+            }
+        }
+        pi = ki(k, KN_MIN, idx, kb_iconst(k, R.n - 1));
+        pv = ld(&R, gen, x, at(&R, pi)); /* the value at the index: a NaN too */
+        int o = ki(k, KN_ADD, ki(k, KN_MUL, r, kb_iconst(k, K)), kb_iconst(k, j));
+        kb_store(k, vs, o, pv);
+        kb_store(k, is, o, pi);
+    }
+    kb_finish(gen, k);
+}
+
+/* topk_grad(indices[...,k], dy[...,k]) -> [...,V]: each row's dy at its
+ * indices (distinct), 0 elsewhere. */
+static void topk_grad(Gen *gen, const Op *op)
+{
+    const Value *out = op->res[0];
+    int64_t V = out->shape[out->rank - 1], K = op->args[0]->shape[op->args[0]->rank - 1];
+    Kernel *k = kb_new(gen, KP_POINTWISE, numel(out), ftype_of(op));
+    int i = kb_idx(k, 0), vc = kb_iconst(k, V), r = ki(k, KN_IDIV, i, vc), c = ki(k, KN_IMOD, i, vc);
+    int ix = kb_arg(k, gen, T(gen, op->args[0])), dy = kb_arg(k, gen, T(gen, op->args[1]));
+    int g = kb_const(k, 0);
+    for (int64_t j = 0; j < K; j++) {
+        int at_j = ki(k, KN_ADD, ki(k, KN_MUL, r, kb_iconst(k, K)), kb_iconst(k, j));
+        int hit = kb_node(k, KN_EQ, KT_INT, kb_load(k, ix, at_j), c, 0);
+        g = kb_node(k, KN_SELECT, KT_FLOAT, hit, kb_load(k, dy, at_j), g);
+    }
+    kb_store(k, kb_arg(k, gen, T(gen, out)), i, g);
+    kb_finish(gen, k);
+}
+
 /* The row's mean (0 for rmsnorm) and 1 / sqrt(var + eps). */
 static void norm_stats(Row *R, Gen *gen, const Op *op, const Value *x, int ln, int *mean, int *rs)
 {
@@ -997,6 +1068,8 @@ int cg_op_kernels(Gen *gen, const Op *op)
     case OP_PAD: case OP_CONCAT: segments(gen, op); return 0;
     case OP_EMBED: embed(gen, op); return 0;
     case OP_GATHER: gather(gen, op); return 0;
+    case OP_TOPK: topk(gen, op); return 0;
+    case OP_TOPK_GRAD: topk_grad(gen, op); return 0;
     case OP_GATHER_GRAD: gather_grad(gen, op); return 0;
     case OP_ROPE: rope(gen, op); return 0;
     case OP_SOFTMAX: softmax(gen, op); return 0;

@@ -196,7 +196,13 @@ static Value *emit(Lower *L, OpKind kind, Value **args, int n, Attr **attrs, int
         shape_notes(L, args, n);
         return NULL;
     }
-    return ir_op_result(L->g, op, dt, rank, shape);
+    Value *v = ir_op_result(L->g, op, dt, rank, shape);
+    for (int i = 1; i < ir_ops[kind].nres; i++) /* topk's indices */
+        if (ir_infer_result(op, i, &dt, &rank, shape, msg, sizeof msg) == 0)
+            ir_op_result(L->g, op, dt, rank, shape);
+        else
+            BUG("'%s' has no result %d: %s", ir_ops[kind].name, i, msg);
+    return v;
 }
 
 static Value *emit_constant(Lower *L, double x, DType dt, Loc loc)
@@ -447,6 +453,7 @@ static const OpSpec op_specs[] = {
     {"argmax", OP_ARGMAX, 1, 1, {{"dim", K_INT}, {"keepdim", K_BOOL}}},
     {"embed", OP_EMBED, 2, 2, {{0}}},
     {"gather", OP_GATHER, 2, 2, {{0}}},
+    {"topk", OP_TOPK, 1, 1, {{"k", K_INT}}},
     {"rope", OP_ROPE, 1, 1, {{"heads", K_INT}, {"theta", K_FLOAT}, {"rotate_half", K_BOOL}}},
     {"attention", OP_ATTENTION, 1, 3,
      {{"heads", K_INT}, {"kv_heads", K_INT}, {"causal", K_BOOL}, {"window", K_INT}, {"mask", K_TENSOR}}},
@@ -697,7 +704,15 @@ static Val call_op(Lower *L, const OpSpec *s, Expr *e)
     }
     if (extra)
         t[nt++] = extra;
-    return vtensor(emit(L, s->op, t, nt, attrs, na, e->loc));
+    Value *r = emit(L, s->op, t, nt, attrs, na, e->loc);
+    if (r && r->def->nres > 1) { /* topk: its values and indices, bound by `v, i = topk(...)` */
+        Val v = {V_LIST, 0, 0, NULL, NULL, NULL, r->def->nres};
+        v.items = arena_alloc(L->c->arena, sizeof(Val) * (size_t)r->def->nres);
+        for (int i = 0; i < r->def->nres; i++)
+            v.items[i] = vtensor(r->def->res[i]);
+        return v;
+    }
+    return vtensor(r);
 }
 
 /* where(c, a, b): c a tensor; a or b may be a number, a constant of the

@@ -421,6 +421,39 @@ static int infer_gather(Infer *in)
     return set_result(in, x->dtype, ix->rank, ix->shape);
 }
 
+/* topk(x[...,V]) -> values [...,k] (x's dtype), indices i32[...,k]; 1 <= k <= V. */
+static int infer_topk(Infer *in)
+{
+    const Value *x = arg(in, 0);
+    int64_t k, out[IR_MAX_RANK];
+    if (need_float(in, x) || need_rank(in, x, "x", 1) || attr_int(in, "k", 0, &k))
+        return -1;
+    if (k < 1 || k > x->shape[x->rank - 1])
+        return fail(in, "'k' must be in [1, %lld] (the last dimension of %s), got %lld",
+                    (long long)x->shape[x->rank - 1], ts(x).s, (long long)k);
+    memcpy(out, x->shape, sizeof(int64_t) * (size_t)x->rank);
+    out[x->rank - 1] = k;
+    return set_result(in, x->dtype, x->rank, out);
+}
+
+/* topk_grad(indices i32[...,k], dy[...,k]) -> [..., size]. */
+static int infer_topk_grad(Infer *in)
+{
+    const Value *ix = arg(in, 0), *dy = arg(in, 1);
+    int64_t size, out[IR_MAX_RANK];
+    if (attr_int(in, "size", 0, &size) || need_float(in, dy) || need_rank(in, dy, "dy", 1))
+        return -1;
+    if (ix->dtype != DT_I32 || ix->rank != dy->rank ||
+        memcmp(ix->shape, dy->shape, sizeof(int64_t) * (size_t)ix->rank) != 0)
+        return fail(in, "topk_grad indices %s do not match dy %s", ts(ix).s, ts(dy).s);
+    if (size < dy->shape[dy->rank - 1])
+        return fail(in, "'size' must be >= k = %lld, got %lld", (long long)dy->shape[dy->rank - 1],
+                    (long long)size);
+    memcpy(out, dy->shape, sizeof(int64_t) * (size_t)dy->rank);
+    out[dy->rank - 1] = size;
+    return set_result(in, dy->dtype, dy->rank, out);
+}
+
 /* gather_grad(index i32[...], dy[...]) -> [..., size]. */
 static int infer_gather_grad(Infer *in)
 {
@@ -919,6 +952,10 @@ static int infer_rule(Infer *in)
         return infer_embed(in);
     case OP_GATHER:
         return infer_gather(in);
+    case OP_TOPK:
+        return infer_topk(in);
+    case OP_TOPK_GRAD:
+        return infer_topk_grad(in);
     case OP_GATHER_GRAD:
         return infer_gather_grad(in);
     case OP_ROPE:
@@ -1009,6 +1046,10 @@ int ir_infer_result(const Op *op, int i, DType *dt, int *rank, int64_t *shape, c
         return -1;
     if (i == 0)
         return 0;
+    if (op->kind == OP_TOPK && i == 1) { /* the indices: the values' shape */
+        *dt = DT_I32;
+        return 0;
+    }
     int row = op->kind == OP_LAYERNORM_GRAD  ? 0
               : op->kind == OP_RMSNORM_GRAD  ? 1
               : op->kind == OP_ATTENTION_GRAD ? 2

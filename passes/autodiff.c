@@ -319,6 +319,11 @@ static void vjp_layer(AD *ad, const Op *op, Value *dy)
             accumulate(ad, a[i], g->res[i]);
         return;
     }
+    case OP_TOPK: { /* the values' gradient at the indices; the indices get none */
+        Attr *v = int1(ad, "size", a[0]->shape[a[0]->rank - 1]);
+        accumulate(ad, a[0], emit(ad, OP_TOPK_GRAD, (Value *[]){op->res[1], dy}, 2, &v, 1));
+        return;
+    }
     case OP_GATHER: {
         Attr *v = int1(ad, "size", a[0]->shape[a[0]->rank - 1]);
         accumulate(ad, a[0], emit(ad, OP_GATHER_GRAD, (Value *[]){a[1], dy}, 2, &v, 1));
@@ -407,7 +412,7 @@ static void vjp(AD *ad, const Op *op, Value *dy)
     case OP_MATMUL: vjp_matmul(ad, op, dy); return;
     case OP_SUM: case OP_MEAN: case OP_MAX: accumulate(ad, op->args[0], vjp_reduce(ad, op, dy)); return;
     case OP_SOFTMAX: case OP_LAYERNORM: case OP_RMSNORM: case OP_ATTENTION: case OP_EMBED:
-    case OP_GATHER:
+    case OP_GATHER: case OP_TOPK:
     case OP_CROSS_ENTROPY: case OP_ROPE:
         vjp_layer(ad, op, dy);
         return;

@@ -220,6 +220,31 @@ static void fac_gather(const Op *op, Factors *f)
         f->in[0][ix->rank] = (int8_t)v, f->lin = 1u << 0;
 }
 
+/* topk(x[...,V]) -> values, indices [...,k]; topk_grad(indices, dy) ->
+ * [...,V]: the rows shared, V and k whole; topk_grad linear in dy. */
+static void fac_topk(const Op *op, Factors *f)
+{
+    int grad = op->kind == OP_TOPK_GRAD, r = op->args[grad ? 1 : 0]->rank;
+    for (int d = 0; d < r - 1; d++) {
+        int8_t x = (int8_t)new_factor(f);
+        f->in[0][d] = f->out[0][d] = x;
+        if (grad)
+            f->in[1][d] = x;
+        else
+            f->out[1][d] = x;
+    }
+    int v = new_factor(f), k = new_factor(f);
+    f->full[v] = f->full[k] = 1;
+    if (grad) {
+        f->in[0][r - 1] = f->in[1][r - 1] = (int8_t)k;
+        f->out[0][r - 1] = (int8_t)v;
+        f->lin = 1u << 1;
+    } else {
+        f->in[0][r - 1] = (int8_t)v;
+        f->out[0][r - 1] = f->out[1][r - 1] = (int8_t)k;
+    }
+}
+
 /* cross_entropy(logits[...,V], targets) -> []: rows summed (partial);
  * cross_entropy_grad(logits, targets, dloss) -> [...,V]. A split vocabulary
  * is vocabulary-parallel: the partition pass computes the row max and sum of
@@ -345,6 +370,7 @@ static void op_factors(const Op *op, Factors *f)
     case OP_EMBED: fac_embed(op, f); break;
     case OP_EMBED_GRAD: fac_embed_grad(op, f); break;
     case OP_GATHER: case OP_GATHER_GRAD: fac_gather(op, f); break;
+    case OP_TOPK: case OP_TOPK_GRAD: fac_topk(op, f); break;
     case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: fac_cross_entropy(op, f); break;
     case OP_TRANSPOSE: fac_transpose(op, f); break;
     case OP_RESHAPE: fac_reshape(op, f); break;

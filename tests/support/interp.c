@@ -89,6 +89,7 @@ void interp_init(Interp *in, uint64_t seed, int64_t vocab)
 
 #define ARG(i) (in->buf[op->args[i]->id])
 #define OUT (in->buf[op->res[0]->id])
+#define RES(i) (in->buf[op->res[i]->id])
 
 static int norm_dim(int d, int rank) { return d < 0 ? d + rank : d; }
 
@@ -289,6 +290,45 @@ static int run_embed(Interp *in, const Op *op)
     return 0;
 }
 
+/* Whether element a (at index i) comes before b (at j) in topk's order:
+ * larger first, NaNs last, ties by index. */
+static int topk_before(double a, int64_t i, double b, int64_t j)
+{
+    if (isnan(a) || isnan(b))
+        return isnan(a) ? isnan(b) && i < j : 1;
+    return a > b || (a == b && i < j);
+}
+
+/* topk: each row's k first elements in that order (values, indices); its
+ * gradient dy at the indices. */
+static void run_topk(Interp *in, const Op *op, int grad)
+{
+    const Value *x = grad ? op->res[0] : op->args[0];
+    int64_t V = x->shape[x->rank - 1], rows = interp_numel(x) / V;
+    int64_t K = grad ? op->args[0]->shape[op->args[0]->rank - 1] : ir_op_attr_int(op, "k", 1);
+    if (grad) {
+        memset(OUT, 0, sizeof(double) * (size_t)(rows * V));
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < K; j++)
+                OUT[r * V + (int64_t)ARG(0)[r * K + j]] += ARG(1)[r * K + j];
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const double *row = ARG(0) + r * V;
+        for (int64_t j = 0; j < K; j++) { /* the j-th: the element that exactly j precede */
+            for (int64_t c = 0; c < V; c++) {
+                int64_t ahead = 0;
+                for (int64_t d = 0; d < V; d++)
+                    ahead += d != c && topk_before(row[d], d, row[c], c);
+                if (ahead == j) {
+                    RES(0)[r * K + j] = row[c];
+                    RES(1)[r * K + j] = (double)c;
+                }
+            }
+        }
+    }
+}
+
 /* gather: x[r, index[r]] along the last dim, 0 outside [0, V); its gradient
  * dy[r] at that column. */
 static void run_gather(Interp *in, const Op *op, int grad)
@@ -453,7 +493,6 @@ static void run_concat(Interp *in, const Op *op)
 
 /* ---- backward ops ---- */
 
-#define RES(i) (in->buf[op->res[i]->id])
 
 static void run_sum_to(Interp *in, const Op *op)
 {
@@ -730,6 +769,7 @@ static int run_op(Interp *in, const Op *op)
     case OP_ARGMAX: run_argmax(in, op); return 0;
     case OP_EMBED: return run_embed(in, op);
     case OP_GATHER: run_gather(in, op, 0); return 0;
+    case OP_TOPK: run_topk(in, op, 0); return 0;
     case OP_ROPE: run_rope(in, op); return 0;
     case OP_ATTENTION: run_attention(in, op); return 0;
     case OP_CROSS_ENTROPY: return run_cross_entropy(in, op);
@@ -749,6 +789,7 @@ static int run_op(Interp *in, const Op *op)
     case OP_LAYERNORM_GRAD: case OP_RMSNORM_GRAD: run_norm_grad(in, op); return 0;
     case OP_EMBED_GRAD: run_embed_grad(in, op); return 0;
     case OP_GATHER_GRAD: run_gather(in, op, 1); return 0;
+    case OP_TOPK_GRAD: run_topk(in, op, 1); return 0;
     case OP_ATTENTION_GRAD: run_attention_grad(in, op); return 0;
     case OP_CROSS_ENTROPY_GRAD: run_cross_entropy_grad(in, op); return 0;
     default:

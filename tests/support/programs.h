@@ -150,6 +150,19 @@
     "p = softmax(g)\n" \
     "loss = sum(sum(ce * w)) / (sum(sum(w)) + 1.0) + sum(sum(gather(p, argmax(g)) * mi))\n"
 
+/* topk (issue 19): a top-2 router's renormalized weights over 5 experts
+ * times a value per expert chosen by the indices (cast: no gradient), and the
+ * top 3 of rows of 7 with ties (relu(h - 0.8): most are 0, taken by index). */
+#define PROG_TOPK \
+    "input r : f32[3, 4, 2]\n" \
+    "input e : f32[3, 4, 2]\n" \
+    "param g : f32[3, 4, 5] = normal(1)\n" \
+    "param h : f32[2, 7] = normal(1)\n" \
+    "v, i = topk(softmax(g), 2)\n" \
+    "w = v / sum(v, keepdim)\n" \
+    "u, j = topk(relu(h - 0.8), k = 3)\n" \
+    "loss = sum(sum(sum(w * r * (cast(i, f32) + 1.0)))) + sum(sum(u * cast(j, f32))) * 0.1\n"
+
 #define PROG_GROUPED_QUERY_ATTENTION_NON_CAUSAL \
     "input r : f32[2, 5, 8]\n" \
     "param q : f32[2, 5, 8] = normal(1)\n" \

@@ -94,6 +94,8 @@ GRAD_TEST(argmax, PROG_ARGMAX)
 
 GRAD_TEST(gather, PROG_GATHER)
 
+GRAD_TEST(topk, PROG_TOPK)
+
 GRAD_TEST(matmul_shared_and_batched, PROG_MATMUL_SHARED_AND_BATCHED)
 
 GRAD_TEST(softmax_over_each_dim, PROG_SOFTMAX_OVER_EACH_DIM)

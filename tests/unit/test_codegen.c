@@ -171,6 +171,8 @@ STEP_TEST(argmax, PROG_ARGMAX)
 
 STEP_TEST(gather, PROG_GATHER)
 
+STEP_TEST(topk, PROG_TOPK)
+
 STEP_TEST(matmul_shared_and_batched, PROG_MATMUL_SHARED_AND_BATCHED)
 
 STEP_TEST(softmax_over_each_dim, PROG_SOFTMAX_OVER_EACH_DIM)
