@@ -39,13 +39,7 @@ enum {
     MIN_TOKENS = 2, /* one input and its target */
 };
 
-typedef struct Shard {
-    const char *path;         /* in the loader's glob_t */
-    const unsigned char *map; /* the whole file; tokens from HEADER_BYTES */
-    size_t size;              /* bytes */
-    int64_t count;            /* tokens */
-    int64_t start;            /* stream offset of its first token */
-} Shard;
+typedef RtFile Shard; /* its tokens from HEADER_BYTES */
 
 struct DataLoader {
     glob_t files;
@@ -98,6 +92,28 @@ int rt_files_glob(const char *pattern, glob_t *g, char *err, size_t n)
         return plan_errorf(err, n, "glob '%s': read error", pattern);
     qsort(g->gl_pathv, g->gl_pathc, sizeof *g->gl_pathv, compare_names);
     return 0;
+}
+
+size_t rt_files_find(const RtFile *f, size_t n, int64_t p)
+{
+    size_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo + 1) / 2;
+        if (f[mid].start <= p)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+void rt_files_close(RtFile *f, size_t n, glob_t *g)
+{
+    for (size_t i = 0; f && i < n; i++)
+        if (f[i].map)
+            munmap((void *)f[i].map, f[i].size); /* fails only on a bad range */
+    free(f);
+    globfree(g);
 }
 
 int rt_file_map(const char *path, size_t min, const char *what, const unsigned char **map,
@@ -221,11 +237,7 @@ void rt_data_close(DataLoader *d)
 {
     if (!d)
         return;
-    for (size_t i = 0; d->shards && i < d->nshards; i++)
-        if (d->shards[i].map)
-            munmap((void *)d->shards[i].map, d->shards[i].size); /* fails only on a bad range */
-    free(d->shards);
-    globfree(&d->files);
+    rt_files_close(d->shards, d->nshards, &d->files);
     free(d);
 }
 
@@ -234,15 +246,8 @@ void rt_data_close(DataLoader *d)
 /* The cursor at stream offset p in [0, total): the last shard starting at or before p. */
 static Cursor cursor_at(const DataLoader *d, int64_t p)
 {
-    size_t lo = 0, hi = d->nshards - 1;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo + 1) / 2;
-        if (d->shards[mid].start <= p)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return (Cursor){lo, p - d->shards[lo].start};
+    size_t s = rt_files_find(d->shards, d->nshards, p);
+    return (Cursor){s, p - d->shards[s].start};
 }
 
 /* The token under c, and c moved to the next one (to the first shard after the last). */

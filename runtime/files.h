@@ -6,6 +6,17 @@
 
 #include <glob.h>
 #include <stddef.h>
+#include <stdint.h>
+
+/* A file of a stream of items (tokens, examples), mapped whole. */
+typedef struct RtFile {
+    const char *path;         /* in the loader's glob_t */
+    const unsigned char *map; /* the whole file */
+    size_t size;              /* bytes */
+    const unsigned char *data; /* its first item */
+    int64_t count;            /* items */
+    int64_t start;            /* the stream index of its first item */
+} RtFile;
 
 /* The files matching pattern into g, sorted by name (strcmp, whatever the
  * locale); none is an error ("no file matches 'P'"). 0, or -1 with a message
@@ -17,5 +28,11 @@ int rt_files_glob(const char *pattern, glob_t *g, char *err, size_t n);
  * 0, or -1 with a message naming the file. */
 int rt_file_map(const char *path, size_t min, const char *what, const unsigned char **map,
                 size_t *size, char *err, size_t n);
+
+/* Of n files in stream order (the first starting at 0), the last that starts
+ * at or before stream index p. */
+size_t rt_files_find(const RtFile *f, size_t n, int64_t p);
+/* Unmap the maps of the n files, free f, globfree(g). */
+void rt_files_close(RtFile *f, size_t n, glob_t *g);
 
 #endif

@@ -15,21 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "runtime/files.h"
 #include "runtime/runtime.h"
 
 enum { PREFIX = 8 }; /* "\x93NUMPY", major, minor; then the header's length */
 
-typedef struct NpyFile {
-    const char *path;
-    const unsigned char *map;
-    size_t size;
-    const unsigned char *data; /* the first example */
-    int64_t count;             /* examples */
-    int64_t start;             /* stream index of its first example */
-} NpyFile;
+typedef RtFile NpyFile; /* its items: examples */
 
 struct NpyLoader {
     glob_t files;
@@ -211,26 +203,15 @@ void rt_npy_close(NpyLoader *l)
 {
     if (!l)
         return;
-    for (size_t i = 0; l->f && i < l->nf; i++)
-        if (l->f[i].map)
-            munmap((void *)l->f[i].map, l->f[i].size);
-    free(l->f);
-    globfree(&l->files);
+    rt_files_close(l->f, l->nf, &l->files);
     free(l);
 }
 
 /* Example e (in [0, total)) of the stream. */
 static const unsigned char *example_at(const NpyLoader *l, int64_t e)
 {
-    size_t lo = 0, hi = l->nf - 1;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo + 1) / 2;
-        if (l->f[mid].start <= e)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return l->f[lo].data + (size_t)(e - l->f[lo].start) * l->example;
+    const NpyFile *f = &l->f[rt_files_find(l->f, l->nf, e)];
+    return f->data + (size_t)(e - f->start) * l->example;
 }
 
 int rt_npy_next(NpyLoader *l, int64_t rows, void *out, char *err, size_t n)
