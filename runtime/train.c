@@ -426,7 +426,7 @@ static int open_inputs(Loop *L)
 /* Whether input t is fed by a file: the token files' pair, or an --input. */
 static int fed(const Loop *L, int t)
 {
-    int yes = L->o->data && (t == L->tokens || t == L->targets);
+    int yes = (L->o->data || L->o->val) && (t == L->tokens || t == L->targets);
     for (int k = 0; k < L->o->ninputs; k++)
         yes |= L->npy_t[k] == t;
     return yes;
