@@ -865,11 +865,34 @@ static PlanWork loop_work(const Kernel *k)
  * probability and the score's gradient (an exp and 4 operations), and dv,
  * dq and dk (eleven operations an element, as vectors), the values
  * transposed with the keys. */
+/* The scores one (batch, head) computes, as the C templates walk the tiles:
+ * per block of QB query rows the tiles from `first` to the one holding
+ * `last` ($R), each row all of a tile's keys (up to its own when causal).
+ * Without a window the closed forms: S (S + 1) / 2 causal, else S^2. */
+static double attention_pairs(const KAttention *a)
+{
+    int64_t S = a->seq, W = a->window;
+    if (W <= 0)
+        return a->causal ? (double)S * (double)(S + 1) / 2 : (double)S * (double)S;
+    double pairs = 0;
+    for (int64_t i0 = 0; i0 < S; i0 += ATT_QB) {
+        int64_t ni = S - i0 < ATT_QB ? S - i0 : ATT_QB;
+        int64_t last = a->causal ? i0 + ni - 1 : i0 + ni + W - 2 < S - 1 ? i0 + ni + W - 2 : S - 1;
+        int64_t first = i0 - W + 1 > 0 ? (i0 - W + 1) / ATT_TILE * ATT_TILE : 0;
+        for (int64_t j0 = first; j0 <= last; j0 += ATT_TILE) {
+            int64_t n = last - j0 + 1 < ATT_TILE ? last - j0 + 1 : ATT_TILE;
+            for (int64_t i = i0; i < i0 + ni; i++)
+                pairs += (double)(a->causal && i - j0 + 1 < n ? (i - j0 + 1 > 0 ? i - j0 + 1 : 0) : n);
+        }
+    }
+    return pairs;
+}
+
 static PlanWork attention_work(const Kernel *k)
 {
     const KAttention *a = &k->attn;
     double rows = (double)(a->batch * a->heads * a->seq), dh = (double)a->head_dim;
-    double pairs = rows * (a->causal ? (double)(a->seq + 1) / 2 : (double)a->seq);
+    double pairs = (double)(a->batch * a->heads) * attention_pairs(a);
     double tiles = rows * ceil((double)a->seq / ATT_TILE), tr = 2 * dh * pairs / ATT_QB;
     int len = a->seq < ATT_TILE ? (int)a->seq : ATT_TILE;
     PlanWork fwd = {.ops = 4 * pairs + tr + tiles * EXPF_OPS,

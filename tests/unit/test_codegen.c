@@ -438,6 +438,29 @@ Test(codegen, cpu_work_of_a_kernel_counts_its_rendering)
     ctx_free(c);
 }
 
+/* A sliding window's attention is priced by the scores its kernel computes,
+ * tiles of 64 keys from the one holding the window's first key: at S = 512
+ * and a causal window of 32, per (batch, head) the blocks of 16 rows from 48
+ * on (i0 - 31 >= 17) read 2 tiles or 1, never the 8 of causal attention. The
+ * count against a brute-force walk of the same tiles, and far below S^2 / 2. */
+Test(codegen, windowed_attention_is_priced_by_its_tiles)
+{
+    const char *src = "param q : f32[1, 512, 8] = normal(1)\n"
+                      "loss = sum(sum(sum(attention(q, q, q, heads = 2, causal, window = 32))))\n";
+    Ctx *c = ctx_new(stderr);
+    Plan plan;
+    plan_of(c, src, 0, &plan);
+    const PlanWork *att = kernel_named(&plan, "attention");
+    double want = 0; /* each row: the keys of the tiles from its block's first to its own */
+    for (int64_t i = 0; i < 512; i++) {
+        int64_t i0 = i / 16 * 16, first = i0 - 31 > 0 ? (i0 - 31) / 64 * 64 : 0;
+        want += (double)(i - first + 1);
+    }
+    cr_assert_eq(att->chain, 2 * want, "pairs %g, want %g", att->chain, 2 * want);
+    cr_assert(att->chain < 2 * 512 * 513 / 2 / 4.0, "a window of 32 costs far less than causal");
+    ctx_free(c);
+}
+
 /* AdamW's loop runs as vectors (its items are independent, no library call in
  * the loop): its work is vector operations, and the two powf of its bias
  * corrections, hoisted, are two calls a call of the kernel, not two an
