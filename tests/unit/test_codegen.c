@@ -440,9 +440,10 @@ Test(codegen, cpu_work_of_a_kernel_counts_its_rendering)
 
 /* A sliding window's attention is priced by the scores its kernel computes,
  * tiles of 64 keys from the one holding the window's first key: at S = 512
- * and a causal window of 32, per (batch, head) the blocks of 16 rows from 48
- * on (i0 - 31 >= 17) read 2 tiles or 1, never the 8 of causal attention. The
- * count against a brute-force walk of the same tiles, and far below S^2 / 2. */
+ * and a causal window of 32, a block of 16 rows reads its own tile and at
+ * most the one before (the blocks from row 96 on skip the tiles before that),
+ * where causal attention reads up to 8. The count against a brute-force
+ * walk, row by row, and far below S (S + 1) / 2. */
 Test(codegen, windowed_attention_is_priced_by_its_tiles)
 {
     const char *src = "param q : f32[1, 512, 8] = normal(1)\n"
