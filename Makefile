@@ -63,7 +63,9 @@ FUZZ_CC := clang
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS := -O1 -g $(FUZZ_SAN) $(filter-out -Werror,$(BASEFLAGS))
 FUZZ_OBJS := $(LIB_SRCS:%.c=$(B)/fuzz/obj/%.o) $(GEN_SRCS:$(B)/gen/%.c=$(B)/fuzz/obj/gen/%.o)
-FUZZ_BINS := $(B)/fuzz/fuzz_tdl $(B)/fuzz/fuzz_ir $(B)/fuzz/fuzz_plan
+FUZZ_BINS := $(B)/fuzz/fuzz_tdl $(B)/fuzz/fuzz_ir $(B)/fuzz/fuzz_plan $(B)/fuzz/fuzz_npy
+# The .npy loader's harness links its runtime files besides.
+FUZZ_NPY_OBJS := $(B)/fuzz/obj/runtime/npy.o $(B)/fuzz/obj/runtime/data.o
 
 # Installs what is missing, once per clone (again when the script changes).
 DEPS := $(B)/.deps-ok
@@ -131,6 +133,10 @@ $(B)/unit/%: tests/unit/%.c $(SAN_OBJS) $(SUPPORT_OBJS) $(HDRS)
 $(B)/oclcheck: tests/kernels/oclcheck.c $(LIB_OBJS) $(HDRS)
 	@mkdir -p $(dir $@) && rm -f $@
 	$(CC) $(CFLAGS) $(BASEFLAGS) -o $@ $< $(LIB_OBJS) $(LIB_LIBS) -lOpenCL -ldl
+
+$(B)/fuzz/fuzz_npy: tests/fuzz/fuzz_npy.c $(FUZZ_OBJS) $(FUZZ_NPY_OBJS) $(HDRS)
+	@mkdir -p $(dir $@) && rm -f $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) $(FUZZ_NPY_OBJS) $(LIB_LIBS)
 
 $(B)/fuzz/%: tests/fuzz/%.c $(FUZZ_OBJS) $(HDRS)
 	@mkdir -p $(dir $@) && rm -f $@

@@ -72,11 +72,13 @@ static int read_header(NpyFile *f, const char *input, PlanDType dt, const int64_
     if (m[6] < 1 || m[6] > 3)
         return plan_errorf(err, n, "%s: .npy version %d.%d (1.0, 2.0 and 3.0 are read)", f->path,
                            m[6], m[7]);
+    size_t at = PREFIX + (m[6] == 1 ? 2 : 4); /* the header's length: 2 bytes, or 4 */
+    if (f->size < at)
+        return plan_errorf(err, n, "%s: truncated header (the file ends within it)", f->path);
     size_t len = m[6] == 1 ? (size_t)m[8] | (size_t)m[9] << 8
                            : (size_t)m[8] | (size_t)m[9] << 8 | (size_t)m[10] << 16 |
                                  (size_t)m[11] << 24;
-    size_t at = PREFIX + (m[6] == 1 ? 2 : 4);
-    if (f->size < at || len > f->size - at)
+    if (len > f->size - at)
         return plan_errorf(err, n, "%s: truncated header (the file ends within it)", f->path);
     char *h = malloc(len + 1);
     if (!h)
@@ -88,11 +90,12 @@ static int read_header(NpyFile *f, const char *input, PlanDType dt, const int64_
     int rc = -1;
     int64_t dims[PLAN_MAX_RANK + 1];
     int nd = 0;
-    if (!descr || !order || !shape || *shape != '(') {
+    if (!descr || !*descr || !order || !shape || *shape != '(') {
         plan_errorf(err, n, "%s: the header has no 'descr', 'fortran_order' or 'shape'", f->path);
-    } else if (strncmp(descr + 1, want, 3) != 0 || descr[0] != '\'' || descr[4] != '\'') {
-        plan_errorf(err, n, "%s: dtype %.*s, the input '%s' is %s (numpy '%s')", f->path,
-                    (int)(strchr(descr + 1, '\'') ? strchr(descr + 1, '\'') - descr + 1 : 6), descr,
+    } else if (descr[0] != '\'' || strncmp(descr + 1, want, 3) != 0 || descr[4] != '\'') {
+        const char *q = descr[0] ? strchr(descr + 1, '\'') : NULL; /* the quoted dtype */
+        int w = q && q - descr < 16 ? (int)(q - descr + 1) : (int)strnlen(descr, 8);
+        plan_errorf(err, n, "%s: dtype %.*s, the input '%s' is %s (numpy '%s')", f->path, w, descr,
                     input, plan_dtype_name(dt), want);
     } else if (strncmp(order, "False", 5) != 0) {
         plan_errorf(err, n, "%s: Fortran order; write the array in C order", f->path);

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -239,8 +240,27 @@ def plans_of_samples(corpus):
                             os.path.join(corpus, 'seed_plan_' + name + '.json'))
 
 
+def npy_seeds(corpus):
+    """Seed the .npy corpus with small files the loader accepts (fuzz_npy's
+    f32 examples [2, 3] and i32 examples [3] in [0, 5)), in versions 1 and 2."""
+    os.makedirs(corpus, exist_ok=True)
+    arrays = [('<f4', '(4, 2, 3)', struct.pack('<24f', *[0.5 * i for i in range(24)])),
+              ('<i4', '(3, 3)', struct.pack('<9i', *[i % 5 for i in range(9)]))]
+    for version in (1, 2):
+        for descr, shape, body in arrays:
+            head = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+            pre = 8 + (2 if version == 1 else 4)
+            head += ' ' * (63 - (pre + len(head)) % 64) + '\n'
+            size = struct.pack('<H' if version == 1 else '<I', len(head))
+            data = b'\x93NUMPY' + bytes([version, 0]) + size + head.encode() + body
+            name = 'seed_v%d_%s.npy' % (version, descr[1:])
+            with open(os.path.join(corpus, name), 'wb') as f:
+                f.write(data)
+
+
 def prepare_corpora():
     fuzz_dir = os.path.join(ROOT, 'tests', 'fuzz')
+    npy_seeds(os.path.join(fuzz_dir, 'corpus_npy'))
     plans_of_samples(os.path.join(fuzz_dir, 'corpus_plan'))
     tdl = glob.glob(os.path.join(ROOT, 'samples', '*.tdl'))
     tdl += glob.glob(os.path.join(ROOT, 'tests', 'lit', '**', '*.tdl'), recursive=True)
@@ -257,12 +277,15 @@ DICT_SOURCES = {
     'fuzz_tdl': ['frontend/lexer.l', 'frontend/parser.y', 'frontend/*.c', 'ir/ops.def'],
     'fuzz_ir': ['ir/*.c', 'ir/ops.def'],
     'fuzz_plan': ['runtime/plan.c'],
+    'fuzz_npy': ['runtime/npy.c'],
 }
 # Punctuation, written as libFuzzer's dictionary format spells it.
 DICT_EXTRA = {
     'fuzz_tdl': ['@', '@(', '[', ']', '{', '}', '=', ':', ',', '#', '\\x0a', '    '],
     'fuzz_ir': ['%', '@', '@(', '[', ']', '{', '}', '=', ':', ',', '#', '\\"', '\\x0a'],
     'fuzz_plan': ['{', '}', '[', ']', ':', ',', '\\"', '-1', '1e308', '0.5'],
+    'fuzz_npy': ['\\x93NUMPY\\x01\\x00', '\\x93NUMPY\\x02\\x00', "'descr': '<f4'", "'descr': '<i4'",
+                 "'fortran_order': False", "'shape': (", ', ', ')', '}', '\\x0a'],
 }
 
 
@@ -326,7 +349,7 @@ def finish_fuzzer(tally, run, seconds):
 
 def suite_fuzz(args):
     tally = Tally('fuzz')
-    names = ['fuzz_tdl', 'fuzz_ir', 'fuzz_plan']
+    names = ['fuzz_tdl', 'fuzz_ir', 'fuzz_plan', 'fuzz_npy']
     missing = [n for n in names if not os.access(os.path.join(BUILD, 'fuzz', n), os.X_OK)]
     for n in missing:
         tally.fail('%s (not built)' % n)

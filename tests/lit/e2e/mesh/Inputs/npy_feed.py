@@ -38,6 +38,9 @@ def write(d):
     open(d + '/xtrunc.npy', 'wb').write(b[:-5])
     open(d + '/xlong.npy', 'wb').write(b + b'\0\0\0\0')
     open(d + '/notnpy.npy', 'wb').write(b'not an array at all')
+    # a header whose 'descr' has no value (found by fuzz_npy: the message read past it)
+    head = b"{'fortran_order': False, 'shape': (2, 4, 3), 'descr':"
+    open(d + '/nodescr.npy', 'wb').write(b'\x93NUMPY\x01\x00' + bytes([len(head), 0]) + head)
 
 
 def check(d, log, first, last):
