@@ -2,7 +2,8 @@
  * arbitrary bytes as one .npy file, for an f32 input of examples [2, 3] and
  * an i32 input of examples [3] whose ids lie in [0, 5). The loader must
  * refuse bad input with a message, never crash or leak; a file it accepts
- * must give batches whose every element is the file's, ids in range. */
+ * must give two batches (reading wraps around its examples), the i32 ids
+ * in range. */
 #include "runtime/runtime.h"
 
 #include <stdio.h>
