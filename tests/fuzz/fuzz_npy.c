@@ -11,6 +11,47 @@
 #include <string.h>
 #include <unistd.h>
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+static char path[64];
+
+static void remove_file(void)
+{
+    unlink(path);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    strcpy(path, "/tmp/fuzz_npy_XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        perror("fuzz_npy: mkstemp");
+        abort();
+    }
+    close(fd);
+    atexit(remove_file);
+    return 0;
+}
+
+/* Two batches of 5 rows through loader l of examples of `each` elements. */
+static void read_batches(NpyLoader *l, size_t each, int ids)
+{
+    char err[512];
+    int32_t out[5 * 6];
+    for (int b = 0; b < 2; b++) {
+        if (rt_npy_next(l, 5, out, err, sizeof err)) {
+            fprintf(stderr, "fuzz_npy: next after a good open: %s\n", err);
+            abort();
+        }
+        for (size_t e = 0; ids && e < 5 * each; e++)
+            if (out[e] < 0 || out[e] >= 5) {
+                fprintf(stderr, "fuzz_npy: id %d outside [0, 5) in a checked file\n", (int)out[e]);
+                abort();
+            }
+    }
+}
+
 /* The file opened for input `name` of dtype dt, examples `example` (erank
  * dims, `each` elements), rank of ranks; if accepted, two batches read. */
 static void try_open(const char *name, PlanDType dt, const int64_t *example, int erank,
