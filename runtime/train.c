@@ -74,6 +74,7 @@ typedef struct Loop {
     NpyLoader *npy[MAX_FILE_INPUTS]; /* by --input */
     int npy_t[MAX_FILE_INPUTS];      /* their tensors */
     void *npy_buf[MAX_FILE_INPUTS];  /* this rank's rows of a batch */
+    size_t npy_bytes[MAX_FILE_INPUTS]; /* their size */
     int64_t npy_rows[MAX_FILE_INPUTS], npy_global[MAX_FILE_INPUTS]; /* a batch's, of its rank, of
                                                                        all */
     int tokens, targets;  /* the plan's i32 [B, S] inputs, -1 when absent */
@@ -417,6 +418,7 @@ static int open_inputs(Loop *L)
         size_t bytes = plan_dtype_size(pt->dtype) * (size_t)pt->shape[0];
         for (int d = 1; d < pt->rank; d++)
             bytes *= (size_t)whole[d];
+        L->npy_bytes[k] = bytes;
         if (!(L->npy_buf[k] = malloc(bytes + 1)))
             return fail(L, "malloc: out of memory");
     }
@@ -481,13 +483,8 @@ static int load_inputs(Loop *L)
     char err[512];
     for (int k = 0; k < L->o->ninputs; k++) {
         const PlanTensor *pt = &L->p->tensors[L->npy_t[k]];
-        size_t bytes = plan_dtype_size(pt->dtype) * (size_t)L->npy_rows[k];
-        int64_t whole[PLAN_MAX_RANK];
-        rt_global_shape(L->p, pt, whole);
-        for (int d = 1; d < pt->rank; d++)
-            bytes *= (size_t)whole[d];
         if (rt_npy_next(L->npy[k], L->npy_rows[k], L->npy_buf[k], err, sizeof err) ||
-            rt_set_input(L->rt, pt->name, L->npy_buf[k], bytes, err, sizeof err))
+            rt_set_input(L->rt, pt->name, L->npy_buf[k], L->npy_bytes[k], err, sizeof err))
             return fail(L, "--input %s: %s", pt->name, err);
     }
     return 0;
