@@ -136,6 +136,55 @@ static int by_int(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
+/* An instruction that runs once and reads a sum over the microbatches (the
+ * loss, from its microbatch_sum) runs when the sum is complete: in the piece
+ * of its last add on that stage, or later. Its op's tick may be of another
+ * stage's piece (the loss scaled where the sum arrives), which can come
+ * before every piece of this stage and would put it in the prologue, before
+ * the microbatches (it read the last step's sum). Pieces compare by tick; the
+ * prologue (0) comes first, the epilogue (-1) last. */
+static void after_sums(Gen *gen, const int *ticks, const int *at)
+{
+    const Graph *g = gen->g;
+    int nt = gen->tensors.len;
+    int *ready = arena_alloc(gen->a, sizeof(int) * (size_t)(nt + 1)); /* the piece it is final in */
+    for (int t = 0; t < nt; t++)
+        ready[t] = 0;
+    for (int i = 0; i < gen->instrs.len; i++) {
+        PlanInstr *in = &gen->instrs.data[i];
+        const Op *op = in->op > 0 ? g->ops.data[in->op - 1] : NULL;
+        if (!op)
+            continue;
+        int rank = in->piece == 0 ? 0 : in->piece < 0 ? INT32_MAX : in->piece;
+        if (op->kind == OP_MB_SUM) { /* each microbatch's add: final after its piece */
+            int t = gen->tensor_of[op->res[0]->id];
+            if (t >= 0 && rank > ready[t])
+                ready[t] = rank;
+            continue;
+        }
+        int need = 0;
+        for (int a = 0; a < op->nargs; a++) {
+            int t = gen->tensor_of[op->args[a]->id];
+            if (t >= 0 && ready[t] > need)
+                need = ready[t];
+        }
+        if (in->when == PW_EVERY || !need) /* what reads no sum keeps its piece */
+            continue;
+        if (need > rank) {
+            int s = in->stage, lo = at[s], hi = at[s + 1];
+            while (lo < hi && ticks[lo] < need)
+                lo++;
+            in->piece = need == INT32_MAX || lo == hi ? -1 : ticks[lo];
+            rank = in->piece < 0 ? INT32_MAX : in->piece;
+        }
+        for (int r = 0; r < op->nres; r++) { /* a value of a sum: final no earlier */
+            int t = gen->tensor_of[op->res[r]->id];
+            if (t >= 0 && rank > ready[t])
+                ready[t] = rank;
+        }
+    }
+}
+
 int cg_loop_pieces(Gen *gen)
 {
     if (!gen->loop)
@@ -190,6 +239,7 @@ int cg_loop_pieces(Gen *gen)
             in->coll.tag + 1 > gen->ntags)
             gen->ntags = in->coll.tag + 1;
     }
+    after_sums(gen, ticks, at);
     rows_copies(gen);
     return 0;
 }
