@@ -30,6 +30,7 @@ typedef enum {
     KN_SELECT,  /* int a ? b : c (b, c already computed: both sides must be safe) */
     KN_IDIV, KN_IMOD, /* int */
     KN_TOFLOAT, KN_TOINT,
+    KN_HASH,    /* int a, b -> int in [0, 2^63): splitmix64's finalizer of a * golden ^ b (dropout) */
     KN_COUNT
 } KNodeKind;
 
@@ -68,6 +69,10 @@ typedef struct KAttention {
     int64_t window; /* a query sees the keys less than window positions away; 0: all */
     int mask;       /* the argument of the mask [B][S] (key j of row b seen where nonzero), the
                        kernel's last; -1: none */
+    int alibi;      /* ALiBi: each score gets -slope(head) |i - j| (tcc_alibi_slope) */
+    int64_t heads_whole; /* ALiBi: the global head count the slopes are of */
+    int hoff;       /* ALiBi: the argument holding the first column of this device's heads in
+                       the whole q (heads split over devices); -1: 0 */
 } KAttention;
 
 typedef struct Kernel {

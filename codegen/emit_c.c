@@ -107,6 +107,7 @@ static void expr(Out *o, const KNode *n)
     case KN_SELECT: fprintf(f, "t%d ? t%d : t%d", n->a, n->b, n->c); return;
     case KN_TOFLOAT: fprintf(f, "(%s)t%d", ftype(o), n->a); return;
     case KN_TOINT: fprintf(f, "(int64_t)t%d", n->a); return;
+    case KN_HASH: fprintf(f, "tcc_hash(t%d, t%d)", n->a, n->b); return;
     case KN_COUNT: break;
     }
     UNREACHABLE();
@@ -421,6 +422,18 @@ static void attention_fill(Out *o, const char *tmpl, int indent)
             }
             continue;
         }
+        if (w == 'A' || w == 'Y') { /* ALiBi: the bias of key j0 + j for query i; head h's slope */
+            const KAttention *at = &k->attn;
+            if (at->alibi && w == 'A')
+                fprintf(o->f, " - slope * (%s)(i > j0 + j ? i - (j0 + j) : (j0 + j) - i)", ftype(o));
+            else if (at->alibi && at->hoff >= 0)
+                fprintf(o->f, "const %s slope = (%s)tcc_alibi_slope(h + a%d[0] / DH, %lld);", ftype(o),
+                        ftype(o), at->hoff, (long long)at->heads_whole);
+            else if (at->alibi)
+                fprintf(o->f, "const %s slope = (%s)tcc_alibi_slope(h, %lld);", ftype(o), ftype(o),
+                        (long long)at->heads_whole);
+            continue;
+        }
         if (w == 'T' || w == 'X') {
             fputs(w == 'T' ? ftype(o) : o->f32 ? "f" : "", o->f);
             continue;
@@ -485,6 +498,7 @@ static void attention_consts(Out *o, int full)
 static const char *attention_tile =
     "if (nr <= 0)\n"
     "    continue;\n"
+    "$Y\n"
     "for (int64_t j = 0; j < nr; j++) s[j] = 0;\n"
     "#pragma GCC unroll 1\n"
     "for (int64_t d = 0; d < DH; d++) {\n"
@@ -493,7 +507,7 @@ static const char *attention_tile =
     "}\n"
     "$T tm = -INFINITY;\n"
     "for (int64_t j = 0; j < nr; j++) {\n"
-    "    s[j] = s[j] * scale;\n"
+    "    s[j] = s[j] * scale$A;\n"
     "    if (HIDE && ($H))\n"
     "        s[j] = -INFINITY;\n"
     "    tm = $M(tm, s[j]);\n"
@@ -707,6 +721,7 @@ static const char *attention_bwd_kv =
 
 /* $G: row r's probabilities s and score gradients dp for the tile's first nr keys. */
 static const char *attention_bwd_grad =
+    "$Y\n"
     "for (int64_t j = 0; j < nr; j++) s[j] = 0, dp[j] = 0;\n"
     "#pragma GCC unroll 1\n"
     "for (int64_t d = 0; d < DH; d++) {\n"
@@ -714,7 +729,7 @@ static const char *attention_bwd_grad =
     "    for (int64_t j = 0; j < nr; j++) s[j] += x * kt[d][j], dp[j] += y * vt[d][j];\n"
     "}\n"
     "for (int64_t j = 0; j < nr; j++) {\n"
-    "    const $T p = HIDE && ($H) ? 0 : $E(s[j] * scale - lse[r]);\n"
+    "    const $T p = HIDE && ($H) ? 0 : $E(s[j] * scale$A - lse[r]);\n"
     "    s[j] = p, dp[j] = p * (dp[j] - dot_o[r]) * scale;\n"
     "}\n";
 

@@ -181,8 +181,58 @@ static int operand(Kernel *k, Gen *gen, const Value *v, const Value *out, int i)
 
 /* The value of elementwise op's result at element i of `out` (its own shape,
  * or the shape of the op it is fused into, which is the same). */
+static int operand(Kernel *k, Gen *gen, const Value *v, const Value *out, int i);
+
+/* dropout at element i (of x's shape): the element's place in the whole
+ * tensor g (its global coordinates in dims >= 1, the block's offsets added
+ * where a dim is split) and its row's key r give h = hash(hash(hash(r, step),
+ * stream), g); the element is kept when h mod 2^24 >= round(p 2^24), and then
+ * scaled by 1 / (1 - p). Step 0 (evaluation) keeps every element unscaled. */
+static int dropout_expr(Kernel *k, Gen *gen, const Op *op, const Value *out, int i)
+{
+    const Value *xv = op->args[0];
+    int x = operand(k, gen, xv, out, i);
+    double p = ir_op_attr_float(op, "p", 0);
+    int64_t inner = numel(xv) / xv->shape[0], whole[IR_MAX_RANK], offs[IR_MAX_RANK], n = 0;
+    int has[IR_MAX_RANK] = {0};
+    const Attr *sa = ir_op_attr(op, "shape"), *oa = ir_op_attr(op, "offsets");
+    for (int d = 0; d < xv->rank; d++)
+        whole[d] = sa && sa->kind == ATTR_LIST && d < sa->nitems ? sa->items[d]->i : xv->shape[d];
+    for (int j = 0; oa && oa->kind == ATTR_LIST && j < oa->nitems && 3 + j < op->nargs; j++) {
+        int d = (int)oa->items[j]->i;
+        if (d >= 1 && d < xv->rank)
+            has[d] = 1, offs[d] = kb_load(k, kb_arg(k, gen, T(gen, op->args[3 + j])), kb_iconst(k, 0));
+        n++;
+    }
+    int row = ki(k, KN_IDIV, i, kb_iconst(k, inner));
+    int g = ki(k, KN_IMOD, i, kb_iconst(k, inner));
+    if (n) { /* global coordinates from the local ones, minor to major */
+        int64_t lstride = 1, gstride = 1;
+        g = kb_iconst(k, 0);
+        for (int d = xv->rank - 1; d >= 1; d--) {
+            int c = ki(k, KN_IMOD, ki(k, KN_IDIV, i, kb_iconst(k, lstride)), kb_iconst(k, xv->shape[d]));
+            if (has[d])
+                c = ki(k, KN_ADD, c, offs[d]);
+            g = ki(k, KN_ADD, g, ki(k, KN_MUL, c, kb_iconst(k, gstride)));
+            lstride *= xv->shape[d], gstride *= whole[d];
+        }
+    }
+    int key = kb_load(k, kb_arg(k, gen, T(gen, op->args[1])), row);
+    int step = kb_node(k, KN_TOINT, KT_INT, kb_load(k, kb_arg(k, gen, T(gen, op->args[2])), kb_iconst(k, 0)), 0, 0);
+    int h = kb_node(k, KN_HASH, KT_INT, key, step, 0);
+    h = kb_node(k, KN_HASH, KT_INT, h, kb_iconst(k, ir_op_attr_int(op, "stream", 0)), 0);
+    h = kb_node(k, KN_HASH, KT_INT, h, g, 0);
+    int u = ki(k, KN_IMOD, h, kb_iconst(k, (int64_t)1 << 24));
+    int keep = kb_node(k, KN_LE, KT_INT, kb_iconst(k, llround(p * 16777216.0)), u, 0);
+    int eval = kb_node(k, KN_EQ, KT_INT, step, kb_iconst(k, 0), 0);
+    int kept = kb_node(k, KN_SELECT, KT_FLOAT, keep, kf(k, KN_MUL, x, kb_const(k, 1 / (1 - p))), kb_const(k, 0));
+    return kb_node(k, KN_SELECT, KT_FLOAT, eval, x, kept);
+}
+
 static int pw_expr(Kernel *k, Gen *gen, const Op *op, const Value *out, int i)
 {
+    if (op->kind == OP_DROPOUT)
+        return dropout_expr(k, gen, op, out, i);
     int x = op->nargs > 0 ? operand(k, gen, op->args[0], out, i) : -1;
     int y = op->nargs > 1 ? operand(k, gen, op->args[1], out, i) : -1;
     int z = op->nargs > 2 ? operand(k, gen, op->args[2], out, i) : -1;
@@ -241,7 +291,7 @@ int cg_fusable(const Op *op)
     case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU:
     case OP_SILU: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CONSTANT:
     case OP_STOP_GRAD: case OP_ERF: case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ:
-    case OP_NE: case OP_WHERE:
+    case OP_NE: case OP_WHERE: case OP_DROPOUT:
         return 1;
     default: return 0;
     }
@@ -472,12 +522,14 @@ static void gather(Gen *gen, const Op *op)
 {
     const Value *x = op->args[0];
     int64_t V = x->shape[x->rank - 1];
+    int64_t K = op->args[1]->rank == x->rank ? op->args[1]->shape[x->rank - 1] : 1; /* per row */
     Kernel *k = kb_new(gen, KP_POINTWISE, numel(op->res[0]), ftype_of(op));
-    int r = kb_idx(k, 0), id = kb_load(k, kb_arg(k, gen, T(gen, op->args[1])), r);
+    int i = kb_idx(k, 0), id = kb_load(k, kb_arg(k, gen, T(gen, op->args[1])), i);
+    int r = K == 1 ? i : ki(k, KN_IDIV, i, kb_iconst(k, K));
     int jc = ki(k, KN_MIN, ki(k, KN_MAX, id, kb_iconst(k, 0)), kb_iconst(k, V - 1));
     int v = kb_load(k, kb_arg(k, gen, T(gen, x)), ki(k, KN_ADD, ki(k, KN_MUL, r, kb_iconst(k, V)), jc));
     int in = kb_node(k, KN_EQ, KT_INT, id, jc, 0);
-    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), r, kb_node(k, KN_SELECT, KT_FLOAT, in, v, kb_const(k, 0)));
+    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), i, kb_node(k, KN_SELECT, KT_FLOAT, in, v, kb_const(k, 0)));
     kb_finish(gen, k);
 }
 
@@ -743,20 +795,31 @@ static void topk(Gen *gen, const Op *op)
     kb_finish(gen, k);
 }
 
-/* topk_grad(indices[...,k], dy[...,k]) -> [...,V]: each row's dy at its
- * indices (distinct), 0 elsewhere. */
-static void topk_grad(Gen *gen, const Op *op)
+/* scatter_add(indices[...,k], src[...,k]) -> [...,V]: at each element the
+ * row's src values whose index is its column, summed in index order (0 when
+ * none). Up to SCATTER_UNROLL indices per row are unrolled into a pointwise
+ * kernel; more take a loop. */
+#define SCATTER_UNROLL 8
+static void scatter_add(Gen *gen, const Op *op)
 {
     const Value *out = op->res[0];
     int64_t V = out->shape[out->rank - 1], K = op->args[0]->shape[op->args[0]->rank - 1];
-    Kernel *k = kb_new(gen, KP_POINTWISE, numel(out), ftype_of(op));
+    int unroll = K <= SCATTER_UNROLL;
+    Kernel *k = kb_new(gen, unroll ? KP_POINTWISE : KP_ROW, numel(out), ftype_of(op));
     int i = kb_idx(k, 0), vc = kb_iconst(k, V), r = ki(k, KN_IDIV, i, vc), c = ki(k, KN_IMOD, i, vc);
-    int ix = kb_arg(k, gen, T(gen, op->args[0])), dy = kb_arg(k, gen, T(gen, op->args[1]));
-    int g = kb_const(k, 0);
-    for (int64_t j = 0; j < K; j++) {
-        int at_j = ki(k, KN_ADD, ki(k, KN_MUL, r, kb_iconst(k, K)), kb_iconst(k, j));
+    int ix = kb_arg(k, gen, T(gen, op->args[0])), src = kb_arg(k, gen, T(gen, op->args[1]));
+    int g = kb_const(k, 0), l = -1;
+    for (int64_t j = 0; j < (unroll ? K : 1); j++) {
+        int jj = unroll ? kb_iconst(k, j) : (l = kb_loop(k, K), kb_idx(k, 1));
+        int at_j = ki(k, KN_ADD, ki(k, KN_MUL, r, kb_iconst(k, K)), jj);
         int hit = kb_node(k, KN_EQ, KT_INT, kb_load(k, ix, at_j), c, 0);
-        g = kb_node(k, KN_SELECT, KT_FLOAT, hit, kb_load(k, dy, at_j), g);
+        int add = kb_node(k, KN_SELECT, KT_FLOAT, hit, kb_load(k, src, at_j), kb_const(k, 0));
+        if (unroll) {
+            g = j ? kf(k, KN_ADD, g, add) : add;
+        } else {
+            kb_reduce(k, l, add, KR_SUM);
+            g = kb_end(k, l);
+        }
     }
     kb_store(k, kb_arg(k, gen, T(gen, out)), i, g);
     kb_finish(gen, k);
@@ -1015,7 +1078,8 @@ static void attention(Gen *gen, const Op *op)
                        ftype_of(op));
     k->attn = (KAttention){q->shape[0], q->shape[1], H, ir_op_attr_int(op, "kv_heads", H), Dh,
                            (int)ir_op_attr_int(op, "causal", 0), 1 / sqrt((double)Dh),
-                           ir_op_attr_int(op, "window", 0), -1};
+                           ir_op_attr_int(op, "window", 0), -1,
+                           (int)ir_op_attr_int(op, "alibi", 0), ir_op_attr_int(op, "alibi_heads", H), -1};
     int nq = op->kind == OP_ATTENTION ? 3 : 4; /* q, k, v (dout): the mask comes last */
     for (int i = 0; i < nq; i++)
         k->args[k->nargs] = T(gen, op->args[i]), k->arg_dtype[k->nargs++] = op->args[i]->dtype;
@@ -1026,9 +1090,9 @@ static void attention(Gen *gen, const Op *op)
         DType t = ftype_of(op) == DT_F64 ? DT_F64 : DT_F32;
         k->args[k->nargs] = gen_temp(gen, t, 1, &n), k->arg_dtype[k->nargs++] = t;
     }
-    if (op->nargs > nq) {
-        k->attn.mask = k->nargs;
-        k->args[k->nargs] = T(gen, op->args[nq]), k->arg_dtype[k->nargs++] = op->args[nq]->dtype;
+    for (int i = nq; i < op->nargs; i++) { /* the mask [B, S]; ALiBi's head offset, a scalar */
+        *(op->args[i]->rank ? &k->attn.mask : &k->attn.hoff) = k->nargs;
+        k->args[k->nargs] = T(gen, op->args[i]), k->arg_dtype[k->nargs++] = op->args[i]->dtype;
     }
     double f = 4.0 * (double)(k->attn.batch * H * k->attn.seq * k->attn.seq * Dh);
     gen->flops += (k->attn.causal ? f / 2 : f) * (op->kind == OP_ATTENTION ? 1 : 2.5);
@@ -1058,6 +1122,7 @@ int cg_op_kernels(Gen *gen, const Op *op)
     case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_EXPAND: case OP_GELU_GRAD:
     case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CLIP_SCALE: case OP_STOP_GRAD: case OP_ERF:
     case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ: case OP_NE: case OP_WHERE:
+    case OP_DROPOUT:
         pointwise(gen, op);
         return 0;
     case OP_LR: learning_rate(gen, op); return 0;
@@ -1069,7 +1134,7 @@ int cg_op_kernels(Gen *gen, const Op *op)
     case OP_EMBED: embed(gen, op); return 0;
     case OP_GATHER: gather(gen, op); return 0;
     case OP_TOPK: topk(gen, op); return 0;
-    case OP_TOPK_GRAD: topk_grad(gen, op); return 0;
+    case OP_SCATTER_ADD: scatter_add(gen, op); return 0;
     case OP_GATHER_GRAD: gather_grad(gen, op); return 0;
     case OP_ROPE: rope(gen, op); return 0;
     case OP_SOFTMAX: softmax(gen, op); return 0;

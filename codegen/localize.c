@@ -4,7 +4,9 @@
  * ops whose meaning depends on global sizes or on which block a device holds
  * say so: mean keeps the global count, cross_entropy the global rows, the
  * attention and rope ops their local heads, a split embedding table an
- * axis_offset operand (its first row's global index), a microbatch slice its
+ * axis_offset operand (its first row's global index), dropout one for each
+ * split dimension but the first (its elements' global places), an ALiBi
+ * attention one for its split heads, a microbatch slice its
  * rows within the device's block. Kernels are then written from local shapes
  * alone, the same code for one device or many. */
 #include "kgen.h"
@@ -27,29 +29,30 @@ static void set_int(Graph *l, Op *op, const char *key, int64_t v)
     ir_op_set_attr(l, op, ir_attr_int(l->arena, intern(l->strings, key), v));
 }
 
-/* An i32[] operand holding this device's first row of a table split on dim 0;
- * one per split and row count, made before its first use. */
-static Value *row_offset(Graph *l, const Graph *g, const Value *table, Value **map, Loc loc)
+/* An i32[] operand holding the global index of this device's first element
+ * along dim d of v, split there (a table's first row); one per split and
+ * block size, made before its first use. */
+static Value *row_offset(Graph *l, const Graph *g, const Value *v, int d, Value **map, Loc loc)
 {
     char name[128];
-    int64_t rows = map[table->id]->shape[0];
+    int64_t rows = map[v->id]->shape[d];
     int k = snprintf(name, sizeof name, "row_offset.%lld", (long long)rows);
-    for (int i = 0; i < table->shard.naxes[0] && k < (int)sizeof name; i++)
+    for (int i = 0; i < v->shard.naxes[d] && k < (int)sizeof name; i++)
         k += snprintf(name + k, sizeof name - (size_t)k, ".%s",
-                      g->mesh.axes[table->shard.axes[0][i]].name);
+                      g->mesh.axes[v->shard.axes[d][i]].name);
     const char *id = intern(l->strings, name);
     for (int i = 0; i < l->ops.len; i++)
         if (l->ops.data[i]->kind == OP_AXIS_OFFSET && l->ops.data[i]->res[0]->name == id)
             return l->ops.data[i]->res[0];
     Op *op = ir_op_new(l, OP_AXIS_OFFSET, NULL, 0, loc);
     Attr *items[IR_MAX_AXES];
-    for (int i = 0; i < table->shard.naxes[0]; i++)
-        items[i] = ir_attr_str(l->arena, NULL, g->mesh.axes[table->shard.axes[0][i]].name);
-    ir_op_set_attr(l, op, ir_attr_list(l->arena, "axes", items, table->shard.naxes[0]));
+    for (int i = 0; i < v->shard.naxes[d]; i++)
+        items[i] = ir_attr_str(l->arena, NULL, g->mesh.axes[v->shard.axes[d][i]].name);
+    ir_op_set_attr(l, op, ir_attr_list(l->arena, "axes", items, v->shard.naxes[d]));
     set_int(l, op, "scale", rows);
-    Value *v = ir_op_result(l, op, DT_I32, 0, NULL);
-    v->name = id;
-    return v;
+    Value *r = ir_op_result(l, op, DT_I32, 0, NULL);
+    r->name = id;
+    return r;
 }
 
 static void fix_attrs(Graph *l, const Graph *g, const Op *orig, Op *op, Value **map)
@@ -72,6 +75,8 @@ static void fix_attrs(Graph *l, const Graph *g, const Op *orig, Op *op, Value **
     case OP_ATTENTION: case OP_ATTENTION_GRAD: case OP_ROPE: {
         int64_t h = ir_op_attr_int(orig, "heads", 1);
         set_int(l, op, "heads", h / factor(g, x, x->rank - 1));
+        if (ir_op_attr_int(orig, "alibi", 0)) /* the slopes are of the global head count */
+            set_int(l, op, "alibi_heads", h);
         if (ir_op_attr(orig, "kv_heads"))
             set_int(l, op, "kv_heads", ir_op_attr_int(orig, "kv_heads", h) /
                                            factor(g, orig->args[1], orig->args[1]->rank - 1));
@@ -106,7 +111,15 @@ static Op *clone_op(Graph *l, const Graph *g, const Op *orig, Value **map)
     const Value *table = orig->kind == OP_EMBED ? orig->args[0]
                          : orig->kind == OP_EMBED_GRAD ? orig->res[0] : NULL;
     if (table && factor(g, table, 0) > 1)
-        args[n++] = row_offset(l, g, table, map, orig->loc);
+        args[n++] = row_offset(l, g, table, 0, map, orig->loc);
+    int64_t offsets[IR_MAX_RANK];
+    int noff = 0;
+    for (int d = 1; orig->kind == OP_DROPOUT && d < orig->args[0]->rank; d++)
+        if (factor(g, orig->args[0], d) > 1) /* dropout's counter: global coordinates */
+            offsets[noff++] = d, args[n++] = row_offset(l, g, orig->args[0], d, map, orig->loc);
+    if ((orig->kind == OP_ATTENTION || orig->kind == OP_ATTENTION_GRAD) &&
+        ir_op_attr_int(orig, "alibi", 0) && factor(g, orig->args[0], 2) > 1) /* the global head */
+        args[n++] = row_offset(l, g, orig->args[0], 2, map, orig->loc);
     Op *op = ir_op_new(l, orig->kind, args, n, orig->loc);
     op->layer = orig->layer;
     op->phase = orig->phase;
@@ -123,6 +136,11 @@ static Op *clone_op(Graph *l, const Graph *g, const Op *orig, Value **map)
     op->res = res;
     op->nres = orig->nres;
     fix_attrs(l, g, orig, op, map);
+    if (noff) {
+        const Value *x = orig->args[0];
+        ir_op_set_attr(l, op, ir_attr_ints(l->arena, "offsets", offsets, noff));
+        ir_op_set_attr(l, op, ir_attr_ints(l->arena, "shape", x->shape, x->rank));
+    }
     return op;
 }
 

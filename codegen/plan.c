@@ -402,6 +402,9 @@ static void set_limits(Gen *gen)
         } else if (op->kind == OP_GATHER) { /* the indices of a gather: its row */
             ids = op->args[1];
             limit = op->args[0]->shape[op->args[0]->rank - 1];
+        } else if (op->kind == OP_SCATTER_ADD) { /* scatter's indices: its row */
+            ids = op->args[0];
+            limit = ir_op_attr_int(op, "size", 0);
         } else if (op->kind == OP_CROSS_ENTROPY || op->kind == OP_CROSS_ENTROPY_SHARD) {
             ids = op->args[1];
             int last = op->args[0]->rank - 1;
@@ -761,6 +764,8 @@ static void place_values(Gen *gen)
                 set_split(gen, &gen->tensors.data[t], v, op);
                 if (r == PT_PARAM) /* state always starts at zero */
                     set_init(gen, &gen->tensors.data[t], op);
+                if (r == PT_INPUT && ir_op_attr_int(op, "keys", 0)) /* dropout's: from the seed */
+                    gen->tensors.data[t].init = arena_strdup(gen->a, "keys");
                 gen->tensor_of[v->id] = t;
             }
         }
@@ -1384,6 +1389,19 @@ static const char *prelude =
     "    uint32_t u;\n    memcpy(&u, &x, 4);\n"
     "    if ((u & 0x7fffffffu) > 0x7f800000u)\n        return (uint16_t)((u >> 16) | 0x40);\n"
     "    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);\n}\n\n"
+    "/* dropout's counter-based stream: splitmix64's finalizer of a times the\n"
+    " * golden ratio xor b, in [0, 2^63) */\n"
+    "static inline int64_t tcc_hash(int64_t a, int64_t b)\n{\n"
+    "    uint64_t z = (uint64_t)a * 0x9E3779B97F4A7C15u ^ (uint64_t)b;\n"
+    "    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;\n"
+    "    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;\n"
+    "    return (int64_t)((z ^ (z >> 31)) >> 1);\n}\n\n"
+    "/* ALiBi's slope of head g of n: 2^(-8 (g + 1) / p) for the first p, the\n"
+    " * largest power of 2 <= n, then the odd ones of the sequence for 2p */\n"
+    "static inline double tcc_alibi_slope(int64_t g, int64_t n)\n{\n"
+    "    int64_t p = 1;\n    while (p * 2 <= n)\n        p *= 2;\n"
+    "    return g < p ? exp2(-8.0 * (double)(g + 1) / (double)p)\n"
+    "                 : exp2(-4.0 * (double)(2 * (g - p) + 1) / (double)p);\n}\n\n"
     /* f32 exp and tanh of the C rendering: plain arithmetic and selects, the
      * same code in a vector loop and a scalar one, so a loop the compiler
      * vectorizes gives the bits its scalar form gives (a call of the C

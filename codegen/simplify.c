@@ -28,7 +28,8 @@ static int operands(const KNode *n)
     case KN_LOAD: return 2;
     case KN_SELECT: return 7;
     case KN_ADD: case KN_SUB: case KN_MUL: case KN_DIV: case KN_MAX: case KN_MIN: case KN_POW:
-    case KN_LT: case KN_EQ: case KN_LE: case KN_NE: case KN_IDIV: case KN_IMOD: return 3;
+    case KN_LT: case KN_EQ: case KN_LE: case KN_NE: case KN_IDIV: case KN_IMOD: case KN_HASH:
+        return 3;
     default: return 1;
     }
 }

@@ -53,6 +53,7 @@ typedef struct Lower {
     int next_layer;     /* the number the next layer takes: layers go in program order */
     int depth;        /* block call depth */
     int too_big;
+    int dropouts; /* dropout calls lowered so far: each its own random stream */
     Loc model_loc;
     VEC(Stmt *) blocks;
     VEC(const char *) param_names; /* every parameter's full name */
@@ -427,7 +428,7 @@ typedef struct OpSpec {
     const char *name;
     OpKind op;
     int min_t, max_t; /* leading tensor operands */
-    KwSpec kw[5];     /* further positional arguments fill these in order */
+    KwSpec kw[6];     /* further positional arguments fill these in order */
 } OpSpec;
 
 static const OpSpec op_specs[] = {
@@ -454,9 +455,12 @@ static const OpSpec op_specs[] = {
     {"embed", OP_EMBED, 2, 2, {{0}}},
     {"gather", OP_GATHER, 2, 2, {{0}}},
     {"topk", OP_TOPK, 1, 1, {{"k", K_INT}}},
+    {"scatter", OP_SCATTER_ADD, 3, 3, {{0}}}, /* x + scatter_add(index, src): call_op */
+    {"dropout", OP_DROPOUT, 1, 1, {{"p", K_FLOAT}}}, /* call_dropout */
     {"rope", OP_ROPE, 1, 1, {{"heads", K_INT}, {"theta", K_FLOAT}, {"rotate_half", K_BOOL}}},
     {"attention", OP_ATTENTION, 1, 3,
-     {{"heads", K_INT}, {"kv_heads", K_INT}, {"causal", K_BOOL}, {"window", K_INT}, {"mask", K_TENSOR}}},
+     {{"heads", K_INT}, {"kv_heads", K_INT}, {"causal", K_BOOL}, {"window", K_INT}, {"mask", K_TENSOR},
+      {"alibi", K_BOOL}}},
     {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, {{0}}},
     {"reshape", OP_RESHAPE, 1, 1, {{"shape", K_INTS}}},
     {"expand", OP_EXPAND, 1, 1, {{"shape", K_INTS}}},
@@ -476,7 +480,7 @@ static const OpSpec *find_spec(const char *name)
 
 static const KwSpec *find_kw(const OpSpec *s, const char *name)
 {
-    for (int i = 0; i < 5 && s->kw[i].name; i++)
+    for (int i = 0; i < 6 && s->kw[i].name; i++)
         if (strcmp(s->kw[i].name, name) == 0)
             return &s->kw[i];
     return NULL;
@@ -485,7 +489,7 @@ static const KwSpec *find_kw(const OpSpec *s, const char *name)
 static void kw_names(const OpSpec *s, char *buf, size_t n)
 {
     buf[0] = 0;
-    for (int i = 0; i < 5 && s->kw[i].name; i++) {
+    for (int i = 0; i < 6 && s->kw[i].name; i++) {
         size_t k = strlen(buf);
         snprintf(buf + k, n - k, "%s'%s'", i ? ", " : "", s->kw[i].name);
     }
@@ -599,6 +603,76 @@ static int split_qkv(Lower *L, Value **t, Attr **attrs, int nattrs, Loc loc)
 }
 
 /* Sort the call's arguments into tensor operands and attrs, then emit. */
+/* scatter(x[...,V], index i32[...,k], src[...,k]): x with src added at the
+ * indices along the last dim, as x + scatter_add(index, src) {size = V}. */
+static Val call_scatter(Lower *L, Value **t, Loc loc)
+{
+    Value *x = t[0], *ix = t[1];
+    if (x->rank < 1 || ix->rank != x->rank ||
+        memcmp(x->shape, ix->shape, sizeof(int64_t) * (size_t)(x->rank - 1)) != 0) {
+        char xs[128], is[128];
+        ir_type_str(xs, sizeof xs, x->dtype, x->rank, x->shape);
+        ir_type_str(is, sizeof is, ix->dtype, ix->rank, ix->shape);
+        err(L, loc, "in 'scatter': index %s must have x's rank and leading dimensions (x is %s)", is, xs);
+        return ERRV;
+    }
+    Attr *size = ir_attr_int(L->c->arena, "size", x->shape[x->rank - 1]);
+    Value *add = emit(L, OP_SCATTER_ADD, t + 1, 2, &size, 1, loc);
+    return add ? vtensor(emit(L, OP_ADD, (Value *[]){x, add}, 2, NULL, 0, loc)) : ERRV;
+}
+
+/* A source op outside any layer, made once: the dropout keys of n rows (an
+ * input that the runtime writes from the seed, split and sliced into
+ * microbatches like the data) and the step number. */
+static Value *dropout_source(Lower *L, OpKind kind, int64_t n, Loc loc)
+{
+    char name[64];
+    if (kind == OP_INPUT)
+        snprintf(name, sizeof name, "dropout.keys.%lld", (long long)n);
+    else
+        snprintf(name, sizeof name, "dropout.step");
+    const char *id = intern(L->c->strings, name);
+    for (int i = 0; i < L->g->ops.len; i++)
+        if (L->g->ops.data[i]->kind == kind && L->g->ops.data[i]->res[0]->name == id)
+            return L->g->ops.data[i]->res[0];
+    Op *op = ir_op_new(L->g, kind, NULL, 0, loc);
+    op->layer = -1;
+    if (kind == OP_INPUT)
+        ir_op_set_attr(L->g, op, ir_attr_bool(L->c->arena, "keys", 1));
+    Value *v = kind == OP_INPUT ? ir_op_result(L->g, op, DT_I32, 1, &n)
+                                : ir_op_result(L->g, op, DT_F32, 0, NULL);
+    v->name = id;
+    return v;
+}
+
+/* dropout(x, p): x's elements zeroed with probability p, the rest scaled by
+ * 1 / (1 - p), from a counter-based random stream of the seed, the step, the
+ * call and the element's place in the whole batch (docs/language.md). */
+static Val call_dropout(Lower *L, Value *x, Attr **attrs, int na, Loc loc)
+{
+    if (!ir_op_attr(&(Op){.attrs = attrs, .nattrs = na}, "p")) {
+        err(L, loc, "'dropout' needs 'p', the probability of zeroing an element");
+        return ERRV;
+    }
+    double p = ir_op_attr_float(&(Op){.attrs = attrs, .nattrs = na}, "p", 0);
+    if (!(p >= 0 && p < 1)) {
+        err(L, loc, "in 'dropout': 'p' must be in [0, 1), got %g", p);
+        return ERRV;
+    }
+    if (x->rank < 1 || !ir_dtype_is_float(x->dtype)) {
+        char xs[128];
+        ir_type_str(xs, sizeof xs, x->dtype, x->rank, x->shape);
+        err(L, loc, "in 'dropout': x must be a float tensor of rank >= 1, got %s", xs);
+        return ERRV;
+    }
+    if (p == 0)
+        return vtensor(x);
+    Value *keys = dropout_source(L, OP_INPUT, x->shape[0], loc);
+    Value *step = dropout_source(L, OP_STEP, 0, loc);
+    attrs[na++] = ir_attr_int(L->c->arena, "stream", ++L->dropouts);
+    return vtensor(emit(L, OP_DROPOUT, (Value *[]){x, keys, step}, 3, attrs, na, loc));
+}
+
 static Val call_op(Lower *L, const OpSpec *s, Expr *e)
 {
     Value *t[64], *extra = NULL; /* extra: a K_TENSOR argument (attention's mask) */
@@ -648,7 +722,7 @@ static Val call_op(Lower *L, const OpSpec *s, Expr *e)
         }
         if (!kw) {
             int k = npos++ - nt;
-            if (k >= 5 || !s->kw[k].name) {
+            if (k >= 6 || !s->kw[k].name) {
                 err(L, a->loc, "too many arguments for '%s'", s->name);
                 bad = 1;
                 continue;
@@ -702,6 +776,10 @@ static Val call_op(Lower *L, const OpSpec *s, Expr *e)
             return ERRV;
         nt = 3;
     }
+    if (s->op == OP_SCATTER_ADD)
+        return call_scatter(L, t, e->loc);
+    if (s->op == OP_DROPOUT)
+        return call_dropout(L, t[0], attrs, na, e->loc);
     if (extra)
         t[nt++] = extra;
     Value *r = emit(L, s->op, t, nt, attrs, na, e->loc);

@@ -15,8 +15,10 @@ int ir_op_arity_ok(const Op *op)
     int want = ir_ops[op->kind].nargs;
     if (want < 0)
         return op->nargs >= 1;
-    return op->nargs == want ||
-           ((op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD) && op->nargs == want + 1);
+    if (op->kind == OP_DROPOUT) /* the axis offsets of its split dims */
+        return op->nargs >= want && op->nargs < want + IR_MAX_RANK;
+    return op->nargs == want || ((op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD) &&
+                                 op->nargs > want && op->nargs <= want + 2); /* mask, head offset */
 }
 
 static const char *dtype_names[DT_COUNT] = {"f32", "f64", "bf16", "f16", "i32"};

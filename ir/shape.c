@@ -408,17 +408,45 @@ static int infer_embed(Infer *in)
     return set_result(in, t->dtype, ids->rank + 1, out);
 }
 
-/* gather(x[...,V], index i32[...]) -> [...]: x's dtype, index's shape. */
+/* gather(x[...,V], index) -> index's shape, x's dtype: index i32[...] (one
+ * per row) or i32[...,k] (k per row), its leading dims x's. */
 static int infer_gather(Infer *in)
 {
     const Value *x = arg(in, 0), *ix = arg(in, 1);
     if (need_float(in, x) || need_rank(in, x, "x", 1))
         return -1;
-    if (ix->dtype != DT_I32 || ix->rank != x->rank - 1 ||
-        memcmp(ix->shape, x->shape, sizeof(int64_t) * (size_t)ix->rank) != 0)
-        return fail(in, "gather index must be %s for x %s, got %s",
-                    type_str(DT_I32, x->rank - 1, x->shape).s, ts(x).s, ts(ix).s);
+    if (ix->dtype != DT_I32 || (ix->rank != x->rank - 1 && ix->rank != x->rank) ||
+        memcmp(ix->shape, x->shape, sizeof(int64_t) * (size_t)(x->rank - 1)) != 0)
+    {
+        TypeStr one = type_str(DT_I32, x->rank - 1, x->shape);
+        size_t n = strlen(one.s);
+        return fail(in, "gather index must be %s (one per row) or %.*s%sk] (k per row) for x %s, got %s",
+                    one.s, (int)(n - 1), one.s, x->rank > 1 ? "," : "", ts(x).s, ts(ix).s);
+    }
     return set_result(in, x->dtype, ix->rank, ix->shape);
+}
+
+/* dropout(x, keys i32[n0], step f32[], offsets i32[]...) -> x's type; p in [0, 1). */
+static int infer_dropout(Infer *in)
+{
+    const Value *x = arg(in, 0), *keys = arg(in, 1), *step = arg(in, 2);
+    const Attr *pa = ir_op_attr(in->op, "p");
+    if (need_float(in, x) || need_rank(in, x, "x", 1))
+        return -1;
+    if (!pa || (pa->kind != ATTR_INT && pa->kind != ATTR_FLOAT))
+        return fail(in, "dropout needs 'p', a number");
+    double p = ir_op_attr_float(in->op, "p", 0);
+    if (!(p >= 0 && p < 1))
+        return fail(in, "'p' must be in [0, 1), got %g", p);
+    if (keys->dtype != DT_I32 || keys->rank != 1 || keys->shape[0] != x->shape[0])
+        return fail(in, "dropout keys must be i32[%lld] (x's first dimension), got %s",
+                    (long long)x->shape[0], ts(keys).s);
+    if (step->dtype != DT_F32 || step->rank != 0)
+        return fail(in, "dropout step must be f32[], got %s", ts(step).s);
+    for (int i = 3; i < in->op->nargs; i++)
+        if (arg(in, i)->dtype != DT_I32 || arg(in, i)->rank != 0)
+            return fail(in, "dropout offset %d must be i32[], got %s", i - 3, ts(arg(in, i)).s);
+    return set_result(in, x->dtype, x->rank, x->shape);
 }
 
 /* topk(x[...,V]) -> values [...,k] (x's dtype), indices i32[...,k]; 1 <= k <= V. */
@@ -436,8 +464,8 @@ static int infer_topk(Infer *in)
     return set_result(in, x->dtype, x->rank, out);
 }
 
-/* topk_grad(indices i32[...,k], dy[...,k]) -> [..., size]. */
-static int infer_topk_grad(Infer *in)
+/* scatter_add(indices i32[...,k], src[...,k]) -> [..., size], size >= 1. */
+static int infer_scatter_add(Infer *in)
 {
     const Value *ix = arg(in, 0), *dy = arg(in, 1);
     int64_t size, out[IR_MAX_RANK];
@@ -445,10 +473,9 @@ static int infer_topk_grad(Infer *in)
         return -1;
     if (ix->dtype != DT_I32 || ix->rank != dy->rank ||
         memcmp(ix->shape, dy->shape, sizeof(int64_t) * (size_t)ix->rank) != 0)
-        return fail(in, "topk_grad indices %s do not match dy %s", ts(ix).s, ts(dy).s);
-    if (size < dy->shape[dy->rank - 1])
-        return fail(in, "'size' must be >= k = %lld, got %lld", (long long)dy->shape[dy->rank - 1],
-                    (long long)size);
+        return fail(in, "scatter_add indices %s do not match src %s", ts(ix).s, ts(dy).s);
+    if (size < 1)
+        return fail(in, "'size' must be >= 1, got %lld", (long long)size);
     memcpy(out, dy->shape, sizeof(int64_t) * (size_t)dy->rank);
     out[dy->rank - 1] = size;
     return set_result(in, dy->dtype, dy->rank, out);
@@ -525,11 +552,20 @@ static int infer_attention(Infer *in)
         return -1;
     if (window < 0)
         return fail(in, "'window' must be >= 0 (0: none), got %lld", (long long)window);
-    int nq = in->op->kind == OP_ATTENTION_GRAD ? 4 : 3;
-    if (in->op->nargs > nq) { /* the mask: which keys of each row are seen */
-        const Value *m = arg(in, nq);
+    int nq = in->op->kind == OP_ATTENTION_GRAD ? 4 : 3, masks = 0, offsets = 0;
+    if (attr_bool(in, "alibi"))
+        return -1;
+    for (int i = nq; i < in->op->nargs; i++) {
+        const Value *m = arg(in, i);
+        if (m->rank == 0) { /* ALiBi's head offset (localize): the block's first column of q */
+            if (m->dtype != DT_I32 || !ir_op_attr_int(in->op, "alibi", 0) || offsets++)
+                return fail(in, "attention's head offset must be one i32[] of an 'alibi' attention, got %s",
+                            ts(m).s);
+            continue;
+        }
+        /* the mask: which keys of each row are seen */
         if (m->rank != 2 || m->shape[0] != q->shape[0] || m->shape[1] != q->shape[1] ||
-            !(ir_dtype_is_float(m->dtype) || m->dtype == DT_I32))
+            !(ir_dtype_is_float(m->dtype) || m->dtype == DT_I32) || masks++)
             return fail(in, "attention mask must be [B, S] = [%lld, %lld] (float or i32), got %s",
                         (long long)q->shape[0], (long long)q->shape[1], ts(m).s);
     }
@@ -954,8 +990,10 @@ static int infer_rule(Infer *in)
         return infer_gather(in);
     case OP_TOPK:
         return infer_topk(in);
-    case OP_TOPK_GRAD:
-        return infer_topk_grad(in);
+    case OP_DROPOUT:
+        return infer_dropout(in);
+    case OP_SCATTER_ADD:
+        return infer_scatter_add(in);
     case OP_GATHER_GRAD:
         return infer_gather_grad(in);
     case OP_ROPE:

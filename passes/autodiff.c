@@ -321,14 +321,21 @@ static void vjp_layer(AD *ad, const Op *op, Value *dy)
     }
     case OP_TOPK: { /* the values' gradient at the indices; the indices get none */
         Attr *v = int1(ad, "size", a[0]->shape[a[0]->rank - 1]);
-        accumulate(ad, a[0], emit(ad, OP_TOPK_GRAD, (Value *[]){op->res[1], dy}, 2, &v, 1));
+        accumulate(ad, a[0], emit(ad, OP_SCATTER_ADD, (Value *[]){op->res[1], dy}, 2, &v, 1));
         return;
     }
-    case OP_GATHER: {
+    case OP_GATHER: { /* dy at the gathered columns: k per row summed where they repeat */
         Attr *v = int1(ad, "size", a[0]->shape[a[0]->rank - 1]);
-        accumulate(ad, a[0], emit(ad, OP_GATHER_GRAD, (Value *[]){a[1], dy}, 2, &v, 1));
+        OpKind g = a[1]->rank == a[0]->rank ? OP_SCATTER_ADD : OP_GATHER_GRAD;
+        accumulate(ad, a[0], emit(ad, g, (Value *[]){a[1], dy}, 2, &v, 1));
         return;
     }
+    case OP_DROPOUT: /* the same mask (the same keys, step and stream) on dy: linear in x */
+        accumulate(ad, a[0], emit(ad, OP_DROPOUT, (Value *[]){dy, a[1], a[2]}, 3, attrs, na));
+        return;
+    case OP_SCATTER_ADD: /* (scatter) each src element's gradient: dy at its column; indices none */
+        accumulate(ad, a[1], emit(ad, OP_GATHER, (Value *[]){dy, a[0]}, 2, NULL, 0));
+        return;
     case OP_EMBED: {
         Attr *v = int1(ad, "vocab", a[0]->shape[0]);
         accumulate(ad, a[0], emit(ad, OP_EMBED_GRAD, (Value *[]){a[1], dy}, 2, &v, 1));
@@ -412,7 +419,7 @@ static void vjp(AD *ad, const Op *op, Value *dy)
     case OP_MATMUL: vjp_matmul(ad, op, dy); return;
     case OP_SUM: case OP_MEAN: case OP_MAX: accumulate(ad, op->args[0], vjp_reduce(ad, op, dy)); return;
     case OP_SOFTMAX: case OP_LAYERNORM: case OP_RMSNORM: case OP_ATTENTION: case OP_EMBED:
-    case OP_GATHER: case OP_TOPK:
+    case OP_GATHER: case OP_TOPK: case OP_SCATTER_ADD: case OP_DROPOUT:
     case OP_CROSS_ENTROPY: case OP_ROPE:
         vjp_layer(ad, op, dy);
         return;

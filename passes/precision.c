@@ -180,8 +180,9 @@ static int applied(const Graph *g)
 static void promote_f64(Graph *g)
 {
     const char *f64 = intern(g->strings, ir_dtype_name(DT_F64));
-    for (int i = 0; i < g->values.len; i++)
-        if (ir_dtype_is_float(g->values.data[i]->dtype))
+    for (int i = 0; i < g->values.len; i++) /* (the step number is f32 always: dropout's) */
+        if (ir_dtype_is_float(g->values.data[i]->dtype) &&
+            !(g->values.data[i]->def && g->values.data[i]->def->kind == OP_STEP))
             g->values.data[i]->dtype = DT_F64;
     for (int i = 0; i < g->ops.len; i++) {
         Op *op = g->ops.data[i];

@@ -205,11 +205,23 @@ static void fac_embed_grad(const Op *op, Factors *f)
 
 /* gather(x[...,V], index[...]) -> [...] and gather_grad(index, dy) ->
  * [...,V]: the rows shared by every operand and the result, V whole (an
- * index reaches across it); linear in x, and in dy. */
+ * index reaches across it); linear in x, and in dy. With k indices per row
+ * (index[...,k]) k is whole too. */
 static void fac_gather(const Op *op, Factors *f)
 {
     int grad = op->kind == OP_GATHER_GRAD;
     const Value *ix = op->args[grad ? 0 : 1];
+    if (!grad && ix->rank == op->args[0]->rank) { /* k per row: rows shared, V and k whole */
+        int r = ix->rank;
+        for (int d = 0; d < r - 1; d++)
+            f->in[0][d] = f->in[1][d] = f->out[0][d] = (int8_t)new_factor(f);
+        int v = new_factor(f), k = new_factor(f);
+        f->full[v] = f->full[k] = 1;
+        f->in[0][r - 1] = (int8_t)v;
+        f->in[1][r - 1] = f->out[0][r - 1] = (int8_t)k;
+        f->lin = 1u << 0;
+        return;
+    }
     for (int d = 0; d < ix->rank; d++)
         f->in[0][d] = f->in[1][d] = f->out[0][d] = (int8_t)new_factor(f);
     int v = new_factor(f);
@@ -220,11 +232,21 @@ static void fac_gather(const Op *op, Factors *f)
         f->in[0][ix->rank] = (int8_t)v, f->lin = 1u << 0;
 }
 
-/* topk(x[...,V]) -> values, indices [...,k]; topk_grad(indices, dy) ->
- * [...,V]: the rows shared, V and k whole; topk_grad linear in dy. */
+/* dropout(x, keys, step): elementwise, linear in x; the keys share x's
+ * first dimension (each row's key goes with its row); the step is a scalar. */
+static void fac_dropout(const Op *op, Factors *f)
+{
+    for (int d = 0; d < op->args[0]->rank; d++)
+        f->in[0][d] = f->out[0][d] = (int8_t)new_factor(f);
+    f->in[1][0] = f->in[0][0];
+    f->lin = 1u << 0;
+}
+
+/* topk(x[...,V]) -> values, indices [...,k]; scatter_add(indices, dy) ->
+ * [...,V]: the rows shared, V and k whole; scatter_add linear in dy. */
 static void fac_topk(const Op *op, Factors *f)
 {
-    int grad = op->kind == OP_TOPK_GRAD, r = op->args[grad ? 1 : 0]->rank;
+    int grad = op->kind == OP_SCATTER_ADD, r = op->args[grad ? 1 : 0]->rank;
     for (int d = 0; d < r - 1; d++) {
         int8_t x = (int8_t)new_factor(f);
         f->in[0][d] = f->out[0][d] = x;
@@ -370,7 +392,8 @@ static void op_factors(const Op *op, Factors *f)
     case OP_EMBED: fac_embed(op, f); break;
     case OP_EMBED_GRAD: fac_embed_grad(op, f); break;
     case OP_GATHER: case OP_GATHER_GRAD: fac_gather(op, f); break;
-    case OP_TOPK: case OP_TOPK_GRAD: fac_topk(op, f); break;
+    case OP_TOPK: case OP_SCATTER_ADD: fac_topk(op, f); break;
+    case OP_DROPOUT: fac_dropout(op, f); break;
     case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: fac_cross_entropy(op, f); break;
     case OP_TRANSPOSE: fac_transpose(op, f); break;
     case OP_RESHAPE: fac_reshape(op, f); break;

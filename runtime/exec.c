@@ -535,6 +535,8 @@ int rt_step(Runtime *rt, int64_t step, char *err, size_t n)
 
 int rt_forward(Runtime *rt, char *err, size_t n)
 {
+    for (float **t = rt->steps; *t; t++) /* step 0: dropout keeps everything */
+        **t = 0;
     rt->step_now = 0;
     if (prologue(rt, err, n) || walk(rt, 0, rt->p->ninstrs, 1, err, n))
         return -1;

@@ -194,6 +194,27 @@ static void init_param(void *base, const PlanTensor *t, uint64_t seed)
         fill_const(base, t, !strcmp(init, "ones") ? 1 : !strcmp(init, "constant") ? a : 0);
 }
 
+/* Dropout's row keys: row r of the whole batch gets k0 + r (mod 2^32), k0
+ * from the seed, so every row has its own key and a split batch's rows the
+ * keys they have on one device. */
+static void fill_keys(void *base, const PlanTensor *t, uint64_t seed)
+{
+    uint64_t z = seed + 0x9E3779B97F4A7C15ULL; /* splitmix64 */
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    uint32_t k0 = (uint32_t)(z ^ (z >> 31));
+    for (int64_t r = 0; r < numel(t); r++)
+        ((int32_t *)base)[r] = (int32_t)(k0 + (uint32_t)r);
+}
+
+void rt_init_keys(Runtime *rt, uint64_t seed)
+{
+    const Plan *p = rt_plan(rt);
+    for (int i = 0; i < p->ntensors; i++)
+        if (rt_holds(rt, i) && plan_is_keys(&p->tensors[i]))
+            fill_block(rt, i, seed, fill_keys);
+}
+
 void rt_init_params(Runtime *rt, uint64_t seed)
 {
     const Plan *p = rt_plan(rt);
@@ -210,6 +231,7 @@ void rt_init_params(Runtime *rt, uint64_t seed)
         else if (t->role == PT_HYPER)
             *(float *)rt_tensor_data(rt, i) = (float)t->init_arg;
     }
+    rt_init_keys(rt, seed);
 }
 
 static void random_input(void *base, const PlanTensor *t, uint64_t seed)
@@ -227,6 +249,6 @@ void rt_random_inputs(Runtime *rt, uint64_t seed)
 {
     const Plan *p = rt_plan(rt);
     for (int i = 0; i < p->ntensors; i++)
-        if (p->tensors[i].role == PT_INPUT)
+        if (p->tensors[i].role == PT_INPUT && !plan_is_keys(&p->tensors[i]))
             fill_block(rt, i, seed, random_input);
 }

@@ -415,6 +415,12 @@ void plan_hash(const Plan *p, char out[17])
 
 /* ---- plan_check: the meaning of a plan, on the struct ---- */
 
+int plan_is_keys(const PlanTensor *t)
+{
+    return t->role == PT_INPUT && t->init && !strcmp(t->init, "keys") && t->dtype == PD_I32 &&
+           t->rank == 1;
+}
+
 static int is_init_name(const char *s)
 {
     for (int i = 0; init_names[i]; i++)
@@ -491,7 +497,7 @@ static int check_tensor_role(const Plan *p, int i, char *err, size_t n)
     char q[SHOWN];
     if (t->role != PT_TEMP && !*str_or_empty(t->name))
         return plan_errorf(err, n, "tensors[%d].name: a %s tensor needs a name", i, role_names[t->role]);
-    if (t->role == PT_PARAM ? !is_init_name(init) : *init != 0)
+    if (t->role == PT_PARAM ? !is_init_name(init) : *init != 0 && !plan_is_keys(t))
         return plan_errorf(err, n, "tensors[%d].init: \"%s\" is not %s", i, shown(q, init),
                    t->role == PT_PARAM ? "zeros, ones, normal, uniform or constant"
                                        : "\"\" (only params have an init)");

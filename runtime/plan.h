@@ -40,7 +40,9 @@ typedef struct PlanTensor {
     int64_t shape[PLAN_MAX_RANK];
     uint64_t offset, bytes;        /* in the slab; bytes = numel * dtype size */
     PlanRole role;
-    char *init;                    /* PT_PARAM: zeros|ones|normal|uniform|constant, else "" */
+    char *init;                    /* PT_PARAM: zeros|ones|normal|uniform|constant; "keys": an
+                                      input i32[n] the runtime writes from the seed, not from
+                                      data (dropout's row keys, plan_is_keys); else "" */
     double init_arg;               /* std, a or value */
     int layer;                     /* -1 outside any repeat */
     int64_t limit;                 /* PT_INPUT i32: ids must lie in [0, limit); else 0 */
@@ -257,6 +259,8 @@ int64_t plan_mesh_size(const Plan *p);
 int plan_stages(const Plan *p);
 const char *plan_dtype_name(PlanDType t);
 const char *plan_role_name(PlanRole r);
+/* Whether t is dropout's row keys: an input the runtime writes from the seed. */
+int plan_is_keys(const PlanTensor *t);
 /* The slab of the devices of pipeline stage `stage`; for -1 the smallest of
  * all stages' (where the tensors held by every stage lie). */
 uint64_t plan_stage_slab(const Plan *p, int stage);

@@ -164,6 +164,9 @@ const Plan *rt_plan(const Runtime *rt);
  * name, whatever the order of the tensors); optimizer state to zeros. On a
  * pipeline, after rt_attach: only the tensors this device's stage holds. */
 void rt_init_params(Runtime *rt, uint64_t seed);
+/* Dropout's row keys from seed (rt_init_params writes them too; a resumed run
+ * writes them from its checkpoint's seed). */
+void rt_init_keys(Runtime *rt, uint64_t seed);
 
 /* Set the hyperparameter called name (e.g. "lr", the peak learning rate of
  * the schedule). 0, or -1 when the plan has none of that name. */

@@ -388,13 +388,14 @@ static int open_inputs(Loop *L)
     for (int k = 0; k < L->o->ninputs; k++) {
         const char *name = L->o->input[k];
         int t = 0, rank, ranks;
-        while (t < p->ntensors && (p->tensors[t].role != PT_INPUT || strcmp(p->tensors[t].name, name)))
+        while (t < p->ntensors && (p->tensors[t].role != PT_INPUT || plan_is_keys(&p->tensors[t]) ||
+                                   strcmp(p->tensors[t].name, name)))
             t++;
         if (t == p->ntensors) {
             size_t at = 0;
             names[0] = 0;
             for (int i = 0; i < p->ntensors && at < sizeof names; i++)
-                if (p->tensors[i].role == PT_INPUT)
+                if (p->tensors[i].role == PT_INPUT && !plan_is_keys(&p->tensors[i]))
                     at += (size_t)snprintf(names + at, sizeof names - at, "%s'%s'", at ? ", " : "",
                                            p->tensors[i].name);
             return fail(L, "--input: the model has no input '%s' (its inputs: %s)", name, names);
@@ -428,7 +429,8 @@ static int open_inputs(Loop *L)
 /* Whether input t is fed by a file: the token files' pair, or an --input. */
 static int fed(const Loop *L, int t)
 {
-    int yes = (L->o->data || L->o->val) && (t == L->tokens || t == L->targets);
+    int yes = plan_is_keys(&L->p->tensors[t]) || /* dropout's keys: the seed's */
+              ((L->o->data || L->o->val) && (t == L->tokens || t == L->targets));
     for (int k = 0; k < L->o->ninputs; k++)
         yes |= L->npy_t[k] == t;
     return yes;
@@ -615,6 +617,7 @@ static int start(Loop *L, int64_t *first)
         rt_npy_seek(L->npy[k], (int64_t)(at % (uint64_t)rt_npy_examples(L->npy[k])), err,
                     sizeof err);
     }
+    rt_init_keys(L->rt, m.seed); /* the run's dropout stream goes on */
     *first = m.step + 1;
     L->last_ckpt = m.step;
     say_device(L);

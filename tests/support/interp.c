@@ -309,8 +309,11 @@ static void run_topk(Interp *in, const Op *op, int grad)
     if (grad) {
         memset(OUT, 0, sizeof(double) * (size_t)(rows * V));
         for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < K; j++)
-                OUT[r * V + (int64_t)ARG(0)[r * K + j]] += ARG(1)[r * K + j];
+            for (int64_t j = 0; j < K; j++) {
+                double id = ARG(0)[r * K + j];
+                if (id >= 0 && id < (double)V)
+                    OUT[r * V + (int64_t)id] += ARG(1)[r * K + j];
+            }
         return;
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -329,13 +332,14 @@ static void run_topk(Interp *in, const Op *op, int grad)
     }
 }
 
-/* gather: x[r, index[r]] along the last dim, 0 outside [0, V); its gradient
- * dy[r] at that column. */
+/* gather: x[r, index[r]] along the last dim, 0 outside [0, V) (with k
+ * indices per row, x[r, index[r, j]]); its gradient dy[r] at that column. */
 static void run_gather(Interp *in, const Op *op, int grad)
 {
     const Value *ix = op->args[grad ? 0 : 1];
     int64_t n = interp_numel(ix);
     int64_t V = grad ? op->res[0]->shape[op->res[0]->rank - 1] : op->args[0]->shape[op->args[0]->rank - 1];
+    int64_t K = !grad && ix->rank == op->args[0]->rank ? ix->shape[ix->rank - 1] : 1;
     if (grad)
         memset(OUT, 0, sizeof(double) * (size_t)(n * V));
     for (int64_t r = 0; r < n; r++) {
@@ -344,7 +348,34 @@ static void run_gather(Interp *in, const Op *op, int grad)
         if (grad && inside)
             OUT[r * V + (int64_t)id] = ARG(1)[r];
         else if (!grad)
-            OUT[r] = inside ? ARG(0)[r * V + (int64_t)id] : 0;
+            OUT[r] = inside ? ARG(0)[r / K * V + (int64_t)id] : 0;
+    }
+}
+
+/* splitmix64's finalizer of a times the golden ratio xor b, in [0, 2^63):
+ * the kernels' tcc_hash, written again. */
+static int64_t dropout_hash(int64_t a, int64_t b)
+{
+    uint64_t z = (uint64_t)a * 0x9E3779B97F4A7C15u ^ (uint64_t)b;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return (int64_t)((z ^ (z >> 31)) >> 1);
+}
+
+/* dropout: element (r, c) of x (r its row along dim 0, c its index within the
+ * row) is kept when hash(hash(hash(key[r], step), stream), c) mod 2^24 is at
+ * least round(p 2^24), then scaled by 1 / (1 - p); at step 0 all are kept. */
+static void run_dropout(Interp *in, const Op *op)
+{
+    const Value *x = op->args[0];
+    int64_t n = interp_numel(x), inner = n / x->shape[0];
+    double p = ir_op_attr_float(op, "p", 0);
+    int64_t step = (int64_t)ARG(2)[0], cut = llround(p * 16777216.0);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t h = dropout_hash((int64_t)ARG(1)[i / inner], step);
+        h = dropout_hash(h, ir_op_attr_int(op, "stream", 0));
+        h = dropout_hash(h, i % inner);
+        OUT[i] = step == 0 ? ARG(0)[i] : h % 16777216 >= cut ? ARG(0)[i] / (1 - p) : 0;
     }
 }
 
@@ -383,6 +414,21 @@ static int sees(Interp *in, const Op *op, int nq, int64_t S, int64_t b, int64_t 
     return op->nargs <= nq || ARG(nq)[b * S + j] != 0;
 }
 
+/* ALiBi's slope of head g of n: 2^(-8 (g + 1) / p) for the first p (the
+ * largest power of 2 <= n), then 2^(-4 (2 (g - p) + 1) / p) (the odd ones
+ * of the sequence for 2p); the bias of query i and key j is -slope |i - j|. */
+static double alibi_bias(const Op *op, int64_t h, int64_t i, int64_t j)
+{
+    if (!ir_op_attr_int(op, "alibi", 0))
+        return 0;
+    int64_t n = ir_op_attr_int(op, "heads", 1), p = 1;
+    while (p * 2 <= n)
+        p *= 2;
+    double slope = h < p ? exp2(-8.0 * (double)(h + 1) / (double)p)
+                         : exp2(-4.0 * (double)(2 * (h - p) + 1) / (double)p);
+    return -slope * (double)(i > j ? i - j : j - i);
+}
+
 /* softmax(q k^T / sqrt(Dh)) v per head over the keys the query sees (a row
  * that sees none gives 0); query head h reads kv head h / (H/KV). */
 static void run_attention(Interp *in, const Op *op)
@@ -404,6 +450,7 @@ static void run_attention(Interp *in, const Op *op)
                     p[j] = 0;
                     for (int64_t d = 0; d < Dh; d++)
                         p[j] += qi[d] * kj[d] * scale;
+                    p[j] += alibi_bias(op, h, i, j);
                     if (!sees(in, op, 3, S, b, i, j))
                         p[j] = -INFINITY;
                     m = fmax(m, p[j]);
@@ -635,6 +682,7 @@ static void run_attention_grad(Interp *in, const Op *op)
                     p[j] = 0;
                     for (int64_t d = 0; d < Dh; d++)
                         p[j] += ARG(0)[qo + d] * ARG(1)[(b * S + j) * kc + kh * Dh + d] * scale;
+                    p[j] += alibi_bias(op, h, i, j);
                     if (!sees(in, op, 4, S, b, i, j))
                         p[j] = -INFINITY;
                     m = fmax(m, p[j]);
@@ -769,6 +817,7 @@ static int run_op(Interp *in, const Op *op)
     case OP_ARGMAX: run_argmax(in, op); return 0;
     case OP_EMBED: return run_embed(in, op);
     case OP_GATHER: run_gather(in, op, 0); return 0;
+    case OP_DROPOUT: run_dropout(in, op); return 0;
     case OP_TOPK: run_topk(in, op, 0); return 0;
     case OP_ROPE: run_rope(in, op); return 0;
     case OP_ATTENTION: run_attention(in, op); return 0;
@@ -789,7 +838,7 @@ static int run_op(Interp *in, const Op *op)
     case OP_LAYERNORM_GRAD: case OP_RMSNORM_GRAD: run_norm_grad(in, op); return 0;
     case OP_EMBED_GRAD: run_embed_grad(in, op); return 0;
     case OP_GATHER_GRAD: run_gather(in, op, 1); return 0;
-    case OP_TOPK_GRAD: run_topk(in, op, 1); return 0;
+    case OP_SCATTER_ADD: run_topk(in, op, 1); return 0;
     case OP_ATTENTION_GRAD: run_attention_grad(in, op); return 0;
     case OP_CROSS_ENTROPY_GRAD: run_cross_entropy_grad(in, op); return 0;
     default:

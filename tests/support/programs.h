@@ -163,6 +163,44 @@
     "u, j = topk(relu(h - 0.8), k = 3)\n" \
     "loss = sum(sum(sum(w * r * (cast(i, f32) + 1.0)))) + sum(sum(u * cast(j, f32))) * 0.1\n"
 
+/* ALiBi (issue 19): 3 heads (the slopes of the largest power of 2 below,
+ * then one of the odd sequence), causal and bidirectional with a window,
+ * over S = 70: two key tiles of 64. */
+#define PROG_ALIBI \
+    "input r : f32[2, 70, 12]\n" \
+    "param q : f32[2, 70, 12] = normal(1)\n" \
+    "param k : f32[2, 70, 12] = normal(1)\n" \
+    "param v : f32[2, 70, 12] = normal(1)\n" \
+    "loss = sum(sum(sum(attention(q, k, v, heads = 3, causal, alibi) * r)))\n" \
+    "loss = loss + sum(sum(sum(attention(q, k, v, heads = 3, alibi, window = 20) * r)))\n"
+
+/* dropout (issue 19): at p = 0.3 on a parameter and at 0.6 after a matmul,
+ * each element's mask fixed by its row's key, the step and the call, so the
+ * finite differences see the mask autodiff's backward applies. */
+#define PROG_DROPOUT \
+    "input r : f32[4, 3, 6]\n" \
+    "param x : f32[4, 3, 6] = normal(1)\n" \
+    "param w : f32[6, 5] = normal(1)\n" \
+    "y = dropout(x, 0.3)\n" \
+    "z = dropout(tanh(y @ w), p = 0.6)\n" \
+    "loss = sum(sum(sum(y * r))) + sum(sum(sum(z * z)))\n"
+
+/* scatter and a gather of k per row (issue 19): 12 values per row added into
+ * rows of 5 (repeated indices summed: the looped kernel), 2 per row at
+ * indices from a float input, some outside [0, 5) and dropped (the unrolled
+ * kernel), and 12 per row gathered from rows of 7. */
+#define PROG_SCATTER \
+    "input ix : i32[3, 12]\n" \
+    "input r : f32[3, 5]\n" \
+    "input s : f32[3, 2]\n" \
+    "param x : f32[3, 5] = normal(1)\n" \
+    "param src : f32[3, 12] = normal(1)\n" \
+    "param g : f32[3, 7] = normal(1)\n" \
+    "y = scatter(x, ix, src * src)\n" \
+    "z = scatter(y * 0.5, cast(s * 4.0 - 1.0, i32), slice(src, 0, 2, dim = 1))\n" \
+    "w = gather(g, ix)\n" \
+    "loss = sum(sum(y * r)) + sum(sum(z * z)) * 0.1 + sum(sum(w * src))\n"
+
 #define PROG_GROUPED_QUERY_ATTENTION_NON_CAUSAL \
     "input r : f32[2, 5, 8]\n" \
     "param q : f32[2, 5, 8] = normal(1)\n" \

@@ -34,6 +34,7 @@ static Graph *build(Ctx *c, const char *src, const char *define1, const char *de
 
 static double loss_of(Interp *in)
 {
+    in->step = 1; /* every run at step 1: dropout's masks stay put */
     cr_assert_eq(interp_run(in), 0, "%s", in->err);
     return in->buf[in->g->outputs.data[0]->id][0];
 }
@@ -95,6 +96,10 @@ GRAD_TEST(argmax, PROG_ARGMAX)
 GRAD_TEST(gather, PROG_GATHER)
 
 GRAD_TEST(topk, PROG_TOPK)
+GRAD_TEST(scatter, PROG_SCATTER)
+GRAD_TEST(dropout, PROG_DROPOUT)
+/* 40 elements of each operand, spread: the scores are quadratic in S = 70 */
+Test(autodiff, alibi) { check_grads(PROG_ALIBI, 5, 40, NULL, NULL); }
 
 GRAD_TEST(matmul_shared_and_batched, PROG_MATMUL_SHARED_AND_BATCHED)
 

@@ -172,6 +172,95 @@ STEP_TEST(argmax, PROG_ARGMAX)
 STEP_TEST(gather, PROG_GATHER)
 
 STEP_TEST(topk, PROG_TOPK)
+STEP_TEST(scatter, PROG_SCATTER)
+STEP_TEST(dropout, PROG_DROPOUT)
+STEP_TEST(alibi, PROG_ALIBI)
+
+/* The mask of dropout's kernel (issue 19): on x = 1 of [64, 256] at p = 0.3,
+ * the share of zeros within 5 standard deviations of p (sqrt(p (1 - p) / n) =
+ * 0.0036), the kept elements 1 / (1 - p); the two calls, two rows, two steps
+ * and two seeds each give masks that agree on about p^2 + (1 - p)^2 = 0.58 of
+ * the elements (independent), not all; and evaluation (the forward alone,
+ * step 0) keeps every element as it is. */
+static const float *dropout_mask(Runtime *rt, const Plan *plan, int value)
+{
+    for (int i = 0; i < plan->ntensors; i++)
+        if (plan->tensors[i].value == value)
+            return rt_tensor_data(rt, i);
+    cr_assert_fail("no tensor holds %%%d", value);
+    return NULL;
+}
+
+static double agree(const float *a, const float *b, int64_t n)
+{
+    int64_t same = 0;
+    for (int64_t i = 0; i < n; i++)
+        same += (a[i] == 0) == (b[i] == 0);
+    return (double)same / (double)n;
+}
+
+Test(codegen, dropout_masks_are_independent_streams_of_the_seed_step_call_and_row)
+{
+    const char *src = "input x : f32[64, 256]\n"
+                      "y1 = dropout(x, 0.3)\n"
+                      "y2 = dropout(x, 0.3)\n"
+                      "loss = sum(sum(y1 + y2))\n";
+    Ctx *c = ctx_new(stderr);
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    cr_assert_not_null(g);
+    cr_assert_eq(pass_autodiff(c, g), 0);
+    int ids[2], nd = 0;
+    for (int i = 0; i < g->ops.len && nd < 2; i++)
+        if (g->ops.data[i]->kind == OP_DROPOUT)
+            ids[nd++] = g->ops.data[i]->res[0]->id;
+    cr_assert_eq(nd, 2);
+    make_cache();
+    Plan plan;
+    char err[512];
+    cr_assert_eq(cg_build_plan(c, g, CG_KEEP_VALUES, &plan), 0);
+    Runtime *rt = rt_open(&plan, cache, err, sizeof err);
+    cr_assert_not_null(rt, "%s", err);
+    const int64_t n = 64 * 256, row = 256;
+    float *m[2][2][2]; /* [seed][step][call] */
+    for (int seed = 0; seed < 2; seed++) {
+        rt_init_params(rt, 11 + (uint64_t)seed);
+        for (int i = 0; i < plan.ntensors; i++)
+            if (plan.tensors[i].role == PT_INPUT && !plan_is_keys(&plan.tensors[i]))
+                for (int64_t j = 0; j < n; j++)
+                    ((float *)rt_tensor_data(rt, i))[j] = 1;
+        for (int step = 0; step < 2; step++) {
+            cr_assert_eq(rt_step(rt, step + 1, err, sizeof err), 0, "%s", err);
+            for (int k = 0; k < 2; k++) {
+                m[seed][step][k] = malloc(sizeof(float) * (size_t)n);
+                memcpy(m[seed][step][k], dropout_mask(rt, &plan, ids[k]), sizeof(float) * (size_t)n);
+            }
+        }
+    }
+    const float *y = m[0][0][0];
+    int64_t zeros = 0;
+    for (int64_t i = 0; i < n; i++) {
+        zeros += y[i] == 0;
+        cr_assert(y[i] == 0 || y[i] == (float)(1 / 0.7), "element %lld is %.9g", (long long)i, y[i]);
+    }
+    double z = (double)zeros / (double)n, sd = sqrt(0.3 * 0.7 / (double)n), want = 0.3 * 0.3 + 0.7 * 0.7;
+    cr_assert(fabs(z - 0.3) < 5 * sd, "%.4f of the elements dropped at p = 0.3", z);
+    double tol = 5 * sqrt(want * (1 - want) / (double)n);
+    double pairs[4] = {agree(m[0][0][0], m[0][0][1], n), agree(y, y + row, n - row),
+                       agree(m[0][0][0], m[0][1][0], n), agree(m[0][0][0], m[1][0][0], n)};
+    const char *what[4] = {"the two calls", "neighbouring rows", "steps 1 and 2", "seeds 11 and 12"};
+    for (int i = 0; i < 4; i++)
+        cr_assert(fabs(pairs[i] - want) < tol, "%s agree on %.4f of the elements, not about %.2f",
+                  what[i], pairs[i], want);
+    cr_assert_eq(rt_forward(rt, err, sizeof err), 0, "%s", err);
+    const float *e = dropout_mask(rt, &plan, ids[0]);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert_eq(e[i], 1.0f, "evaluation changed element %lld to %.9g", (long long)i, e[i]);
+    for (int a = 0; a < 8; a++)
+        free(m[a / 4][a / 2 % 2][a % 2]);
+    rt_close(rt);
+    remove_cache();
+    ctx_free(c);
+}
 
 STEP_TEST(matmul_shared_and_batched, PROG_MATMUL_SHARED_AND_BATCHED)
 
