@@ -1095,7 +1095,15 @@ static void attention(Gen *gen, const Op *op)
         k->args[k->nargs] = T(gen, op->args[i]), k->arg_dtype[k->nargs++] = op->args[i]->dtype;
     }
     double f = 4.0 * (double)(k->attn.batch * H * k->attn.seq * k->attn.seq * Dh);
-    gen->flops += (k->attn.causal ? f / 2 : f) * (op->kind == OP_ATTENTION ? 1 : 2.5);
+    f = k->attn.causal ? f / 2 : f;
+    if (k->attn.window > 0) { /* a window: the (query, key) pairs it lets through, not S^2 */
+        int64_t S = k->attn.seq, W = k->attn.window, pairs = 0;
+        for (int64_t i = 0; i < S; i++)
+            pairs += (k->attn.causal ? i : (i + W - 1 < S - 1 ? i + W - 1 : S - 1)) -
+                     (i - W + 1 > 0 ? i - W + 1 : 0) + 1;
+        f = 4.0 * (double)(k->attn.batch * H * Dh) * (double)pairs;
+    }
+    gen->flops += f * (op->kind == OP_ATTENTION ? 1 : 2.5);
     kb_finish(gen, k);
 }
 
