@@ -742,9 +742,9 @@ static int infer_expand(Infer *in)
         if (x->shape[i] != d && x->shape[i] != 1)
             return fail(in, "%s does not broadcast to %s", ts(x).s, dims_str(n, s).s);
     }
-    for (int i = 0; i < n; i++)
-        if (s[i] < 0)
-            return fail(in, "expand target %s has a negative size", dims_str(n, s).s);
+    for (int i = 0; i < n; i++) /* no empty tensor: its gradient would slice nothing */
+        if (s[i] < 1)
+            return fail(in, "expand target %s has a size below 1", dims_str(n, s).s);
     return set_result(in, x->dtype, n, s);
 }
 
