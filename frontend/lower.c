@@ -602,7 +602,6 @@ static int split_qkv(Lower *L, Value **t, Attr **attrs, int nattrs, Loc loc)
     return t[2] ? 0 : -1;
 }
 
-/* Sort the call's arguments into tensor operands and attrs, then emit. */
 /* scatter(x[...,V], index i32[...,k], src[...,k]): x with src added at the
  * indices along the last dim, as x + scatter_add(index, src) {size = V}. */
 static Val call_scatter(Lower *L, Value **t, Loc loc)
@@ -673,6 +672,7 @@ static Val call_dropout(Lower *L, Value *x, Attr **attrs, int na, Loc loc)
     return vtensor(emit(L, OP_DROPOUT, (Value *[]){x, keys, step}, 3, attrs, na, loc));
 }
 
+/* Sort the call's arguments into tensor operands and attrs, then emit. */
 static Val call_op(Lower *L, const OpSpec *s, Expr *e)
 {
     Value *t[64], *extra = NULL; /* extra: a K_TENSOR argument (attention's mask) */
