@@ -132,8 +132,8 @@ static void retype(Prec *p, Op *op)
             continue; /* ids; f64 is left alone */
         if (op->kind == OP_CROSS_ENTROPY_GRAD && i == 2)
             continue; /* the f32 loss gradient */
-        if (op->kind == OP_DROPOUT && i == 2)
-            continue; /* the step number, f32 always */
+        if (op->args[i]->def && op->args[i]->def->kind == OP_STEP)
+            continue; /* the step number, f32 always (dropout's operand) */
         op->args[i] = cast_to(p, op->args[i], m == MODE_BF16 ? DT_BF16 : DT_F32);
     }
     if (op->kind == OP_PARAM || op->kind == OP_INPUT || op->kind == OP_STATE ||
