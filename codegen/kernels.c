@@ -384,13 +384,7 @@ static void transpose(Gen *gen, const Op *op)
 {
     const Value *x = op->args[0], *out = op->res[0];
     int64_t perm[IR_MAX_RANK], xstride[IR_MAX_RANK];
-    const Attr *pa = ir_op_attr(op, "perm");
-    for (int d = 0; d < x->rank; d++)
-        perm[d] = pa ? pa->items[d]->i : d;
-    if (!pa) {
-        perm[x->rank - 2] = x->rank - 1;
-        perm[x->rank - 1] = x->rank - 2;
-    }
+    ir_transpose_perm(op, perm);
     xstride[x->rank - 1] = 1;
     for (int d = x->rank - 2; d >= 0; d--)
         xstride[d] = xstride[d + 1] * x->shape[d + 1];

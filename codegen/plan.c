@@ -782,10 +782,11 @@ static const Value *transposed_from(const Value *v)
     const Op *t = v->def;
     if (!t || t->kind != OP_TRANSPOSE || t->args[0]->rank != v->rank || v->rank < 2)
         return NULL;
-    const Attr *perm = ir_op_attr(t, "perm");
-    for (int i = 0; perm && i < v->rank; i++) {
+    int64_t perm[IR_MAX_RANK];
+    ir_transpose_perm(t, perm);
+    for (int i = 0; i < v->rank; i++) {
         int want = i == v->rank - 2 ? v->rank - 1 : i == v->rank - 1 ? v->rank - 2 : i;
-        if (perm->items[i]->i != want)
+        if (perm[i] != want)
             return NULL;
     }
     return t->args[0];

@@ -248,6 +248,18 @@ int64_t ir_op_attr_int(const Op *op, const char *key, int64_t dflt)
     return a && (a->kind == ATTR_INT || a->kind == ATTR_BOOL) ? a->i : dflt;
 }
 
+void ir_transpose_perm(const Op *op, int64_t perm[IR_MAX_RANK])
+{
+    const Attr *a = ir_op_attr(op, "perm");
+    int rank = op->args[0]->rank;
+    for (int d = 0; d < rank; d++)
+        perm[d] = a && d < a->nitems ? a->items[d]->i : d;
+    if (!a && rank >= 2) {
+        perm[rank - 2] = rank - 1;
+        perm[rank - 1] = rank - 2;
+    }
+}
+
 double ir_op_attr_float(const Op *op, const char *key, double dflt)
 {
     const Attr *a = ir_op_attr(op, key);

@@ -199,6 +199,10 @@ void ir_op_finish(Graph *g, Op *op, Attr **attrs, int nattrs, const char *who);
 const Attr *ir_op_attr(const Op *op, const char *key);   /* NULL when absent */
 int64_t ir_op_attr_int(const Op *op, const char *key, int64_t dflt);
 double ir_op_attr_float(const Op *op, const char *key, double dflt); /* INT or FLOAT */
+/* The permutation of a transpose: result dim d is operand dim perm[d]. Its
+ * attr perm, or without one the last two dims swapped. The one reading of
+ * a transpose every room shares (shape, sharding, autodiff, kernels). */
+void ir_transpose_perm(const Op *op, int64_t perm[IR_MAX_RANK]);
 
 Attr *ir_attr_int(Arena *a, const char *key, int64_t v);
 Attr *ir_attr_float(Arena *a, const char *key, double v);

@@ -638,9 +638,9 @@ static int infer_transpose(Infer *in)
     if (!ir_op_attr(in->op, "perm")) {
         if (x->rank < 2)
             return fail(in, "transpose without 'perm' needs rank >= 2, got %s", ts(x).s);
-        memcpy(out, x->shape, sizeof(int64_t) * (size_t)x->rank);
-        out[x->rank - 2] = x->shape[x->rank - 1];
-        out[x->rank - 1] = x->shape[x->rank - 2];
+        ir_transpose_perm(in->op, p);
+        for (int d = 0; d < x->rank; d++)
+            out[d] = x->shape[p[d]];
         return set_result(in, x->dtype, x->rank, out);
     }
     if (attr_ints(in, "perm", p, &n) != 0)

@@ -361,13 +361,11 @@ static void vjp_move(AD *ad, const Op *op, Value *dy)
     case OP_RESHAPE: accumulate(ad, x, reshape(ad, dy, x->rank, x->shape)); return;
     case OP_TRANSPOSE: {
         int64_t perm[IR_MAX_RANK], inv[IR_MAX_RANK];
-        const Attr *p = ir_op_attr(op, "perm");
-        if (!p) {
+        if (!ir_op_attr(op, "perm")) {
             accumulate(ad, x, transpose_last(ad, dy));
             return;
         }
-        for (int i = 0; i < x->rank; i++)
-            perm[i] = p->items[i]->i;
+        ir_transpose_perm(op, perm);
         for (int i = 0; i < x->rank; i++)
             inv[perm[i]] = i;
         Attr *a = ints(ad, "perm", inv, x->rank);

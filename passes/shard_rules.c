@@ -288,12 +288,11 @@ static void fac_cross_entropy(const Op *op, Factors *f)
 
 static void fac_transpose(const Op *op, Factors *f)
 {
-    const Attr *p = ir_op_attr(op, "perm");
-    const Value *x = op->args[0];
-    for (int d = 0; d < x->rank; d++) {
-        int src = p && d < p->nitems ? (int)p->items[d]->i : x->rank - 1 - d;
+    int64_t perm[IR_MAX_RANK];
+    ir_transpose_perm(op, perm);
+    for (int d = 0; d < op->args[0]->rank; d++) {
         f->out[0][d] = (int8_t)new_factor(f);
-        f->in[0][src] = f->out[0][d];
+        f->in[0][perm[d]] = f->out[0][d];
     }
     f->lin = 1, f->lin_all = 1;
 }

@@ -494,13 +494,7 @@ static void run_transpose(Interp *in, const Op *op)
 {
     const Value *x = op->args[0], *o = op->res[0];
     int64_t perm[IR_MAX_RANK], xs[IR_MAX_RANK];
-    const Attr *a = ir_op_attr(op, "perm");
-    for (int d = 0; d < x->rank; d++)
-        perm[d] = a ? a->items[d]->i : d;
-    if (!a) {
-        perm[x->rank - 2] = x->rank - 1;
-        perm[x->rank - 1] = x->rank - 2;
-    }
+    ir_transpose_perm(op, perm);
     xs[x->rank - 1] = 1;
     for (int d = x->rank - 2; d >= 0; d--)
         xs[d] = xs[d + 1] * x->shape[d + 1];
