@@ -21,6 +21,7 @@ typedef struct MB {
     Ctx *c;
     Graph *g;
     int k, mb; /* microbatches; the one being built */
+    int nops;    /* the forward's ops, before any copy */
     char *dep;   /* by Value.id: depends on an input */
     Value **map; /* by Value.id: its value in the copy being built */
 } MB;
@@ -74,6 +75,37 @@ static int fix_reshape(MB *m, Op *copy, const Op *orig)
     return 0;
 }
 
+/* Is n the batch size (dim 0) of an input? */
+static int batch_size(const MB *m, int nops, int64_t n)
+{
+    for (int i = 0; i < nops; i++) {
+        const Op *op = m->g->ops.data[i];
+        if (op->kind == OP_INPUT && op->res[0]->rank && op->res[0]->shape[0] == n)
+            return 1;
+    }
+    return 0;
+}
+
+/* An expand whose target's first dim is the batch: it broadcasts over the
+ * batch's rows (vit's class token expanded to [B, 1, D]), so each microbatch
+ * has its own rows, B/k of them, even when it broadcasts a parameter. */
+static int expands_batch(const MB *m, int nops, const Op *op)
+{
+    const Attr *s = ir_op_attr(op, "shape");
+    return op->kind == OP_EXPAND && s && s->nitems > 0 && s->items[0]->kind == ATTR_INT &&
+           batch_size(m, nops, s->items[0]->i);
+}
+
+static void fix_expand(MB *m, Op *copy, const Op *orig)
+{
+    const Attr *s = ir_op_attr(orig, "shape");
+    int64_t dims[IR_MAX_RANK];
+    for (int i = 0; i < s->nitems; i++)
+        dims[i] = s->items[i]->i;
+    dims[0] /= m->k;
+    ir_op_set_attr(m->g, copy, ir_attr_ints(m->g->arena, "shape", dims, s->nitems));
+}
+
 static int clone_op(MB *m, const Op *op)
 {
     Value *args[64];
@@ -88,6 +120,8 @@ static int clone_op(MB *m, const Op *op)
         ir_op_set_attr(m->g, copy, op->attrs[i]);
     if (op->kind == OP_RESHAPE && fix_reshape(m, copy, op) != 0)
         return -1;
+    if (expands_batch(m, m->nops, op))
+        fix_expand(m, copy, op);
     for (int i = 0; i < op->nres; i++) {
         DType dt;
         int rank;
@@ -115,7 +149,7 @@ static void mark_deps(MB *m, int nops)
 {
     for (int i = 0; i < nops; i++) {
         const Op *op = m->g->ops.data[i];
-        int d = op->kind == OP_INPUT;
+        int d = op->kind == OP_INPUT || expands_batch(m, nops, op);
         for (int j = 0; j < op->nargs; j++)
             d |= m->dep[op->args[j]->id];
         for (int j = 0; j < op->nres; j++)
@@ -195,8 +229,8 @@ int pass_microbatch(Ctx *c, Graph *g)
             return 0;
     if (!g->outputs.len)
         return 0;
-    MB m = {c, g, (int)tc.microbatches, 0, NULL, NULL};
     int nops = g->ops.len;
+    MB m = {c, g, (int)tc.microbatches, 0, nops, NULL, NULL};
     if (m.k <= 1) { /* one microbatch: what reads the data is microbatch 0 */
         m.dep = arena_alloc(g->arena, (size_t)g->values.len + 1);
         mark_deps(&m, nops);
