@@ -867,13 +867,34 @@ static int run_passes(Ctx *c, const Options *o, Graph *g, WhyChain **why)
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The scale under which a value counts as zero: 1e-6 of the median of the
+ * compared values' nonzero scales. A median, not the largest: one mask of
+ * -1e30 would otherwise lift the floor over every real value (issue 38). */
+static double zero_floor(Arena *a, const Plan *one, const double *diff, const double *scale)
+{
+    double *s = arena_alloc(a, sizeof(double) * (size_t)(one->ntensors + 1));
+    int n = 0;
+    for (int t = 0; t < one->ntensors; t++)
+        if (diff[t] >= 0 && scale[t] > 0 && isfinite(scale[t]))
+            s[n++] = scale[t];
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    return n ? 1e-6 * s[n / 2] : 0;
+}
+
 /* After a failed --verify: both plans again with every value kept (own
  * memory, nothing fused), step 1 of each, and the first value in the
  * one-device program's order that differs beyond tol at its own scale. A
- * value whose scale is under 1e-6 of the step's largest is judged at that
+ * value whose scale is under the zero floor (zero_floor) is judged at that
  * floor: the rounding noise of a true zero (a key bias's gradient) is no
  * divergence. Values the mesh holds as partial sums are skipped (their
- * blocks are not the whole value); the value their reduction makes is not. */
+ * blocks are not the whole value); the value their reduction makes is not.
+ * When none differs it says step 1 agrees only if step 1's loss does. */
 static void first_divergence(Ctx *c, Graph *g, Graph *g1, double tol)
 {
     Plan mesh, one;
@@ -904,14 +925,13 @@ static void first_divergence(Ctx *c, Graph *g, Graph *g1, double tol)
                "microbatch hold other rows on the mesh, so only what sums them is compared; "
                "--set microbatches=1 compares every value)\n",
                (int)tc.microbatches, data);
-    double top = 0;
+    double floor = zero_floor(c->arena, &one, diff, scale);
     for (int i = 0; i < g1->values.len; i++)
         t_of[i] = -1;
     for (int t = one.ntensors - 1; t >= 0; t--) {
         int v = one.tensors[t].value;
         if (v >= 0 && v < g1->values.len)
             t_of[v] = t;
-        top = diff[t] >= 0 && scale[t] > top ? scale[t] : top;
     }
     for (int i = 0; i < g1->ops.len; i++) {
         const Op *op = g1->ops.data[i];
@@ -928,7 +948,7 @@ static void first_divergence(Ctx *c, Graph *g, Graph *g1, double tol)
             if (vm->shard.partial || vm->rank != v1->rank ||
                 (vm->name != v1->name && (!vm->name || !v1->name || strcmp(vm->name, v1->name))))
                 continue;
-            double rel = diff[t] / fmax(scale[t], 1e-6 * top);
+            double rel = diff[t] / fmax(scale[t], floor);
             if (!(rel > tol))
                 continue;
             const Op *def = vm->def;
@@ -962,7 +982,19 @@ static void first_divergence(Ctx *c, Graph *g, Graph *g1, double tol)
             return;
         }
     }
-    printf("every value of step 1 agrees within the tolerance: the steps after diverge\n");
+    int l = one.loss;
+    if (l >= 0 && diff[l] >= 0 && !(diff[l] > tol * scale[l]))
+        printf("every value of step 1 agrees within the tolerance: the steps after diverge\n");
+    else if (l >= 0 && diff[l] >= 0)
+        printf("step 1's loss differs (%.3g relative, tolerance %.3g), but no value that both "
+               "programs hold whole differs beyond the tolerance before it: the difference "
+               "arises where only the mesh holds the value (a partial sum, a collective's "
+               "result)%s\n",
+               diff[l] / fmax(scale[l], 1e-300), tol,
+               per_mb ? "" : ", or in one microbatch's values, which are not compared here");
+    else
+        printf("no value of step 1 that both programs hold whole differs beyond the tolerance "
+               "(the loss is not among them)\n");
 }
 
 /* --verify: the plan for the mesh against the same model compiled for one

@@ -97,9 +97,11 @@ int rt_verify_world(RtWorld *w, const Plan *mesh, const Plan *one, int steps, ui
  * (each value its own memory, nothing fused) run one step from the same
  * parameters and inputs as rt_verify; then for each tensor t of `one` whose
  * IR value (PlanTensor.value) the mesh plan holds too, with the same global
- * element count and dtype, diff[t] = max |mesh - one| and scale[t] = max |one|
- * over the whole value (the mesh's blocks gathered); diff[t] = -1 for the
- * others. A value held as partial sums on the mesh gathers wrong: the caller,
+ * element count and dtype, diff[t] = max |mesh - one| over the whole value
+ * (the mesh's blocks gathered) and scale[t] the largest magnitude, on either
+ * side, of the elements that differ (0 when none does): an element equal to
+ * the bit on both sides, such as a mask's -1e30, sets no scale. diff[t] = -1
+ * for the others. A value held as partial sums on the mesh gathers wrong: the caller,
  * which has the graph, skips those. 0, or -1 with a message. */
 int rt_verify_values(const Plan *mesh, const Plan *one, uint64_t seed, const char *cache_dir,
                      double *diff, double *scale, char *err, size_t n);
