@@ -774,6 +774,21 @@ static void place_values(Gen *gen)
     set_limits(gen);
 }
 
+/* The model FLOPs one device does in a whole step, the average over the
+ * mesh: an instruction of a microbatch loop runs once per microbatch (the
+ * graph holds one), and the devices of a pipeline stage run its share only,
+ * so the stages' sum is spread over the stages. GFLOP/s = flops x devices /
+ * step time, whatever the microbatches and stages (issue 32). */
+static double step_flops(const Gen *gen)
+{
+    double f = 0;
+    for (int i = 0; i < gen->instrs.len; i++) {
+        const PlanInstr *in = &gen->instrs.data[i];
+        f += in->flops * (gen->loop && in->when == PW_EVERY ? gen->k : 1);
+    }
+    return f / ir_pipeline_stages(&gen->g->mesh);
+}
+
 /* ---- instructions ---- */
 
 /* The matrix v is the transpose of (last two dims swapped), or NULL. */
@@ -1608,7 +1623,7 @@ static void fill_plan(Gen *gen, Plan *p)
     p->loss = output_tensor(gen, NULL, 0);
     p->lr = output_tensor(gen, "lr", -1);
     p->grad_norm = output_tensor(gen, "grad_norm", -1);
-    p->flops = gen->flops;
+    p->flops = step_flops(gen);
     TrainConfig tc; /* the train block's steps and seed: the program's defaults */
     char err[256];
     p->steps = 0, p->seed = -1;
