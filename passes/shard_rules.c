@@ -9,6 +9,7 @@
  * say which operand gave a result each of its mesh axes (shard_axis_from). */
 #include "shard.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct Factors {
@@ -358,6 +359,25 @@ static int widening(const Op *op)
            ir_dtype_size(op->res[0]->dtype) > ir_dtype_size(op->args[0]->dtype);
 }
 
+/* A test's hook (tests/lit/shard/op-contract-mutants.test): the variable
+ * TCC_TEST_BREAK=rule:NAME mutates op NAME's rule, so that the per-op
+ * contract (tests/contract/op_contract.py) has a wrong rule to catch. The
+ * rule's whole dims may be split (softmax then normalises each device's
+ * slice); a transpose's factors are reversed (its old bug without perm). */
+static void broken_rule(const Op *op, Factors *f)
+{
+    const char *e = getenv("TCC_TEST_BREAK");
+    if (!e || strncmp(e, "rule:", 5) || strcmp(e + 5, ir_ops[op->kind].name))
+        return;
+    memset(f->full, 0, sizeof f->full);
+    int r = op->args[0]->rank;
+    for (int d = 0; op->kind == OP_TRANSPOSE && d < r / 2; d++) {
+        int8_t t = f->in[0][d];
+        f->in[0][d] = f->in[0][r - 1 - d];
+        f->in[0][r - 1 - d] = t;
+    }
+}
+
 static void op_factors(const Op *op, Factors *f)
 {
     memset(f, 0, sizeof *f);
@@ -400,6 +420,7 @@ static void op_factors(const Op *op, Factors *f)
     case OP_SLICE: case OP_PAD: case OP_CONCAT: fac_along(op, f); break;
     default: fac_elementwise(op, f); break; /* unary math, comparisons, cast, optimizer ops */
     }
+    broken_rule(op, f);
 }
 
 /* ---- shardings ---- */

@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""op_contract.py TCC [--ops a,b] [--seed N] [--keep DIR]: the sharding
+contract per op, not per model (issue 38).
+
+For every op of ir/ops.def it writes one TDL model of that op alone: each
+float operand a parameter (so the op's gradient op runs too), each integer
+operand an input, on random shapes (every dim even, 2 to 6, from --seed).
+The model holds one copy of the op for every split of one operand on one of
+its dims over a mesh axis `tp` of 2, the other operands whole, and one copy
+for every float operand given as a partial sum over `tp` (a matrix product
+whose contracted dim is split). The loss adds up each result times a random
+input of its shape. `TCC --verify` on --mesh 2 then compares the mesh with
+one device in float64: each step's loss, step 1's gradients, the parameters
+and optimizer state after 3 steps. A wrong rule anywhere (a split kept on a
+dim the op reduces over, a permutation read backwards) shows as a difference
+and the search names the op's copy by its TDL line.
+
+Each op of the table is one of: a recipe here (a user's op), the gradient op
+of a recipe (checked to appear in that model after autodiff), an op of the
+optimizer (every model trains with one, its state split as its parameter),
+or one made by a pass after sharding (the collectives the contract checks).
+An op in none of these fails the run: a new op needs a recipe.
+
+Prints a line per op, 'OP: verified (N splits)' or 'OP: FAILED ...', and
+ends with 'N passed, N failed'; exits 1 when any op fails."""
+import argparse
+import concurrent.futures
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Ops no user writes: made after sharding by the partition pass or codegen
+# (what the contract checks, not a rule), or by the microbatch pass (the
+# whole-model contract tests run microbatches).
+MADE_BY_PASSES = {
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "shard_slice",
+    "cross_entropy_shard", "cross_entropy_grad_shard", "axis_offset", "microbatch_sum",
+}
+# Sources and the optimizer: in every model below (sgd with momentum or
+# adamw, clipping on), on parameters split every way the recipes split them.
+IN_EVERY_MODEL = {"input", "param", "constant", "step", "state", "lr", "clip_scale", "sgd",
+                  "adamw", "update"}
+# The gradient op each recipe's model must contain after autodiff.
+GRAD_OF = {
+    "gelu_grad": "gelu", "silu_grad": "silu", "relu_grad": "relu",
+    "softmax_grad": "softmax", "max_grad": "max", "layernorm_grad": "layernorm",
+    "rmsnorm_grad": "rmsnorm", "embed_grad": "embed", "gather_grad": "gather",
+    "attention_grad": "attention", "cross_entropy_grad": "cross_entropy",
+    "scatter_add": "scatter", "sum_to": "add", "pad": "slice",
+}
+
+
+class Gen:
+    """Random even sizes, drawn once per op so every copy shares them."""
+
+    def __init__(self, rng):
+        self.rng = rng
+
+    def dim(self):
+        return self.rng.choice([2, 4, 6])
+
+
+def P(shape, kind="f"):
+    """An operand: float param ('f'), positive float param ('pos': its exp),
+    or integer input ('i', its range set by the op that reads it)."""
+    return (tuple(shape), kind)
+
+
+def recipes(g):
+    """op name -> list of variants (operands, expression over {0}, {1}, ...,
+    the result shapes). One call: the shapes are drawn now."""
+    a, b, c = g.dim(), g.dim(), g.dim()
+    r = {}
+    x3 = [P([a, b, c])]
+    for op in ["tanh", "sigmoid", "relu", "gelu", "silu", "erf", "exp"]:
+        r[op] = [(x3, op + "({0})", [[a, b, c]])]
+    r["neg"] = [(x3, "-{0}", [[a, b, c]])]
+    r["stop_gradient"] = [(x3, "stop_gradient({0}) * {0}", [[a, b, c]])]
+    for op in ["log", "sqrt", "rsqrt"]:
+        r[op] = [([P([a, b, c], "pos")], op + "({0})", [[a, b, c]])]
+    r["cast"] = [(x3, "cast(cast({0}, f32), f64)", [[a, b, c]])]
+    r["dropout"] = [(x3, "dropout({0}, 0.25)", [[a, b, c]])]
+    two = [P([a, b, c]), P([a, b, c])]
+    r["add"] = [(two, "{0} + {1}", [[a, b, c]]), ([P([a, b, c]), P([c])], "{0} + {1}", [[a, b, c]])]
+    r["sub"] = [(two, "{0} - {1}", [[a, b, c]])]
+    r["mul"] = [(two, "{0} * {1}", [[a, b, c]]),
+                ([P([a, b, c]), P([a, 1, c])], "{0} * {1}", [[a, b, c]])]
+    r["div"] = [([P([a, b, c]), P([a, b, c], "pos")], "{0} / {1}", [[a, b, c]])]
+    for op, sym in [("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">=")]:
+        r[op] = [(two, "({0} %s {1}) * {0}" % sym, [[a, b, c]])]
+    r["eq"] = [(x3, "({0} == relu({0})) * {0}", [[a, b, c]])]
+    r["ne"] = [(x3, "({0} != relu({0})) * {0}", [[a, b, c]])]
+    r["where"] = [([P([a, b, c]), P([a, b, c]), P([a, b, c])],
+                   "where({0} > 0.0, {1}, {2})", [[a, b, c]])]
+    m, k, n = g.dim(), g.dim(), g.dim()
+    r["matmul"] = [([P([m, k]), P([k, n])], "{0} @ {1}", [[m, n]]),
+                   ([P([a, m, k]), P([k, n])], "{0} @ {1}", [[a, m, n]]),
+                   ([P([a, m, k]), P([a, k, n])], "{0} @ {1}", [[a, m, n]])]
+    r["softmax"] = [(x3, "softmax({0})", [[a, b, c]]), (x3, "softmax({0}, dim = 1)", [[a, b, c]])]
+    r["layernorm"] = [([P([a, b, c]), P([c]), P([c])], "layernorm({0}, {1}, {2})", [[a, b, c]])]
+    r["rmsnorm"] = [([P([a, b, c]), P([c])], "rmsnorm({0}, {1})", [[a, b, c]])]
+    for op in ["sum", "mean", "max"]:
+        r[op] = [(x3, op + "({0}, dim = 1)", [[a, c]]),
+                 (x3, op + "({0}, keepdim = true)", [[a, b, 1]])]
+    r["argmax"] = [(x3, "cast(argmax({0}, dim = 1), f64) * sum({0}, dim = 1)", [[a, c]])]
+    V = g.dim() + 2
+    r["embed"] = [([P([V, c]), P([a, b], "i")], "embed({0}, {1})", [[a, b, c]])]
+    r["gather"] = [([P([a, b, V]), P([a, b], "i")], "gather({0}, {1})", [[a, b]]),
+                   ([P([a, V]), P([a, 2], "i")], "gather({0}, {1})", [[a, 2]])]
+    r["scatter"] = [([P([a, V]), P([a, 2], "i"), P([a, 2])], "scatter({0}, {1}, {2})", [[a, V]])]
+    r["topk"] = [([P([a, b, V])], "topk({0}, 2)", [[a, b, 2], [a, b, 2]])]
+    S, D = g.dim(), 4  # two heads of 2
+    q = [P([a, S, D])]
+    r["rope"] = [(q, "rope({0}, heads = 2, theta = 100.0)", [[a, S, D]]),
+                 (q, "rope({0}, heads = 2, theta = 100.0, rotate_half = true)", [[a, S, D]])]
+    qkv = [P([a, S, D]), P([a, S, D]), P([a, S, D])]
+    gqa = [P([a, S, D]), P([a, S, 2]), P([a, S, 2])]
+    r["attention"] = [(qkv, "attention({0}, {1}, {2}, heads = 2)", [[a, S, D]]),
+                      (qkv, "attention({0}, {1}, {2}, heads = 2, causal = true)", [[a, S, D]]),
+                      (gqa, "attention({0}, {1}, {2}, heads = 2, kv_heads = 1)", [[a, S, D]])]
+    r["cross_entropy"] = [([P([a, b, V]), P([a, b], "i")], "cross_entropy({0}, {1})", [[]])]
+    r["reshape"] = [(x3, "reshape({0}, [%d, %d])" % (a, b * c), [[a, b * c]]),
+                    (x3, "reshape({0}, [%d, %d])" % (a * b, c), [[a * b, c]])]
+    r["expand"] = [([P([a, 1, c])], "expand({0}, [%d, %d, %d])" % (a, b, c), [[a, b, c]])]
+    r["transpose"] = [(x3, "transpose({0})", [[a, c, b]]),
+                      (x3, "transpose({0}, [2, 0, 1])", [[c, a, b]])]
+    b4 = b + 2
+    r["slice"] = [([P([a, b4, c])], "slice({0}, 1, %d, dim = 1)" % (b4 - 1), [[a, b4 - 2, c]])]
+    r["concat"] = [([P([a, b, c]), P([a, 2, c])], "concat({0}, {1}, dim = 1)", [[a, b + 2, c]])]
+    return r
+
+
+def fmt_shape(shape, split=None):
+    return "[" + ", ".join(str(s) + ("@tp" if i == split else "") for i, s in enumerate(shape)) + "]"
+
+
+def model(op, variants, opt):
+    """The TDL of op's model and its number of copies."""
+    lines = ["model op_%s()" % op, "mesh tp: tensor"]
+    body, terms, copies = [], [], 0
+
+    def operand(name, shape, kind, split):
+        if kind == "i":
+            lines.append("input %s : i32%s" % (name, fmt_shape(shape, split)))
+            return name
+        lines.append("param %s : f64%s = normal(0.8)" % (name, fmt_shape(shape, split)))
+        return "exp(%s)" % name if kind == "pos" else name
+
+    def partial(name, shape, kind):
+        """shape as a matrix product over a split contracted dim of 2."""
+        lead = list(shape[:-1]) or [1]
+        lines.append("param %s_a : f64%s = normal(0.8)" % (name, fmt_shape(lead + [2], len(lead))))
+        lines.append("param %s_b : f64%s = normal(0.8)" % (name, fmt_shape([2, shape[-1]], 0)))
+        e = "%s_a @ %s_b" % (name, name)
+        if len(shape) == 1:
+            e = "reshape(%s, [%d])" % (e, shape[0])
+        return "exp(%s)" % e if kind == "pos" else "(%s)" % e
+
+    def emit(operands, expr, outs, tag, split_of):
+        nonlocal copies
+        copies += 1
+        names = []
+        for j, (shape, kind) in enumerate(operands):
+            nm = "%s_%d" % (tag, j)
+            sp = split_of(j)
+            names.append(partial(nm, shape, kind) if sp == "partial" else operand(nm, shape, kind, sp))
+        res = ["%s_y%d" % (tag, i) for i in range(len(outs))]
+        body.append("%s = %s" % (", ".join(res), expr.format(*names)))
+        for i, shape in enumerate(outs):
+            y = res[i] if op != "topk" or i == 0 else "cast(%s, f64)" % res[i]
+            if not shape:
+                terms.append(y)
+                continue
+            lines.append("input %s_w%d : f64%s" % (tag, i, fmt_shape(shape)))
+            t = "%s * %s_w%d" % (y, tag, i)
+            for _ in shape:
+                t = "sum(%s)" % t
+            terms.append(t)
+
+    for v, (operands, expr, outs) in enumerate(variants):
+        for j, (shape, kind) in enumerate(operands):
+            for d, size in enumerate(shape):
+                if size % 2 == 0:
+                    emit(operands, expr, outs, "v%ds%dd%d" % (v, j, d),
+                         lambda jj, j=j, d=d: d if jj == j else None)
+            if kind != "i":
+                emit(operands, expr, outs, "v%dp%d" % (v, j),
+                     lambda jj, j=j: "partial" if jj == j else None)
+    lines += body
+    lines.append("loss = " + " + ".join(terms))
+    lines.append("train {")
+    lines.append("    optimizer = " + opt)
+    lines.append("    grad_clip = 1.0")
+    lines.append("}")
+    return "\n".join(lines) + "\n", copies
+
+
+def table_ops():
+    ops = []
+    with open(os.path.join(ROOT, "ir", "ops.def")) as f:
+        for line in f:
+            m = re.match(r'OP\(\s*\w+\s*,\s*"([a-z_0-9]+)"', line)
+            if m:
+                ops.append(m.group(1))
+    return ops
+
+
+def run(tcc, path, args):
+    return subprocess.run([tcc, path] + args, capture_output=True, text=True)
+
+
+def check_op(job):
+    """One op's model through --verify on 2 devices: (ok, report lines)."""
+    tcc, folder, op, variants, i = job
+    opt = "adamw(lr = 0.01)" if i % 2 else "sgd(lr = 0.1, momentum = 0.9)"
+    text, copies = model(op, variants, opt)
+    path = os.path.join(folder, op + ".tdl")
+    with open(path, "w") as f:
+        f.write(text)
+    grads = [gop for gop, fwd in GRAD_OF.items() if fwd == op]
+    ir = run(tcc, path, ["--mesh", "2", "--dump-after=autodiff", "--stop-after=autodiff"])
+    missing = [gop for gop in grads if not re.search(r"= %s " % gop, ir.stdout)]
+    r = run(tcc, path, ["--mesh", "2", "--verify"])
+    verdict = [l for l in r.stdout.splitlines() if l.startswith(("verified", "FAILED"))]
+    if r.returncode == 0 and verdict and not missing and ir.returncode == 0:
+        with_grads = ", with " + " ".join(grads) if grads else ""
+        return True, ["%s: verified (%d splits%s)" % (op, copies, with_grads)]
+    errs = (r.stderr or ir.stderr).strip().splitlines()
+    why = verdict[-1].split(": ", 1)[-1] if verdict else (errs[-1] if errs else "no verdict")
+    if missing:
+        why += "; no " + ", ".join(missing) + " after autodiff"
+    lines = ["%s: FAILED: %s (the model: --keep DIR --seed of the first line)" % (op, why)]
+    lines += ["    " + l.strip() for l in r.stdout.splitlines()
+              if l.startswith(("first diverging", "  %", "  at "))]
+    return False, lines
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("tcc")
+    ap.add_argument("--ops", default="")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--keep", default=None, help="write the models into this folder")
+    o = ap.parse_args()
+    seed = o.seed if o.seed is not None else random.SystemRandom().randrange(1 << 30)
+    print("op_contract: seed %d (--seed %d replays these shapes)" % (seed, seed), flush=True)
+    rng = random.Random(seed)
+    rec = recipes(Gen(rng))
+    table = table_ops()
+    unknown = [op for op in table if op not in rec and op not in GRAD_OF
+               and op not in MADE_BY_PASSES and op not in IN_EVERY_MODEL]
+    passed = failed = 0
+    for op in unknown:
+        print("%s: FAILED: no recipe (tests/contract/op_contract.py): a new op needs one" % op)
+        failed += 1
+    with tempfile.TemporaryDirectory(prefix="op_contract.") as tmp:
+        folder = o.keep or tmp
+        os.makedirs(folder, exist_ok=True)
+        jobs = [(o.tcc, folder, op, rec[op], i) for i, op in enumerate(rec)
+                if not o.ops or op in o.ops.split(",")]
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            for ok, lines in pool.map(check_op, jobs):
+                print("\n".join(lines), flush=True)
+                passed += ok
+                failed += not ok
+    print("%d passed, %d failed" % (passed, failed))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
