@@ -177,6 +177,10 @@ typedef struct CgLaunch {
     int block;    /* threads (work-items) per block */
 } CgLaunch;
 CgLaunch cg_gpu_launch(const Kernel *k);
+/* Whether an attention kernel's GPU rendering takes the tensor cores (bf16
+ * q, k, v, a head size that is a multiple of 16 up to 128): its products
+ * round p and ds to bf16 (codegen/emit_attention.c). */
+int cg_attention_tensor_cores(const Kernel *k);
 const char *cg_gpu_prelude(CgLang lang);
 /* The kernel's source, or NULL after reporting when it cannot be rendered. */
 char *cg_emit_gpu(Arena *a, const Kernel *k, CgLang lang);

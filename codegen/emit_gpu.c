@@ -22,12 +22,12 @@
  *   online softmax. The backward recomputes each row's statistics, then
  *   per tile accumulates dq in registers and adds dk, dv into memory with
  *   atomics (the plan zeroes them before). */
-#include "codegen.h"
+#include "kgen.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-enum { PW_BLOCK = 256, ROW_MAX_BLOCK = 256, ATT_ROWS = 4, ATT_SMEM = 40 * 1024 };
+enum { PW_BLOCK = 256, ROW_MAX_BLOCK = 256 };
 enum { COL_ITEMS = 32, COL_THREADS = 8 }; /* the column mapping's block: 32 x 8 */
 
 typedef struct G {
@@ -509,26 +509,12 @@ static int row_block(const Kernel *k)
     return b;
 }
 
-/* Keys per tile: 32 (a key per lane) unless shared memory is short. */
-static int att_tile(const Kernel *k)
-{
-    int64_t dh = k->attn.head_dim, size = k->ftype == DT_F64 ? 8 : 4;
-    int kt = 32;
-    int64_t rows = k->pattern == KP_ATTENTION ? 1 : 2; /* q (and dout) rows */
-    while (kt > 1 && (rows * ATT_ROWS * dh + 2 * kt * (dh + 1) + 2 * ATT_ROWS * 32) * size > ATT_SMEM)
-        kt /= 2;
-    return kt;
-}
-
 CgLaunch cg_gpu_launch(const Kernel *k)
 {
     if (k->extent < 1 && k->pattern != KP_ATTENTION && k->pattern != KP_ATTENTION_BWD)
         return (CgLaunch){0, 0}; /* no work items: nothing to launch */
     switch (mapping(k)) {
-    case M_ATTN: {
-        const KAttention *a = &k->attn;
-        return (CgLaunch){a->batch * a->heads * ((a->seq + ATT_ROWS - 1) / ATT_ROWS), ATT_ROWS * 32};
-    }
+    case M_ATTN: return cg_attention_launch(k);
     case M_VEC4: return (CgLaunch){(k->extent / 4 + PW_BLOCK - 1) / PW_BLOCK, PW_BLOCK};
     case M_ROW: return (CgLaunch){k->extent, row_block(k)};
     case M_COLS: return (CgLaunch){(k->extent + COL_ITEMS - 1) / COL_ITEMS, COL_ITEMS * COL_THREADS};
@@ -537,11 +523,15 @@ CgLaunch cg_gpu_launch(const Kernel *k)
     return (CgLaunch){(k->extent + PW_BLOCK - 1) / PW_BLOCK, PW_BLOCK};
 }
 
+/* The tensor-core attention asks for one block a multiprocessor at least
+ * (__launch_bounds__'s second number): left to aim at more, ptxas caps a
+ * 128-wide head's kernel at 128 registers and spills. */
 static void signature(G *g, int block)
 {
     const Kernel *k = g->k;
     if (g->lang == CG_CUDA)
-        fprintf(g->f, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", block, k->name);
+        fprintf(g->f, "extern \"C\" __global__ void __launch_bounds__(%d%s) %s(", block,
+                cg_attention_tensor_cores(k) ? ", 1" : "", k->name);
     else
         fprintf(g->f, "__kernel __attribute__((reqd_work_group_size(%d, 1, 1))) void %s(", block,
                 k->name);
@@ -643,259 +633,6 @@ static void vec4_kernel(G *g)
             fprintf(f, "    vstore4(w%d, q, a%d);\n", s, s);
 }
 
-/* ---- attention: templates with $NAME words filled per language and type ---- */
-
-typedef struct Sub {
-    const char *key, *val;
-} Sub;
-
-static void fill(G *g, const char *tmpl, const Sub *subs, int nsubs)
-{
-    for (const char *p = tmpl; *p;) {
-        if (*p != '$') {
-            fputc(*p++, g->f);
-            continue;
-        }
-        size_t n = 1;
-        while ((p[n] >= 'A' && p[n] <= 'Z') || (p[n] >= '0' && p[n] <= '9'))
-            n++;
-        int found = 0;
-        for (int i = 0; i < nsubs && !found; i++)
-            if (strlen(subs[i].key) == n - 1 && !strncmp(subs[i].key, p + 1, n - 1)) {
-                fputs(subs[i].val, g->f);
-                found = 1;
-            }
-        if (!found)
-            BUG("attention template: no value for %.*s", (int)n, p);
-        p += n;
-    }
-}
-
-/* The keys and values of tile j0 into shared memory, between barriers. */
-static const char *att_tile_load =
-    "        TCC_BARRIER();\n"
-    "        for (int e = tid; e < KT * DH; e += ROWS * 32) {\n"
-    "            const int jj = e / DH, d = e % DH;\n"
-    "            const tcc_i64 j = j0 + jj, at = (b * S + j) * KC + kh * DH + d;\n"
-    "            Ks[jj][d] = j < S ? $LD1(a1[at]) : 0;\n"
-    "            Vs[jj][d] = j < S ? $LD2(a2[at]) : 0;\n"
-    "        }\n"
-    "        TCC_BARRIER();\n";
-
-/* The block's query rows; then, tile by tile, the keys a lane each: scores,
- * the row's running max and sum, the output rescaled and accumulated. */
-static const char *att_common =
-    "    enum { B = $B, S = $S, H = $H, KV = $KV, DH = $DH, CAUSAL = $CAUSAL, ROWS = $ROWS,\n"
-    "           KT = $KT, NA = (DH + 31) / 32 };\n"
-    "    const $T scale = $SCALE;\n"
-    "    const int tid = TCC_TID, lane = tid & 31, w = tid >> 5;\n"
-    "    const tcc_i64 nqb = (S + ROWS - 1) / ROWS, blk = TCC_BID;\n"
-    "    const tcc_i64 qb = blk % nqb, h = blk / nqb % H, b = blk / nqb / H, kh = h / (H / KV);\n"
-    "    const tcc_i64 QC = (tcc_i64)H * DH, KC = (tcc_i64)KV * DH, i = qb * ROWS + w;\n"
-    "$SLOPE"
-    "    const int live = i < S;\n"
-    "    const tcc_i64 last = CAUSAL && qb * ROWS + ROWS - 1 < S - 1 ? qb * ROWS + ROWS - 1 : S - 1;\n"
-    "$RANGE"
-    "    TCC_SHARED $T Qs[ROWS][DH], Ks[KT][DH + 1], Vs[KT][DH + 1];\n"
-    "$RPDECL"
-    "$DOSDECL"
-    "    for (int e = tid; e < ROWS * DH; e += ROWS * 32) {\n"
-    "        const tcc_i64 r = qb * ROWS + e / DH;\n"
-    "        Qs[e / DH][e % DH] = r < S ? $LD0(a0[(b * S + r) * QC + h * DH + e % DH]) : 0;\n"
-    "$DOSLOAD"
-    "    }\n"
-    "    $T m = -$INF, l = 0, acc[NA];\n"
-    "    for (int r = 0; r < NA; r++)\n"
-    "        acc[r] = 0;\n"
-    "    for (tcc_i64 j0 = $FIRST; j0 <= $LAST; j0 += KT) {\n"
-    "$TILE"
-    "        const tcc_i64 j = j0 + lane;\n"
-    "        $T s = -$INF;\n"
-    "        if (live && lane < KT && j < S && $SEEN) {\n"
-    "            $T dot = 0;\n"
-    "            for (int d = 0; d < DH; d++)\n"
-    "                dot += Qs[w][d] * Ks[lane][d];\n"
-    "            s = dot * scale$ALIBI;\n"
-    "        }\n"
-    "        const $T nm = $FMAX(m, $RMAX(s));\n"
-    "        const $T p = s == -$INF ? 0 : $EXP(s - nm), corr = m == -$INF ? 0 : $EXP(m - nm);\n"
-    "        l = l * corr + $RSUM(p);\n"
-    "$BCAST"
-    "        for (int jj = 0; jj < KT; jj++) {\n"
-    "            const $T pj = TCC_PJ(p, jj);\n"
-    "            for (int r = 0; r < NA; r++)\n"
-    "                if (lane + 32 * r < DH)\n"
-    "                    acc[r] = (jj ? acc[r] : acc[r] * corr) + pj * Vs[jj][lane + 32 * r];\n"
-    "        }\n"
-    "        m = nm;\n"
-    "    }\n";
-
-static const char *att_fwd_tail =
-    "    if (live)\n"
-    "        for (int r = 0; r < NA; r++)\n"
-    "            if (lane + 32 * r < DH)\n"
-    "                a3[(b * S + i) * QC + h * DH + lane + 32 * r] = $ST3($OUTR);\n";
-
-/* The row's statistics are those of the forward above; then each tile again:
- * p and ds for the block's rows through shared memory, dq in registers, and
- * the tile's dk, dv rows summed over the block's rows and added to memory. */
-static const char *att_bwd_tail =
-    "    $T part = 0;\n"
-    "    for (int r = 0; r < NA; r++)\n"
-    "        if (lane + 32 * r < DH)\n"
-    "            part += DOs[w][lane + 32 * r] * $OUTR;\n"
-    "    const $T dot_o = $RSUM(part), lse = live ? m + $LOG(l) : 0;\n"
-    "    $T dq[NA];\n"
-    "    for (int r = 0; r < NA; r++)\n"
-    "        dq[r] = 0;\n"
-    "    for (tcc_i64 j0 = $FIRST; j0 <= $LAST; j0 += KT) {\n"
-    "$TILE"
-    "        const tcc_i64 j = j0 + lane;\n"
-    "        $T p = 0, ds = 0;\n"
-    "        if (live && lane < KT && j < S && $SEEN) {\n"
-    "            $T s = 0, dp = 0;\n"
-    "            for (int d = 0; d < DH; d++) {\n"
-    "                s += Qs[w][d] * Ks[lane][d];\n"
-    "                dp += DOs[w][d] * Vs[lane][d];\n"
-    "            }\n"
-    "            p = $EXP(s * scale$ALIBI - lse);\n"
-    "            ds = p * (dp - dot_o) * scale;\n"
-    "        }\n"
-    "        Ps[w][lane] = p;\n"
-    "        Red[w][lane] = ds;\n"
-    "        TCC_BARRIER();\n"
-    "        for (int jj = 0; jj < KT; jj++)\n"
-    "            for (int r = 0; r < NA; r++)\n"
-    "                if (lane + 32 * r < DH)\n"
-    "                    dq[r] += Red[w][jj] * Ks[jj][lane + 32 * r];\n"
-    "        for (int e = tid; e < KT * DH; e += ROWS * 32) {\n"
-    "            const int jj = e / DH, d = e % DH;\n"
-    "            const tcc_i64 j = j0 + jj, at = (b * S + j) * KC + kh * DH + d;\n"
-    "            $T dk = 0, dv = 0;\n"
-    "            for (int rr = 0; rr < ROWS; rr++) {\n"
-    "                dv += Ps[rr][jj] * DOs[rr][d];\n"
-    "                dk += Red[rr][jj] * Qs[rr][d];\n"
-    "            }\n"
-    "            if (j < S) {\n"
-    "                $ADD5(&a5[at], dk);\n"
-    "                $ADD6(&a6[at], dv);\n"
-    "            }\n"
-    "        }\n"
-    "    }\n"
-    "    if (live)\n"
-    "        for (int r = 0; r < NA; r++)\n"
-    "            if (lane + 32 * r < DH)\n"
-    "                a4[(b * S + i) * QC + h * DH + lane + 32 * r] = $ST4(dq[r]);\n";
-
-static const char *ld_of(G *g, Arena *a, int s)
-{
-    return g->k->arg_dtype[s] == DT_BF16 ? "tcc_bf2f" : arena_printf(a, "(%s)", ft(g));
-}
-
-static const char *st_of(G *g, Arena *a, int s)
-{
-    return g->k->arg_dtype[s] == DT_BF16 ? "tcc_f2bf" : arena_printf(a, "(%s)", storage(g->k->arg_dtype[s]));
-}
-
-static const char *atomic_of(G *g, int s)
-{
-    switch (g->k->arg_dtype[s]) {
-    case DT_F32: return "tcc_atomic_add_f";
-    case DT_F64: return "tcc_atomic_add_d";
-    default: return "tcc_atomic_add_bf16";
-    }
-}
-
-/* Whether the mask's element of key j of row b is nonzero, -0 counting as 0. */
-static const char *mask_seen(G *g, Arena *a, int m)
-{
-    switch (g->k->arg_dtype[m]) {
-    case DT_BF16: return arena_printf(a, "(a%d[b * S + j] & 0x7fff) != 0", m);
-    case DT_I32: return arena_printf(a, "a%d[b * S + j] != 0", m);
-    default: return arena_printf(a, "a%d[b * S + j] != 0", m); /* a float compare: -0 == 0 */
-    }
-}
-
-static void attention(G *g, Arena *a)
-{
-    const Kernel *k = g->k;
-    const KAttention *at = &k->attn;
-    char scale[48];
-    fmt_double(scale, sizeof scale, at->scale);
-    int bwd = k->pattern == KP_ATTENTION_BWD, cuda = g->lang == CG_CUDA;
-    int hide = at->window > 0 || at->mask >= 0;
-    char tp = g->f32 ? 'f' : 'd';
-    Sub subs[] = {
-        {"B", arena_printf(a, "%lld", (long long)at->batch)},
-        {"S", arena_printf(a, "%lld", (long long)at->seq)},
-        {"H", arena_printf(a, "%lld", (long long)at->heads)},
-        {"KV", arena_printf(a, "%lld", (long long)at->kv_heads)},
-        {"DH", arena_printf(a, "%lld", (long long)at->head_dim)},
-        {"CAUSAL", at->causal ? "1" : "0"},
-        /* whether query i sees key j (row b): causal, and the window and mask if any */
-        {"SEEN", !hide ? "(!CAUSAL || j <= i)"
-                 : arena_printf(a, "(!CAUSAL || j <= i) && (%lld == 0 || (i - j < %lld && j - i < %lld)) && %s",
-                                (long long)at->window, (long long)at->window, (long long)at->window,
-                                at->mask < 0 ? "1" : mask_seen(g, a, at->mask))},
-        /* a window's bounds on the tiles of keys (none outside holds a key the block's rows see) */
-        {"RANGE", at->window <= 0 ? ""
-                  : arena_printf(a, "    const tcc_i64 wlast = !CAUSAL && qb * ROWS + ROWS + %lld - 2 < last ? "
-                                    "qb * ROWS + ROWS + %lld - 2 : last;\n"
-                                    "    const tcc_i64 wfirst = qb * ROWS - %lld + 1 > 0 ? "
-                                    "(qb * ROWS - %lld + 1) / KT * KT : 0;\n",
-                                 (long long)at->window, (long long)at->window,
-                                 (long long)at->window, (long long)at->window)},
-        {"FIRST", at->window <= 0 ? "0" : "wfirst"},
-        /* ALiBi: head h's slope (its global index: h plus the device's first head), the bias */
-        {"SLOPE", !at->alibi ? ""
-                  : arena_printf(a, "    const $T slope = ($T)tcc_alibi_slope(h + %s, %lld);\n",
-                                 at->hoff >= 0 ? arena_printf(a, "a%d[0] / DH", at->hoff) : "0",
-                                 (long long)at->heads_whole)},
-        {"ALIBI", at->alibi ? " - slope * ($T)(i > j ? i - j : j - i)" : ""},
-        {"LAST", at->window <= 0 ? "last" : "wlast"},
-        /* the output of row i, column r: 0 for a row that sees no key */
-        {"OUTR", hide ? "(l > 0 ? acc[r] / l : 0)" : "acc[r] / l"},
-        {"ROWS", arena_printf(a, "%d", ATT_ROWS)},
-        {"KT", arena_printf(a, "%d", att_tile(k))},
-        {"T", ft(g)},
-        {"SCALE", arena_printf(a, "%s%s", scale, g->f32 ? "f" : "")},
-        {"INF", inf(g)},
-        {"FMAX", arena_strdup(a, mf(g, "fmax"))},
-        {"EXP", arena_strdup(a, mf(g, "exp"))},
-        {"LOG", arena_strdup(a, mf(g, "log"))},
-        {"RMAX", arena_printf(a, "TCC_ROW_MAX_%c", tp - 32)},
-        {"RSUM", arena_printf(a, "TCC_ROW_SUM_%c", tp - 32)},
-        {"BCAST", cuda ? "" : "        Ps[w][lane] = p;\n        TCC_BARRIER();\n"},
-        {"RPDECL", bwd || !cuda ? arena_printf(a, "    TCC_SHARED %s Red[ROWS][32], Ps[ROWS][32];\n", ft(g)) : ""},
-        {"LD0", ld_of(g, a, 0)},
-        {"LD1", ld_of(g, a, 1)},
-        {"LD2", ld_of(g, a, 2)},
-        {"ST3", st_of(g, a, 3)},
-        {"ST4", bwd ? st_of(g, a, 4) : ""},
-        {"ADD5", bwd ? atomic_of(g, 5) : ""},
-        {"ADD6", bwd ? atomic_of(g, 6) : ""},
-        {"DOSDECL", bwd ? arena_printf(a, "    TCC_SHARED %s DOs[ROWS][DH];\n", ft(g)) : ""},
-        {"DOSLOAD", bwd ? "        DOs[e / DH][e % DH] = r < S ? $LD3(a3[(b * S + r) * QC + h * DH + e % DH]) : 0;\n" : ""},
-        {"LD3", ld_of(g, a, 3)},
-        {"TILE", att_tile_load},
-    };
-    int nsubs = (int)(sizeof subs / sizeof subs[0]);
-    /* Twice: "$DOSLOAD" and "$TILE" bring words of their own. */
-    for (int part = 0; part < 2; part++) {
-        char *once = NULL;
-        size_t len;
-        FILE *save = g->f, *m = open_memstream(&once, &len);
-        if (!m)
-            BUG("open_memstream failed");
-        g->f = m;
-        fill(g, part ? (bwd ? att_bwd_tail : att_fwd_tail) : att_common, subs, nsubs);
-        fclose(m);
-        g->f = save;
-        fill(g, once, subs, nsubs);
-        free(once);
-    }
-}
-
 char *cg_emit_gpu(Arena *a, const Kernel *k, CgLang lang)
 {
     for (int i = 0; i < k->nargs; i++)
@@ -914,7 +651,7 @@ char *cg_emit_gpu(Arena *a, const Kernel *k, CgLang lang)
     mark_used(&g, m == M_VEC4);
     signature(&g, l.block);
     switch (m) {
-    case M_ATTN: attention(&g, a); break;
+    case M_ATTN: cg_attention_emit(g.f, a, k, lang); break;
     case M_VEC4: vec4_kernel(&g); break;
     case M_ROW:
     case M_COLS:
@@ -977,6 +714,28 @@ static const char *cuda_prelude =
     "        return (unsigned short)((u >> 16) | 0x40u);\n"
     "    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
     "}\n"
+    "/* Tensor cores (emit_attention.c): two bf16 to a 32-bit register, low first;\n"
+    " * d += a b for a warp's m16n8k16 fragments, f32 accumulators. */\n"
+    "typedef unsigned short tcc_u16;\n"
+    "typedef unsigned tcc_u32;\n"
+    "__device__ __forceinline__ tcc_u32 tcc_pk(tcc_u16 lo, tcc_u16 hi)\n"
+    "{\n"
+    "    return (tcc_u32)lo | (tcc_u32)hi << 16;\n"
+    "}\n"
+    "__device__ __forceinline__ void tcc_mma(float *d, const tcc_u32 *a, const tcc_u32 *b)\n"
+    "{\n"
+    "    asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 \"\n"
+    "                 \"{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\\n\"\n"
+    "                 : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3])\n"
+    "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
+    "}\n"
+    "#define TCC_MMA(d, a, b) tcc_mma((d), (a), (b))\n"
+    "#define TCC_RPAIR(A, r, c) tcc_pk((A)[r][c], (A)[r][(c) + 1])\n"
+    "#define TCC_CPAIR(A, r, c) tcc_pk((A)[r][c], (A)[(r) + 1][c])\n"
+    "#define TCC_PKF(x, y) tcc_pk(tcc_f2bf(x), tcc_f2bf(y))\n"
+    "#define TCC_BF(x) tcc_bf2f(tcc_f2bf(x))\n"
+    "#define TCC_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))\n"
+    "#define TCC_EMDECL\n"
     "#define TCC_WARP(NAME, T, OP) \\\n"
     "    __device__ __forceinline__ T NAME(T v) \\\n"
     "    { \\\n"
@@ -1079,6 +838,53 @@ static const char *opencl_prelude =
     "        return (ushort)((u >> 16) | 0x40u);\n"
     "    return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
     "}\n"
+    "/* Tensor cores emulated (emit_attention.c): a warp's fragments meet in its\n"
+    " * local A [16][16] and B [16][8] in the layouts of PTX's mma m16n8k16 (lane\n"
+    " * l: g = l / 4, t = l % 4; a: rows g, g + 8 by cols 2t, 2t + 8; b: rows 2t,\n"
+    " * 2t + 8 by col g; d: rows g, g + 8 by cols 2t, 2t + 1), each lane then sums\n"
+    " * its four of d. Every work-item of the group calls it alike (barriers). */\n"
+    "typedef ushort tcc_u16;\n"
+    "typedef uint tcc_u32;\n"
+    "tcc_u32 tcc_pk(tcc_u16 lo, tcc_u16 hi) { return (tcc_u32)lo | (tcc_u32)hi << 16; }\n"
+    "float tcc_lo(tcc_u32 x) { return as_float(x << 16); }\n"
+    "float tcc_hi(tcc_u32 x) { return as_float(x & 0xffff0000u); }\n"
+    "void tcc_mma_em(float *d, const tcc_u32 *a, const tcc_u32 *b, __local float *A,\n"
+    "                __local float *B, int lane)\n"
+    "{\n"
+    "    const int g = lane >> 2, t = lane & 3;\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "    for (int r = 0; r < 4; r++) {\n"
+    "        const int row = g + 8 * (r & 1), col = 2 * t + 8 * (r >> 1);\n"
+    "        A[row * 16 + col] = tcc_lo(a[r]);\n"
+    "        A[row * 16 + col + 1] = tcc_hi(a[r]);\n"
+    "    }\n"
+    "    for (int r = 0; r < 2; r++) {\n"
+    "        B[(2 * t + 8 * r) * 8 + g] = tcc_lo(b[r]);\n"
+    "        B[(2 * t + 8 * r + 1) * 8 + g] = tcc_hi(b[r]);\n"
+    "    }\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "    for (int e = 0; e < 4; e++) {\n"
+    "        const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);\n"
+    "        float acc = 0;\n"
+    "        for (int k = 0; k < 16; k++)\n"
+    "            acc += A[row * 16 + k] * B[k * 8 + col];\n"
+    "        d[e] += acc;\n"
+    "    }\n"
+    "}\n"
+    "float tcc_xor_em(__local float *x, int lane, float v, int m)\n"
+    "{\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "    x[lane] = v;\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "    return x[lane ^ m];\n"
+    "}\n"
+    "#define TCC_MMA(d, a, b) tcc_mma_em((d), (a), (b), MmA[w], MmB[w], lane)\n"
+    "#define TCC_RPAIR(A, r, c) tcc_pk((A)[r][c], (A)[r][(c) + 1])\n"
+    "#define TCC_CPAIR(A, r, c) tcc_pk((A)[r][c], (A)[(r) + 1][c])\n"
+    "#define TCC_PKF(x, y) tcc_pk(tcc_f2bf(x), tcc_f2bf(y))\n"
+    "#define TCC_BF(x) tcc_bf2f(tcc_f2bf(x))\n"
+    "#define TCC_XOR(v, m) tcc_xor_em(MmX[w], lane, (v), (m))\n"
+    "#define TCC_EMDECL __local float MmA[NW][256], MmB[NW][128], MmX[NW][32];\n"
     "/* No shuffles: the block's values meet in red[block] and halve in a tree. */\n"
     "#define TCC_BLOCK(NAME, T, OP) \\\n"
     "    T NAME(T v, __local T *red) \\\n"

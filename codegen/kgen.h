@@ -102,4 +102,10 @@ const Graph *cg_localize(Arena *a, const Graph *g);
 /* One or more kernels computing op's results; -1 when no kernel exists. */
 int cg_op_kernels(Gen *gen, const Op *op);
 
+/* emit_attention.c: the GPU renderings of an attention kernel (pattern
+ * attention or attention backward): its launch, and its body after the
+ * signature that cg_emit_gpu writes. */
+CgLaunch cg_attention_launch(const Kernel *k);
+void cg_attention_emit(FILE *f, Arena *a, const Kernel *k, CgLang lang);
+
 #endif
