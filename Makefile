@@ -46,6 +46,9 @@ GENFLAGS := -Wno-missing-prototypes -Wno-shadow -Wno-sign-compare
 # The compiler writes plans with the runtime's plan-format module (cJSON).
 LIB_SRCS := common/base.c $(sort $(wildcard ir/*.c frontend/*.c passes/*.c codegen/*.c)) \
             runtime/plan.c runtime/match.c runtime/pieces.c
+# The rooms above the passes (the compile API, the planner, the reports and
+# --verify): tcc's alone, they run plans (the runtime library).
+DRV_SRCS := $(sort $(wildcard driver/*.c explain/*.c planner/*.c))
 LIB_LIBS := -lcjson -lm
 GEN_SRCS := $(B)/gen/parser.c $(B)/gen/lexer.c
 LIB_OBJS := $(LIB_SRCS:%.c=$(B)/obj/%.o) $(GEN_SRCS:$(B)/gen/%.c=$(B)/obj/gen/%.o)
@@ -84,10 +87,10 @@ $(DEPS): scripts/deps.sh
 # tcc links the runtime for --verify (it runs the plans it builds); runtime.mk builds it.
 RT_LIB := $(B)/libtccrt.a
 RT_SAN_LIB := $(B)/libtccrt-san.a
-tcc: $(LIB_OBJS) $(B)/obj/tcc.o $(RT_LIB)
+tcc: $(LIB_OBJS) $(DRV_SRCS:%.c=$(B)/obj/%.o) $(B)/obj/tcc.o $(RT_LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(LIB_LIBS) $(RT_LIBS)
 
-$(B)/tcc-san: $(SAN_OBJS) $(B)/san/tcc.o $(RT_SAN_LIB)
+$(B)/tcc-san: $(SAN_OBJS) $(DRV_SRCS:%.c=$(B)/san/%.o) $(B)/san/tcc.o $(RT_SAN_LIB)
 	$(CC) $(CFLAGS) $(SANFLAGS) -o $@ $^ $(LIB_LIBS) $(RT_LIBS)
 
 $(B)/gen/parser.c $(B)/gen/parser.h &: frontend/parser.y | $(DEPS)
@@ -186,6 +189,11 @@ bench:
 bench-mesh:
 	@bash bench/mesh_train.sh
 
+# On a machine with a GPU: tcc's GPT-2 124M step against llm.c's on the same GPU,
+# where its time goes, and a Llama-style 1B (bench/README.md, "GPU").
+bench-gpu:
+	@bash bench/gpu.sh
+
 # The cost model's CPU prediction against the measured step (bench/README.md).
 bench-cost:
 	@bash bench/cost_cpu.sh
@@ -206,4 +214,4 @@ bench-compile:
 bench-agree:
 	@bash bench/agree.sh
 
-.PHONY: bench bench-mesh bench-cost bench-peer bench-agree bench-compile verify-matrix
+.PHONY: bench bench-mesh bench-gpu bench-cost bench-peer bench-agree bench-compile verify-matrix

@@ -1,0 +1,84 @@
+/* driver.h: the compile API under the command line (driver/compile.c,
+ * driver/settings.c). Options is what the command line asks; the functions
+ * compile a model through lowering, the verifier and the pass table, and
+ * write what was asked. The planner (planner/) and the reports and --verify
+ * (explain/) compile through them. */
+#ifndef TCC_DRIVER_H
+#define TCC_DRIVER_H
+
+#include "codegen/codegen.h"
+#include "frontend/frontend.h"
+#include "passes/passes.h"
+#include "runtime/cpu.h"
+#include "runtime/runtime.h"
+
+#define MAX_SETS 40 /* --set settings; the planner adds up to PLAN_SETS of its own */
+#define PLAN_SETS 8
+#define MAX_WHY 8 /* --why NAME options */
+
+typedef struct Options {
+    const char *input;
+    const char *from_ir;
+    const char *out;
+    const char *emit;       /* "ir", "plan", "c", "cuda", ... or NULL */
+    const char *dump_after; /* a pass name, "all" or NULL */
+    const char *stop_after; /* a pass name or NULL */
+    int print_commands;
+    int portable; /* --portable: the executable runs on any x86-64 (no -march=native) */
+    int zero;               /* --zero=N, -1 when absent */
+    int sequence_parallel;  /* --sequence-parallel */
+    const char *roles[8];   /* --role AXIS=ROLE */
+    int nroles;
+    const char *schedule;   /* --schedule=NAME: the train setting schedule */
+    int verify;             /* --verify[=STEPS]: steps to compare, 0 when absent */
+    int verify_native;      /* --verify=native[,STEPS]: the model's own precision, not f64 */
+    double verify_tol;      /* --verify-tol=X, 0: 1e-9, or per value in native mode */
+    const char *gpu;        /* --gpu NAME: a row of passes/devices.c, or "cpu" */
+    double device_memory;   /* --device-memory SIZE in bytes, 0 when absent */
+    const char *sets[MAX_SETS]; /* --set KEY=VALUE: train settings */
+    int nsets;
+    int gpus;               /* --gpus N: the planner's device count, 0 when absent */
+    int plan_auto;          /* --plan=auto */
+    int explain;            /* --explain */
+    const char *cluster;    /* --cluster NAME|FILE */
+    ClusterSpec cluster_spec; /* what --cluster or --gpu names (valid when has_cluster) */
+    int has_cluster;
+    CpuSpec cpu;            /* this machine: a CPU file's keys (--cluster FILE), the rest measured */
+    int calibrate_cpu;      /* --calibrate-cpu */
+    const char *why[MAX_WHY]; /* --why NAME: the values whose sharding to explain */
+    int nwhy;
+} Options;
+
+
+/* The model of o (TDL, or IR with --from-ir) lowered or parsed; NULL after
+ * reporting. */
+Graph *drv_load(Ctx *c, const Options *o);
+/* The command line's train settings (--set, --zero, ...) and roles into g. */
+int drv_apply_settings(Ctx *c, const Options *o, Graph *g);
+/* KEY = VALUE into g's train block, replacing one of the same key. */
+void drv_set_train(Graph *g, Attr *a);
+/* The IR verifier after stage after_pass; an invalid IR is printed (an
+ * internal error) unless it was read from a file. */
+int drv_verify(Ctx *c, const Options *o, Graph *g, const char *after_pass);
+/* The graph passes in order, each verified, up to --stop-after; with why,
+ * the --why chains after the shard pass. */
+int drv_run_passes(Ctx *c, const Options *o, Graph *g, WhyChain **why);
+/* The model through every pass again, on mesh (a --mesh spec). */
+Graph *drv_passed(Ctx *c, Options *o, const char *mesh);
+/* A stage of the pipeline or "all"? */
+int drv_known_pass(const char *name);
+double drv_now_ms(void);
+int drv_on_gpu(const Options *o); /* --gpu names a GPU */
+int drv_write_ir(const Options *o, const Graph *g);
+/* The plan of g written as o asks: a program, plan.json, kernels, memory. */
+int drv_write_plan(Ctx *c, const Options *o, const Graph *g);
+
+/* The CPU figures a CPU file did not give (o->cpu), measured now. */
+int drv_measure_cpu(Ctx *c, Options *o);
+/* The device the cost model prices plan p on: --cluster's or --gpu's, else
+ * this machine's CPU (measured where the CPU file is short). */
+int drv_cost_device(Ctx *c, Options *o, const Plan *p, CostDevice *d);
+/* The stages of the pipeline with their one-line summaries (--help). */
+void drv_print_stages(FILE *f);
+
+#endif

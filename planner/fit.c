@@ -1,0 +1,347 @@
+/* fit.c: a plan that compiles fits. Reads the options and the graph of the
+ * step; compiles probes of it through the compile API (the memory model of
+ * each); chooses recompute = auto's layers and refuses a plan over the
+ * device's memory, naming the levers (a deeper pipeline, recomputation,
+ * ZeRO) that would bring it under, with the peak each would give. */
+#include "planner/planner.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+double pl_budget_of(const Options *o)
+{
+    const DeviceSpec *d = o->gpu ? pass_device_lookup(o->gpu) : NULL;
+    return o->device_memory > 0 ? o->device_memory : d ? d->memory : 0;
+}
+
+
+
+/* Which stage each layer's forward runs on, into ls[0..n) (-1: none). */
+static void layer_stages(const Graph *g, int *ls, int n)
+{
+    for (int i = 0; i < n; i++)
+        ls[i] = -1;
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *op = g->ops.data[i];
+        if (op->phase == PH_FWD && op->layer >= 0 && op->layer < n)
+            ls[op->layer] = op->stage;
+    }
+}
+
+
+int pl_compile_one(Ctx *c, const Options *o, const Probe *pr, OneStep *one)
+{
+    Options q = *o;
+    q.dump_after = q.stop_after = NULL;
+    if (pr && pr->set && q.nsets < MAX_SETS)
+        q.sets[q.nsets++] = pr->set;
+    const char *mesh = c->mesh_spec;
+    int verbose = c->verbose;
+    c->mesh_spec = pr && pr->mesh ? pr->mesh : mesh;
+    c->verbose = 0;
+    int unroll = c->unroll;
+    c->unroll = 0;
+    Kernel **kernels;
+    one->g = drv_load(c, &q);
+    int rc = !one->g || drv_apply_settings(c, &q, one->g) || drv_verify(c, &q, one->g, "lower") ||
+                     drv_run_passes(c, &q, one->g, NULL) ||
+                     cg_build_plan_local(c, one->g, 0, &one->plan, &kernels, &one->local)
+                 ? -1
+                 : 0;
+    c->unroll = unroll;
+    c->mesh_spec = mesh;
+    c->verbose = verbose;
+    return rc;
+}
+
+/* The memory model of the step as the options say, plus pr. *gout: the
+ * graph of one microbatch's step, after the passes. */
+int pl_model_in(Ctx *c, const Options *o, const Probe *pr, MemoryModel *mm, Graph **gout)
+{
+    OneStep one;
+    int rc = pl_compile_one(c, o, pr, &one) ||
+                     pass_memory_model(c, one.g, one.local, &one.plan, drv_on_gpu(o), mm)
+                 ? -1
+                 : 0;
+    if (gout)
+        *gout = one.g;
+    return rc;
+}
+
+/* What a probe gives: each stage's peak and each layer's stage. */
+typedef struct ProbeResult {
+    int ok, nstages, nlayers;
+    double peak, stage_peak[1024];
+    int layer_stage[4096];
+} ProbeResult;
+
+/* model_in in a context of its own whose diagnostics go nowhere: a lever
+ * that does not compile (a mesh that does not divide) is just not offered. */
+static void probe(Ctx *c, const Options *o, const Probe *pr, ProbeResult *r)
+{
+    FILE *null = fopen("/dev/null", "w");
+    Ctx *q = ctx_new(null ? null : stderr);
+    for (int i = 0; i < c->defines.len; i++)
+        VEC_PUSH(q->arena, q->defines, c->defines.data[i]);
+    q->mesh_spec = c->mesh_spec;
+    q->recompute_layers = c->recompute_layers;
+    q->nrecompute_layers = c->nrecompute_layers;
+    MemoryModel mm;
+    Graph *g = NULL;
+    memset(r, 0, sizeof *r);
+    r->ok = pl_model_in(q, o, pr, &mm, &g) == 0 && mm.nstages <= 1024;
+    if (r->ok) {
+        r->peak = mm.peak, r->nstages = mm.nstages;
+        for (int s = 0; s < mm.nstages; s++)
+            r->stage_peak[s] = mm.stage[s].peak;
+        r->nlayers = c->nrecompute_layers > 0 ? c->nrecompute_layers : 0;
+        layer_stages(g, r->layer_stage, 4096);
+    }
+    ctx_free(q);
+    if (null)
+        fclose(null);
+}
+
+
+/* A mesh spec by name with the pipeline axis k times longer, and with the
+ * data axes k times shorter when same (the same devices), or NULL when the
+ * mesh has no such axes. */
+static const char *deeper_pipeline(Ctx *c, const Mesh *m, int k, int same)
+{
+    int pp = -1, dp = -1;
+    for (int i = 0; i < m->naxes; i++) {
+        if (m->axes[i].role == ROLE_PIPELINE && pp < 0)
+            pp = i;
+        if ((m->axes[i].role == ROLE_DATA || m->axes[i].role == ROLE_FSDP) && m->axes[i].size % k == 0 &&
+            dp < 0 && same)
+            dp = i;
+    }
+    if (pp < 0 || (same && dp < 0))
+        return NULL;
+    char spec[512] = "";
+    for (int i = 0, at = 0; i < m->naxes; i++) {
+        int size = m->axes[i].size * (i == pp ? k : 1) / (i == dp ? k : 1);
+        at += snprintf(spec + at, sizeof spec - (size_t)at, "%s%s=%d", i ? "," : "", m->axes[i].name,
+                       size);
+    }
+    return intern(c->strings, spec);
+}
+
+/* The levers that would lower the peak, each tried: recomputation, a ZeRO
+ * level, a deeper pipeline on the same devices and on 2, 4 and 8 times as
+ * many, a schedule that holds fewer microbatches, smaller microbatches,
+ * sequence parallelism. At most 16. */
+static int levers(Ctx *c, const Graph *g, Probe *out)
+{
+    TrainConfig tc;
+    char err[256], buf[64];
+    int n = 0, data = 0, tensor = 0;
+    if (ir_train_config(g, &tc, err, sizeof err) != 0)
+        return 0;
+    for (int i = 0; i < g->mesh.naxes; i++) {
+        data |= (g->mesh.axes[i].role == ROLE_DATA || g->mesh.axes[i].role == ROLE_FSDP) &&
+                g->mesh.axes[i].size > 1;
+        tensor |= g->mesh.axes[i].role == ROLE_TENSOR && g->mesh.axes[i].size > 1;
+    }
+    if (strcmp(tc.recompute, "selective") && strcmp(tc.recompute, "full"))
+        out[n++] = (Probe){NULL, "recompute=selective"};
+    if (strcmp(tc.recompute, "full"))
+        out[n++] = (Probe){NULL, "recompute=full"};
+    for (int z = (int)tc.zero + 1; data && z <= 3; z++)
+        snprintf(buf, sizeof buf, "zero=%d", z), out[n++] = (Probe){NULL, intern(c->strings, buf)};
+    if ((out[n].mesh = deeper_pipeline(c, &g->mesh, 2, 1)))
+        out[n++].set = NULL;
+    for (int more = 2; more <= 8; more *= 2) /* more devices */
+        if ((out[n].mesh = deeper_pipeline(c, &g->mesh, more, 0)))
+            out[n++].set = NULL;
+    if (ir_pipeline_stages(&g->mesh) > 1 && sched_kind_of(&tc) == SCHED_GPIPE)
+        out[n++] = (Probe){NULL, "schedule=1f1b"};
+    snprintf(buf, sizeof buf, "microbatches=%lld", (long long)tc.microbatches * 2);
+    out[n++] = (Probe){NULL, intern(c->strings, buf)};
+    if (tensor && !tc.sequence_parallel)
+        out[n++] = (Probe){NULL, "sequence_parallel=true"};
+    return n;
+}
+
+static Loc budget_loc(const Graph *g)
+{
+    for (int i = 0; i < g->mesh.naxes; i++)
+        if (g->mesh.axes[i].loc.line > 0)
+            return g->mesh.axes[i].loc;
+    return g->ops.len ? g->ops.data[0]->loc : LOC_NONE;
+}
+
+/* bytes as "79.65 GiB" or "41.2 MiB" into buf. */
+static const char *size_str(char *buf, size_t n, double bytes)
+{
+    if (bytes >= GIB)
+        snprintf(buf, n, "%.2f GiB", bytes / GIB);
+    else
+        snprintf(buf, n, "%.1f MiB", bytes / 1048576.0);
+    return buf;
+}
+
+/* The refusal of a plan over budget: the stage, peak and budget, the five
+ * largest tensors, and every lever with the peak it would give. */
+void pl_refuse(Ctx *c, const Options *o, const Graph *g, const MemoryModel *mm, double budget)
+{
+    const StageMemory *sm = &mm->stage[mm->peak_stage];
+    char a[32], b[32];
+    diag_error(&c->diag, budget_loc(g),
+               "the plan does not fit: stage %d needs %s per device at the %s, over the %s of %s",
+               mm->peak_stage, size_str(a, sizeof a, sm->peak), sm->moment,
+               size_str(b, sizeof b, budget), o->device_memory > 0 ? "--device-memory" : o->gpu);
+    for (int i = 0; i < sm->ntop; i++)
+        diag_note(&c->diag, sm->top[i].loc, "%s (%s): %s%s", sm->top[i].name,
+                  mem_cat_name(sm->top[i].cat),
+                  size_str(a, sizeof a, sm->top[i].bytes * sm->top[i].count),
+                  sm->top[i].count > 1 ? " over the microbatches in flight" : "");
+    Probe lv[24];
+    int n = levers(c, g, lv);
+    for (int i = 0; i < n; i++) {
+        ProbeResult r;
+        probe(c, o, &lv[i], &r);
+        if (r.ok)
+            diag_note(&c->diag, LOC_NONE, "%s%s: peak %s%s", lv[i].mesh ? "--mesh " : "--set ",
+                      lv[i].mesh ? lv[i].mesh : lv[i].set, size_str(a, sizeof a, r.peak),
+                      r.peak <= budget ? " (fits)" : "");
+    }
+}
+
+/* ---- recompute = auto ---- */
+
+/* The i-th layer of a stage (of n) at level k in [0, 2n]: k <= n: the first
+ * k selective; k > n: all selective, the first k - n full. More recompute,
+ * less memory, as k grows. */
+static signed char auto_mode(int i, int n, int k)
+{
+    if (k <= n)
+        return i < k ? RC_SELECTIVE : RC_NONE;
+    return i < k - n ? RC_FULL : RC_SELECTIVE;
+}
+
+typedef struct Auto {
+    int nlayers, nstages;
+    int *stage_of;   /* by layer */
+    int *index;      /* by layer: its place among its stage's layers */
+    int *count;      /* by stage: layers */
+    signed char *mode;
+} Auto;
+
+static void auto_apply(Ctx *c, Auto *a, const int *k)
+{
+    for (int l = 0; l < a->nlayers; l++) {
+        int s = a->stage_of[l];
+        a->mode[l] = s < 0 ? RC_NONE : auto_mode(a->index[l], a->count[s], k[s]);
+    }
+    c->recompute_layers = a->mode;
+    c->nrecompute_layers = a->nlayers;
+}
+
+static void auto_layers(Ctx *c, Auto *a, const ProbeResult *r)
+{
+    a->nstages = r->nstages;
+    a->nlayers = 0;
+    for (int l = 0; l < 4096; l++)
+        if (r->layer_stage[l] >= 0)
+            a->nlayers = l + 1;
+    a->stage_of = arena_alloc(c->arena, sizeof(int) * (size_t)(a->nlayers + 1));
+    a->index = arena_alloc(c->arena, sizeof(int) * (size_t)(a->nlayers + 1));
+    a->count = arena_alloc(c->arena, sizeof(int) * (size_t)(a->nstages + 1));
+    a->mode = arena_alloc(c->arena, (size_t)a->nlayers + 1);
+    memset(a->count, 0, sizeof(int) * (size_t)(a->nstages + 1));
+    for (int l = 0; l < a->nlayers; l++) {
+        a->stage_of[l] = r->layer_stage[l];
+        a->index[l] = a->stage_of[l] >= 0 ? a->count[a->stage_of[l]]++ : 0;
+    }
+}
+
+/* Per stage, the least recompute whose peak fits: a binary search over the
+ * levels of all stages at once (a stage's peak depends on its own layers). */
+int pl_choose_recompute(Ctx *c, const Options *o, double budget)
+{
+    ProbeResult r;
+    Auto a;
+    c->recompute_layers = NULL;
+    c->nrecompute_layers = 0;
+    probe(c, o, &(Probe){NULL, "recompute=none"}, &r);
+    if (!r.ok)
+        return -1;
+    auto_layers(c, &a, &r);
+    int lo[1024], hi[1024], k[1024];
+    for (int s = 0; s < a.nstages; s++)
+        lo[s] = 0, hi[s] = r.stage_peak[s] <= budget ? 0 : 2 * a.count[s];
+    for (int busy = 1; busy;) {
+        busy = 0;
+        for (int s = 0; s < a.nstages; s++)
+            k[s] = lo[s] < hi[s] ? (lo[s] + hi[s]) / 2 : hi[s], busy |= lo[s] < hi[s];
+        if (!busy)
+            break;
+        auto_apply(c, &a, k);
+        probe(c, o, NULL, &r);
+        for (int s = 0; r.ok && s < a.nstages; s++)
+            if (lo[s] < hi[s])
+                *(r.stage_peak[s] <= budget ? &hi[s] : &lo[s]) = k[s] + (r.stage_peak[s] > budget);
+        if (!r.ok)
+            return -1;
+    }
+    auto_apply(c, &a, hi);
+    return 0;
+}
+
+/* "recompute = auto: stage 0: layers 0-3 full, 4-5 selective, 6-11 none" */
+void pl_print_auto(FILE *f, const Ctx *c)
+{
+    static const char *const names[] = {"none", "selective", "full"};
+    fprintf(f, "recompute = auto:");
+    for (int l = 0; l < c->nrecompute_layers;) {
+        int e = l;
+        while (e + 1 < c->nrecompute_layers && c->recompute_layers[e + 1] == c->recompute_layers[l])
+            e++;
+        fprintf(f, "%s layer%s %d", l ? "," : "", e > l ? "s" : "", l);
+        if (e > l)
+            fprintf(f, "-%d", e);
+        fprintf(f, " %s", names[c->recompute_layers[l]]);
+        l = e + 1;
+    }
+    fputc('\n', f);
+}
+
+/* ---- --emit=memory ---- */
+
+/* Before a plan is built: recompute = auto chosen, and the step's peak
+ * checked against the budget (a plan over it is refused). */
+int pl_fit_budget(Ctx *c, const Options *o, const Graph *g)
+{
+    double budget = pl_budget_of(o);
+    TrainConfig tc;
+    char err[256];
+    if (ir_train_config(g, &tc, err, sizeof err) != 0)
+        return 0; /* the passes report it */
+    if (!strcmp(tc.recompute, "auto")) {
+        if (budget <= 0)
+            return diag_error(&c->diag, budget_loc(g),
+                              "recompute = auto needs a device budget (--gpu NAME or "
+                              "--device-memory SIZE)"),
+                   -1;
+        if (pl_choose_recompute(c, o, budget) != 0)
+            return -1;
+        if (!o->emit || strcmp(o->emit, "memory"))
+            pl_print_auto(stderr, c);
+    }
+    int builds = (o->emit && strcmp(o->emit, "ir")) || (!o->emit && o->out);
+    if (budget <= 0 || !builds || (o->emit && (!strcmp(o->emit, "memory") || !strcmp(o->emit, "cost"))))
+        return 0;
+    MemoryModel mm;
+    Graph *gm;
+    if (pl_model_in(c, o, NULL, &mm, &gm) != 0)
+        return -1;
+    if (c->verbose)
+        fprintf(stderr, "tcc: memory     peak %.2f GiB per device (stage %d) of %.2f GiB\n",
+                mm.peak / GIB, mm.peak_stage, budget / GIB);
+    return mm.peak > budget ? (pl_refuse(c, o, gm, &mm, budget), -1) : 0;
+}
+
+/* ---- --plan=auto (passes/planner.c) ---- */
+
