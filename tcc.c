@@ -101,16 +101,19 @@ static int add_define(Ctx *c, const char *arg)
     const char *eq = strchr(arg, '=');
     if (!eq || eq == arg)
         return fail("-D expects NAME=VALUE, got '%s'", arg);
-    char *end;
+    char *end, *fend;
     errno = 0;
     long long v = strtoll(eq + 1, &end, 10);
-    if (errno || *end || end == eq + 1)
-        return fail("-D %s: the value must be an integer", arg);
+    int is_int = !errno && !*end && end != eq + 1;
+    errno = 0;
+    double f = strtod(eq + 1, &fend);
+    if (!is_int && (errno || *fend || fend == eq + 1 || !isfinite(f)))
+        return fail("-D %s: the value must be a number", arg);
     const char *name = intern_n(c->strings, arg, (size_t)(eq - arg));
     for (int i = 0; i < c->defines.len; i++)
         if (c->defines.data[i].name == name)
             return fail("-D %s: given twice", arg);
-    Define d = {name, v, 0};
+    Define d = {name, is_int ? v : 0, is_int ? (double)v : f, !is_int, 0};
     VEC_PUSH(c->arena, c->defines, d);
     return 0;
 }

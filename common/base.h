@@ -96,7 +96,9 @@ void diag_vreport(Diag *d, Severity sev, Loc loc, int width, const char *fmt, va
 /* ---- the context of one compilation ---- */
 typedef struct Define {
     const char *name;  /* -D NAME=VALUE */
-    int64_t value;
+    int64_t value;     /* VALUE when an integer */
+    double fvalue;     /* VALUE as a number (for a float parameter) */
+    int is_float;      /* VALUE is not an integer (1.5, 1e-3) */
     int used;          /* set by the frontend when the model declares NAME */
 } Define;
 

@@ -1508,6 +1508,31 @@ static Define *find_define(Ctx *c, const char *name)
     return NULL;
 }
 
+/* A model parameter: an integer (sizes, counts) or a float (scales, caps,
+ * epsilons), as its default is; -D NAME=VALUE replaces the default, a float
+ * parameter taking any number, an integer one integers only. */
+static Val model_param(Lower *L, Stmt *p, Define *d)
+{
+    Val v = eval(L, p->value);
+    if (v.k == V_ERR)
+        return ERRV;
+    if (v.k != V_INT && v.k != V_FLOAT) {
+        err(L, p->value->loc, "a model parameter must be a number, got %s", kind_name(v.k));
+        return ERRV;
+    }
+    if (!d)
+        return v;
+    d->used = 1;
+    if (v.k == V_FLOAT)
+        return vfloat(d->fvalue);
+    if (d->is_float) {
+        err(L, p->name_loc, "-D %s=%g: '%s' is an integer parameter (its default is %lld)",
+            d->name, d->fvalue, p->name, (long long)v.i);
+        return ERRV;
+    }
+    return vint(d->value);
+}
+
 static void lower_model(Lower *L, Stmt *s)
 {
     L->g->name = s->name;
@@ -1517,18 +1542,12 @@ static void lower_model(Lower *L, Stmt *s)
         Stmt *p = s->body.data[i];
         if (check_fresh(L, p->name, p->name_loc) != 0)
             continue;
-        Define *d = find_define(L->c, p->name);
-        int64_t v = 0;
-        int ok = 1;
-        if (d) {
-            d->used = 1;
-            v = d->value;
-        } else {
-            ok = eval_int(L, p->value, "a model parameter", &v) == 0;
-        }
-        bind(L, L->root, p->name, B_MODEL, ok ? vint(v) : ERRV, p->name_loc);
-        if (ok)
-            VEC_PUSH(L->c->arena, L->g->config, ir_attr_int(L->c->arena, p->name, v));
+        Val v = model_param(L, p, find_define(L->c, p->name));
+        bind(L, L->root, p->name, B_MODEL, v, p->name_loc);
+        if (v.k == V_INT)
+            VEC_PUSH(L->c->arena, L->g->config, ir_attr_int(L->c->arena, p->name, v.i));
+        else if (v.k == V_FLOAT)
+            VEC_PUSH(L->c->arena, L->g->config, ir_attr_float(L->c->arena, p->name, v.f));
     }
 }
 
