@@ -423,14 +423,19 @@ int rt_run_instr(Runtime *rt, int i, int hook, char *err, size_t n)
     char msg[640], what[160];
     if (hook && rt_guard_due(rt, i) && rt_guard_poison(rt, msg, sizeof msg))
         return plan_errorf(err, n, "step %" PRId64 ", TCC_TEST_NAN_GRAD: %s", rt->step_now, msg);
-    double t0 = rt->prof && hook ? rt_profile_now() : 0;
+    /* a profile on the GPU waits for the device around each instruction */
+    int timed = rt->prof && hook, wait = timed && rt->gpu;
+    if (wait && rt_cuda_sync(rt->gpu, msg, sizeof msg))
+        return plan_errorf(err, n, "step %" PRId64 ", TCC_PROFILE: %s", rt->step_now, msg);
+    double t0 = timed ? rt_profile_now() : 0;
     if (hook && rt->gpu && i == rt->hang_at && rt->step_now == rt->hang_step &&
         rt_cuda_hang(rt->gpu, msg, sizeof msg))
         return plan_errorf(err, n, "step %" PRId64 ", %s", rt->step_now, msg);
-    if (rt->gpu ? run_gpu(rt, i, msg, sizeof msg) : run_cpu(rt, i, msg, sizeof msg))
+    if ((rt->gpu ? run_gpu(rt, i, msg, sizeof msg) : run_cpu(rt, i, msg, sizeof msg)) ||
+        (wait && rt_cuda_sync(rt->gpu, msg, sizeof msg)))
         return plan_errorf(err, n, "step %" PRId64 ", instrs[%d] (%s): %s", rt->step_now, i,
                            plan_instr_label(rt->p, i, what, sizeof what), msg);
-    if (rt->prof && hook)
+    if (timed)
         rt_profile_add(rt, i, rt_profile_now() - t0);
     return 0;
 }

@@ -94,7 +94,8 @@ int rt_run_instr(Runtime *rt, int i, int hook, char *err, size_t n);
 /* guard.c: the split of the step and the gradient table, from the plan and the
  * TCC_TEST_NAN_GRAD hook (rt_open_device); their memory (rt_close). */
 int rt_guard_open(Runtime *rt, char *err, size_t n);
-/* profile.c: TCC_PROFILE's instruction times; refused on the cuda device.
+/* profile.c: TCC_PROFILE's instruction times (on the cuda device each
+ * instruction is waited for: rt_run_instr).
  * _add counts seconds of instruction i in the current step (the first step
  * of the run is left out); _close writes the file (world rank 0) and frees. */
 int rt_profile_open(Runtime *rt, RtDeviceKind kind, char *err, size_t n);

@@ -44,30 +44,7 @@ ARCH=sm_${CAP}
 say "GPU: $GPU x $NGPU ($ARCH), output in $OUT"
 
 # ---- 1. build ----
-# The CUDA libraries of this machine (toolkit or Python wheels) for the
-# bundle's executables, and their link-time names for `tcc -o`.
-use_bundle() {
-    local b links lib dir found
-    b=$(cd "$TCC_BUNDLE" && pwd) || return 1
-    links=$OUT/cudalinks
-    mkdir -p "$links"
-    for lib in libcudart.so.13 libnvrtc.so.13 libcublasLt.so.13 libnccl.so.2; do
-        found=$(find /usr/local/cuda/lib64/ /usr/local/cuda/targets/ /usr/lib/ /opt/ \
-            -name "$lib" 2>/dev/null | head -1)
-        if [ -z "$found" ]; then
-            say "bundle: no $lib on this machine"
-            return 1
-        fi
-        dir=$(dirname "$found")
-        say "bundle: $lib from $dir"
-        ln -sf "$found" "$links/${lib%%.so*}.so"
-        case ":${LD_LIBRARY_PATH:-}:" in *":$dir:"*) ;; *) LD_LIBRARY_PATH=$dir:${LD_LIBRARY_PATH:-} ;; esac
-    done
-    cp "$b"/bin/tcc "$b"/bin/tccrun "$b"/bin/tccnvrtc . || return 1
-    export LD_LIBRARY_PATH=$b/lib:$LD_LIBRARY_PATH
-    export LIBRARY_PATH=$b/lib:$links${LIBRARY_PATH:+:$LIBRARY_PATH}
-    export TCC_LIBDIR=$b/lib
-}
+. "$(dirname "${BASH_SOURCE[0]}")/bundle.sh"
 if [ -n "${TCC_BUNDLE:-}" ]; then
     if ! use_bundle >"$OUT/build.log" 2>&1; then
         cat "$OUT/build.log"

@@ -11,10 +11,10 @@
 set -euo pipefail
 
 DIR=${1:-.gpu}
-make -j"$(nproc 2>/dev/null || echo 2)" tcc tccrun tccnvrtc >/dev/null
+make -j"$(nproc 2>/dev/null || echo 2)" tcc tccrun tccnvrtc tccdata >/dev/null
 rm -rf "$DIR"
 mkdir -p "$DIR/bin" "$DIR/lib"
-cp tcc tccrun tccnvrtc "$DIR/bin/"
+cp tcc tccrun tccnvrtc tccdata "$DIR/bin/"
 cp build/libtccrt.a "$DIR/lib/"
 
 # A program as tcc writes them: it links what the executables do, and MPI.
