@@ -2,18 +2,21 @@
 """op_contract.py TCC [--ops a,b] [--seed N] [--keep DIR]: the sharding
 contract per op, not per model (issue 38).
 
-For every op of ir/ops.def it writes one TDL model of that op alone: each
-float operand a parameter (so the op's gradient op runs too), each integer
-operand an input, on random shapes (every dim even, 2 to 6, from --seed).
-The model holds one copy of the op for every split of one operand on one of
-its dims over a mesh axis `tp` of 2, the other operands whole, and one copy
-for every float operand given as a partial sum over `tp` (a matrix product
-whose contracted dim is split). The loss adds up each result times a random
-input of its shape. `TCC --verify` on --mesh 2 then compares the mesh with
-one device in float64: each step's loss, step 1's gradients, the parameters
-and optimizer state after 3 steps. A wrong rule anywhere (a split kept on a
-dim the op reduces over, a permutation read backwards) shows as a difference
-and the search names the op's copy by its TDL line.
+For every op of ir/ops.def it writes copies of that op into a TDL model:
+each float operand a parameter (so the op's gradient op runs too), each
+integer operand an input, on random shapes (every dim even, 2 to 6, from
+--seed). There is one copy of the op for every split of one operand on one
+of its dims over a mesh axis `tp` of 2, the other operands whole, and one
+copy for every float operand given as a partial sum over `tp` (a matrix
+product whose contracted dim is split). The loss adds up each result times a
+random input of its shape. `TCC --verify` on --mesh 2 then compares the
+mesh with one device in float64: each step's loss, step 1's gradients, the
+parameters and optimizer state after 3 steps. A wrong rule anywhere (a
+split kept on a dim the op reduces over, a permutation read backwards)
+shows as a difference, and the search's first diverging value names the
+op's copy by its TDL line. Ops of a kind share a model (GROUPS: the time is
+mostly compiling their kernels); a model that fails blames the op of that
+line and leaves the others in it not judged.
 
 Each op of the table is one of: a recipe here (a user's op), the gradient op
 of a recipe (checked to appear in that model after autodiff), an op of the
@@ -137,29 +140,31 @@ def fmt_shape(shape, split=None):
     return "[" + ", ".join(str(s) + ("@tp" if i == split else "") for i, s in enumerate(shape)) + "]"
 
 
-def model(op, variants, opt):
-    """The TDL of op's model and its number of copies."""
-    lines = ["model op_%s()" % op, "mesh tp: tensor"]
-    body, terms, copies = [], [], 0
+def model(name, ops, opt):
+    """The TDL of one model holding every copy of each (op, variants) of ops:
+    its text, its copies and, by op, the lines of its copies' expressions
+    (to name the op of a diverging line)."""
+    lines = ["model op_%s()" % name, "mesh tp: tensor"]
+    body, terms, copies, owner = [], [], 0, []
 
-    def operand(name, shape, kind, split):
+    def operand(nm, shape, kind, split):
         if kind == "i":
-            lines.append("input %s : i32%s" % (name, fmt_shape(shape, split)))
-            return name
-        lines.append("param %s : f64%s = normal(0.8)" % (name, fmt_shape(shape, split)))
-        return "exp(%s)" % name if kind == "pos" else name
+            lines.append("input %s : i32%s" % (nm, fmt_shape(shape, split)))
+            return nm
+        lines.append("param %s : f64%s = normal(0.8)" % (nm, fmt_shape(shape, split)))
+        return "exp(%s)" % nm if kind == "pos" else nm
 
-    def partial(name, shape, kind):
+    def partial(nm, shape, kind):
         """shape as a matrix product over a split contracted dim of 2."""
         lead = list(shape[:-1]) or [1]
-        lines.append("param %s_a : f64%s = normal(0.8)" % (name, fmt_shape(lead + [2], len(lead))))
-        lines.append("param %s_b : f64%s = normal(0.8)" % (name, fmt_shape([2, shape[-1]], 0)))
-        e = "%s_a @ %s_b" % (name, name)
+        lines.append("param %s_a : f64%s = normal(0.8)" % (nm, fmt_shape(lead + [2], len(lead))))
+        lines.append("param %s_b : f64%s = normal(0.8)" % (nm, fmt_shape([2, shape[-1]], 0)))
+        e = "%s_a @ %s_b" % (nm, nm)
         if len(shape) == 1:
             e = "reshape(%s, [%d])" % (e, shape[0])
         return "exp(%s)" % e if kind == "pos" else "(%s)" % e
 
-    def emit(operands, expr, outs, tag, split_of):
+    def emit(op, operands, expr, outs, tag, split_of):
         nonlocal copies
         copies += 1
         names = []
@@ -169,6 +174,7 @@ def model(op, variants, opt):
             names.append(partial(nm, shape, kind) if sp == "partial" else operand(nm, shape, kind, sp))
         res = ["%s_y%d" % (tag, i) for i in range(len(outs))]
         body.append("%s = %s" % (", ".join(res), expr.format(*names)))
+        owner.append(op)
         for i, shape in enumerate(outs):
             y = res[i] if op != "topk" or i == 0 else "cast(%s, f64)" % res[i]
             if not shape:
@@ -180,22 +186,38 @@ def model(op, variants, opt):
                 t = "sum(%s)" % t
             terms.append(t)
 
-    for v, (operands, expr, outs) in enumerate(variants):
-        for j, (shape, kind) in enumerate(operands):
-            for d, size in enumerate(shape):
-                if size % 2 == 0:
-                    emit(operands, expr, outs, "v%ds%dd%d" % (v, j, d),
-                         lambda jj, j=j, d=d: d if jj == j else None)
-            if kind != "i":
-                emit(operands, expr, outs, "v%dp%d" % (v, j),
-                     lambda jj, j=j: "partial" if jj == j else None)
+    for op, variants in ops:
+        for v, (operands, expr, outs) in enumerate(variants):
+            for j, (shape, kind) in enumerate(operands):
+                for d, size in enumerate(shape):
+                    if size % 2 == 0:
+                        emit(op, operands, expr, outs, "%s_v%ds%dd%d" % (op, v, j, d),
+                             lambda jj, j=j, d=d: d if jj == j else None)
+                if kind != "i":
+                    emit(op, operands, expr, outs, "%s_v%dp%d" % (op, v, j),
+                         lambda jj, j=j: "partial" if jj == j else None)
+    first = len(lines) + 1  # the 1-based line of body[0]
+    line_op = {first + k: op for k, op in enumerate(owner)}
     lines += body
     lines.append("loss = " + " + ".join(terms))
     lines.append("train {")
     lines.append("    optimizer = " + opt)
     lines.append("    grad_clip = 1.0")
     lines.append("}")
-    return "\n".join(lines) + "\n", copies
+    return "\n".join(lines) + "\n", copies, line_op
+
+
+# Ops checked in one model together: their kernels compile in one go (the
+# test's time is mostly compiling), and the first diverging value's line
+# names the op. The rest take a model each.
+GROUPS = [
+    ["tanh", "sigmoid", "relu", "gelu", "silu", "erf", "exp", "neg", "stop_gradient", "log",
+     "sqrt", "rsqrt", "cast", "dropout"],
+    ["add", "sub", "mul", "div", "lt", "le", "gt", "ge", "eq", "ne", "where"],
+    ["sum", "mean", "max", "argmax", "softmax", "layernorm", "rmsnorm"],
+    ["reshape", "expand", "transpose", "slice", "concat"],
+    ["embed", "gather", "scatter", "topk", "cross_entropy"],
+]
 
 
 def table_ops():
@@ -212,30 +234,44 @@ def run(tcc, path, args):
     return subprocess.run([tcc, path] + args, capture_output=True, text=True)
 
 
-def check_op(job):
-    """One op's model through --verify on 2 devices: (ok, report lines)."""
-    tcc, folder, op, variants, i = job
+def check_group(job):
+    """One model of ops through --verify on 2 devices: [(op, ok, report lines)]."""
+    tcc, folder, name, ops, i = job
     opt = "adamw(lr = 0.01)" if i % 2 else "sgd(lr = 0.1, momentum = 0.9)"
-    text, copies = model(op, variants, opt)
-    path = os.path.join(folder, op + ".tdl")
+    text, copies, line_op = model(name, ops, opt)
+    path = os.path.join(folder, name + ".tdl")
     with open(path, "w") as f:
         f.write(text)
-    grads = [gop for gop, fwd in GRAD_OF.items() if fwd == op]
     ir = run(tcc, path, ["--mesh", "2", "--dump-after=autodiff", "--stop-after=autodiff"])
-    missing = [gop for gop in grads if not re.search(r"= %s " % gop, ir.stdout)]
     r = run(tcc, path, ["--mesh", "2", "--verify"])
     verdict = [l for l in r.stdout.splitlines() if l.startswith(("verified", "FAILED"))]
-    if r.returncode == 0 and verdict and not missing and ir.returncode == 0:
-        with_grads = ", with " + " ".join(grads) if grads else ""
-        return True, ["%s: verified (%d splits%s)" % (op, copies, with_grads)]
+    ok = r.returncode == 0 and verdict and ir.returncode == 0
+    blamed = None
+    for l in r.stdout.splitlines():
+        m = re.match(r"\s+at .*:(\d+):\d+$", l)
+        if m and blamed is None:
+            blamed = line_op.get(int(m.group(1)))
     errs = (r.stderr or ir.stderr).strip().splitlines()
     why = verdict[-1].split(": ", 1)[-1] if verdict else (errs[-1] if errs else "no verdict")
-    if missing:
-        why += "; no " + ", ".join(missing) + " after autodiff"
-    lines = ["%s: FAILED: %s (the model: --keep DIR --seed of the first line)" % (op, why)]
-    lines += ["    " + l.strip() for l in r.stdout.splitlines()
-              if l.startswith(("first diverging", "  %", "  at "))]
-    return False, lines
+    out = []
+    for op, _ in ops:
+        grads = [gop for gop, fwd in GRAD_OF.items() if fwd == op]
+        missing = [gop for gop in grads if not re.search(r"= %s " % gop, ir.stdout)]
+        n = sum(1 for o in line_op.values() if o == op)
+        if ok and not missing:
+            out.append((op, True, ["%s: verified (%d splits%s)" % (
+                op, n, ", with " + " ".join(grads) if grads else "")]))
+        elif missing:
+            out.append((op, False, ["%s: FAILED: no %s after autodiff" % (op, ", ".join(missing))]))
+        elif blamed in (None, op):
+            lines = ["%s: FAILED: %s (model %s: --keep DIR --seed of the first line)" % (
+                op, why, name)]
+            lines += ["    " + l.strip() for l in r.stdout.splitlines()
+                      if l.startswith(("first diverging", "  %", "  at "))]
+            out.append((op, False, lines))
+        else:
+            out.append((op, False, ["%s: not judged: its model %s fails at %s" % (op, name, blamed)]))
+    return out
 
 
 def main():
@@ -259,13 +295,20 @@ def main():
     with tempfile.TemporaryDirectory(prefix="op_contract.") as tmp:
         folder = o.keep or tmp
         os.makedirs(folder, exist_ok=True)
-        jobs = [(o.tcc, folder, op, rec[op], i) for i, op in enumerate(rec)
-                if not o.ops or op in o.ops.split(",")]
+        want = [op for op in rec if not o.ops or op in o.ops.split(",")]
+        grouped = {op for g in GROUPS for op in g}
+        jobs = []
+        for g in GROUPS + [[op] for op in rec if op not in grouped]:
+            ops = [(op, rec[op]) for op in g if op in want]
+            if ops:
+                jobs.append((o.tcc, folder, ops[0][0] if len(ops) == 1 else "group%d" % len(jobs),
+                             ops, len(jobs)))
         with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-            for ok, lines in pool.map(check_op, jobs):
-                print("\n".join(lines), flush=True)
-                passed += ok
-                failed += not ok
+            for results in pool.map(check_group, jobs):
+                for op, ok, lines in results:
+                    print("\n".join(lines), flush=True)
+                    passed += ok
+                    failed += not ok
     print("%d passed, %d failed" % (passed, failed))
     sys.exit(1 if failed else 0)
 
