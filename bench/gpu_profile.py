@@ -25,6 +25,12 @@ def attention_flops(plan, instr):
     return f, name
 
 
+def rate(flops, us):
+    """FLOP/s in the unit that fits: TFLOP/s on a GPU, GFLOP/s on a CPU."""
+    r = flops / (us * 1e-6)
+    return "%.1f TFLOP/s" % (r / 1e12) if r >= 1e12 else "%.1f GFLOP/s" % (r / 1e9)
+
+
 def main(argv):
     prof, planf = argv[1], argv[2]
     top = int(argv[3]) if len(argv) > 3 else 15
@@ -45,23 +51,23 @@ def main(argv):
         by_op[m.group(1) if m else label.split()[0]] += us
     for us, i, label in sorted(rows, reverse=True)[:top]:
         ins = plan["instrs"][i]
-        rate = ""
+        what = ""
         if ins["kind"] == "gemm":
             g = ins["gemm"]
             f = 2.0 * g["m"] * g["n"] * g["k"] * max(g.get("batch", 1), 1)
-            rate = "%.1f TFLOP/s" % (f / (us * 1e-6) / 1e12)
+            what = rate(f, us)
         elif ins["kind"] == "kernel" and plan["kernels"][ins["kernel"]]["pattern"] in (2, 3):
             f, name = attention_flops(plan, ins)
             # causal models halve it: the sample's attention is causal when its
             # name says nothing else; the backward does 2.5 times the forward
             f = f / 2 * (2.5 if plan["kernels"][ins["kernel"]]["pattern"] == 3 else 1)
-            rate = "%.1f TFLOP/s (causal count)" % (f / (us * 1e-6) / 1e12)
+            what = rate(f, us) + " (causal count)"
         elif ins["kind"] == "kernel":
             seen = set(ins["args"])
             nbytes = sum(plan["tensors"][t]["bytes"] for t in seen)
-            rate = "%.0f GB/s" % (nbytes / (us * 1e-6) / 1e9)
-        print("%-5d %10.1f %5.1f%%  %-44s %s" % (i, us, 100 * us / total, label[:44], rate))
-    print("step: %.1f ms in %d instructions (each waited for)" % (total / 1e3, len(rows)))
+            what = "%.0f GB/s" % (nbytes / (us * 1e-6) / 1e9)
+        print("%-5d %10.1f %5.1f%%  %-44s %s" % (i, us, 100 * us / total, label[:44], what))
+    print("step: %.1f ms in %d instructions" % (total / 1e3, len(rows)))
     print("by op:")
     for op, us in by_op.most_common(12):
         print("  %-28s %9.1f us %5.1f%%" % (op, us, 100 * us / total))
