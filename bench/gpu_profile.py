@@ -19,7 +19,9 @@ import sys
 def attention_flops(plan, instr):
     """The plan's count for an attention kernel: from its q tensor and name."""
     q = plan["tensors"][instr["args"][0]]
-    b, s, qc = q["shape"][0], q["shape"][1], q["shape"][2]
+    b, s, qc = q["shape"][0], q["shape"][1], 1
+    for d in q["shape"][2:]:  # [B, S, H*Dh], or [B, S, H, Dh] as a view
+        qc *= d
     name = plan["kernels"][instr["kernel"]]["name"]
     f = 2.0 * 2.0 * b * s * s * qc  # 4 Dh per pair and head: 4 b s^2 (h dh)
     return f, name
