@@ -23,6 +23,7 @@ typedef enum {
     KN_ACC,     /* the reduced value of the loop opened by statement a, after it */
     KN_ADD, KN_SUB, KN_MUL, KN_DIV, KN_MAX, KN_MIN, KN_POW, /* float or int by type */
     KN_NEG, KN_EXP, KN_LOG, KN_SQRT, KN_RSQRT, KN_TANH, KN_COS, KN_SIN, KN_ABS, KN_ERF,
+    KN_FLOOR,
     KN_LT,      /* a < b as 0 or 1, float or int operands; result type int */
     KN_EQ,      /* a == b likewise */
     KN_LE,      /* a <= b likewise */

@@ -99,6 +99,7 @@ static void expr(Out *o, const KNode *n)
     case KN_COS: call1(o, "cos", n->a); return;
     case KN_SIN: call1(o, "sin", n->a); return;
     case KN_ABS: call1(o, "fabs", n->a); return;
+    case KN_FLOOR: call1(o, "floor", n->a); return;
     case KN_ERF: call1(o, "erf", n->a); return;
     case KN_LT: fprintf(f, "(int64_t)(t%d < t%d)", n->a, n->b); return;
     case KN_EQ: fprintf(f, "(int64_t)(t%d == t%d)", n->a, n->b); return;

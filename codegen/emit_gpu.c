@@ -179,6 +179,7 @@ static void expr(G *g, const KNode *n, int vec)
     case KN_COS: call(g, "cos", n->a, -1); return;
     case KN_SIN: call(g, "sin", n->a, -1); return;
     case KN_ABS: call(g, "fabs", n->a, -1); return;
+    case KN_FLOOR: call(g, "floor", n->a, -1); return;
     case KN_ERF: call(g, "erf", n->a, -1); return;
     case KN_LT: fputs("(tcc_i64)(", f), bin(g, n->a, "<", n->b), fputs(")", f); return;
     case KN_EQ: fputs("(tcc_i64)(", f), bin(g, n->a, "==", n->b), fputs(")", f); return;

@@ -119,6 +119,8 @@ static int unary(Kernel *k, OpKind kind, int x)
     case OP_GELU: return gelu(k, x);
     case OP_SILU: return kf(k, KN_MUL, x, sigmoid(k, x));
     case OP_ERF: return kb_node(k, KN_ERF, KT_FLOAT, x, 0, 0);
+    case OP_ABS: return kb_node(k, KN_ABS, KT_FLOAT, x, 0, 0);
+    case OP_FLOOR: return kb_node(k, KN_FLOOR, KT_FLOAT, x, 0, 0);
     default: UNREACHABLE();
     }
 }
@@ -291,7 +293,7 @@ int cg_fusable(const Op *op)
     case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU:
     case OP_SILU: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CONSTANT:
     case OP_STOP_GRAD: case OP_ERF: case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ:
-    case OP_NE: case OP_WHERE: case OP_DROPOUT:
+    case OP_NE: case OP_WHERE: case OP_DROPOUT: case OP_ABS: case OP_FLOOR:
         return 1;
     default: return 0;
     }
@@ -1058,6 +1060,17 @@ static void embed_grad(Gen *gen, const Op *op)
     kb_finish(gen, k);
 }
 
+/* arange: element i is i. A kernel of its own: it reads nothing, so it
+ * fuses with no reader's loads. */
+static void arange(Gen *gen, const Op *op)
+{
+    const Value *out = op->res[0];
+    Kernel *k = kb_new(gen, KP_POINTWISE, numel(out), ftype_of(op));
+    int i = kb_idx(k, 0);
+    kb_store(k, kb_arg(k, gen, T(gen, out)), i, kb_node(k, KN_TOFLOAT, KT_FLOAT, i, 0, 0));
+    kb_finish(gen, k);
+}
+
 static void attention(Gen *gen, const Op *op)
 {
     const Value *q = op->args[0];
@@ -1124,9 +1137,10 @@ int cg_op_kernels(Gen *gen, const Op *op)
     case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_EXPAND: case OP_GELU_GRAD:
     case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CLIP_SCALE: case OP_STOP_GRAD: case OP_ERF:
     case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ: case OP_NE: case OP_WHERE:
-    case OP_DROPOUT:
+    case OP_DROPOUT: case OP_ABS: case OP_FLOOR:
         pointwise(gen, op);
         return 0;
+    case OP_ARANGE: arange(gen, op); return 0;
     case OP_LR: learning_rate(gen, op); return 0;
     case OP_SGD: sgd(gen, op); return 0;
     case OP_ADAMW: adamw(gen, op); return 0;

@@ -629,6 +629,22 @@ static int infer_reshape(Infer *in)
     return set_result(in, x->dtype, n, s);
 }
 
+/* arange: attr n >= 1 positions, f32[n] (attr dtype: another float type;
+ * precision = f64 gives f64). */
+static int infer_arange(Infer *in)
+{
+    int64_t n;
+    const Attr *a = ir_op_attr(in->op, "dtype");
+    int t = a && a->kind == ATTR_STR && a->s ? ir_dtype_lookup(a->s) : a ? -1 : DT_F32;
+    if (attr_int(in, "n", -1, &n))
+        return -1;
+    if (n < 1 || n > MAX_ELEMS)
+        return fail(in, "arange needs a length n of at least 1, got %lld", (long long)n);
+    if (t < 0 || !ir_dtype_is_float((DType)t))
+        return fail(in, "arange's 'dtype' must name a float type");
+    return set_result(in, (DType)t, 1, &n);
+}
+
 /* attr perm, a permutation of 0..rank-1; without it, swap the last two dims. */
 static int infer_transpose(Infer *in)
 {
@@ -969,7 +985,11 @@ static int infer_rule(Infer *in)
     case OP_GELU:
     case OP_SILU:
     case OP_ERF:
+    case OP_ABS:
+    case OP_FLOOR:
         return infer_unary(in, 0);
+    case OP_ARANGE:
+        return infer_arange(in);
     case OP_CAST:
         return infer_cast(in);
     case OP_MATMUL:

@@ -252,6 +252,11 @@ static Value *vjp_unary(AD *ad, const Op *op, Value *dy)
     case OP_RELU: return bin(ad, OP_RELU_GRAD, x, dy);
     case OP_GELU: return bin(ad, OP_GELU_GRAD, x, dy);
     case OP_SILU: return bin(ad, OP_SILU_GRAD, x, dy);
+    case OP_ABS: { /* dy sign(x): dy (x > 0) - dy (x < 0) */
+        Value *zero = constant(ad, 0, x->dtype, 0, NULL);
+        return bin(ad, OP_SUB, bin(ad, OP_MUL, dy, bin(ad, OP_GT, x, zero)),
+                   bin(ad, OP_MUL, dy, bin(ad, OP_LT, x, zero)));
+    }
     case OP_ERF: /* dy 2/sqrt(pi) e^(-x^2) */
         return bin(ad, OP_MUL, scale(ad, dy, 1.1283791670955126),
                    un(ad, OP_EXP, un(ad, OP_NEG, bin(ad, OP_MUL, x, x))));
@@ -406,12 +411,14 @@ static void vjp(AD *ad, const Op *op, Value *dy)
     case OP_INPUT: case OP_PARAM: case OP_CONSTANT: return;
     case OP_STOP_GRAD: return; /* a constant to the gradient: nothing flows back */
     case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ: case OP_NE: case OP_ARGMAX:
+    case OP_FLOOR: case OP_ARANGE:
         return; /* piecewise constant: mark_needs gave the result no gradient */
     case OP_MB_SUM: accumulate(ad, op->args[0], dy); return; /* each microbatch's x: dy */
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: vjp_arith(ad, op, dy); return;
     case OP_WHERE: vjp_where(ad, op, dy); return;
     case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH:
     case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_ERF:
+    case OP_ABS:
         accumulate(ad, op->args[0], vjp_unary(ad, op, dy));
         return;
     case OP_MATMUL: vjp_matmul(ad, op, dy); return;
@@ -439,6 +446,7 @@ static int passes_grad(const Op *op, int j)
 {
     switch (op->kind) {
     case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_EQ: case OP_NE: case OP_ARGMAX:
+    case OP_FLOOR:
         return 0;
     case OP_WHERE: return j > 0;
     case OP_ATTENTION: return j < 3; /* not the mask */

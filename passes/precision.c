@@ -137,8 +137,8 @@ static void retype(Prec *p, Op *op)
         op->args[i] = cast_to(p, op->args[i], m == MODE_BF16 ? DT_BF16 : DT_F32);
     }
     if (op->kind == OP_PARAM || op->kind == OP_INPUT || op->kind == OP_STATE ||
-        op->kind == OP_CONSTANT || op->kind == OP_STEP)
-        return;
+        op->kind == OP_CONSTANT || op->kind == OP_STEP || op->kind == OP_ARANGE)
+        return; /* arange: f32, exact to 2^24 whatever its readers' precision */
     for (int i = 0; i < op->nres; i++) {
         DType dt;
         int rank;
@@ -188,6 +188,8 @@ static void promote_f64(Graph *g)
             g->values.data[i]->dtype = DT_F64;
     for (int i = 0; i < g->ops.len; i++) {
         Op *op = g->ops.data[i];
+        if (op->kind == OP_ARANGE) /* its dtype is an attr, as a cast's */
+            ir_op_set_attr(g, op, ir_attr_str(g->arena, "dtype", f64));
         for (int k = 0; op->kind == OP_CAST && k < op->nattrs; k++) {
             Attr *a = op->attrs[k];
             int dt = a->key && !strcmp(a->key, "dtype") && a->kind == ATTR_STR

@@ -82,7 +82,7 @@ static int exact(const Op *op)
     case OP_RELU_GRAD: case OP_MAX: case OP_MAX_GRAD: case OP_ALL_GATHER: case OP_SHARD_SLICE:
     case OP_ALL_TO_ALL: case OP_UPDATE: case OP_LT: case OP_LE: case OP_GT: case OP_GE:
     case OP_EQ: case OP_NE: case OP_WHERE: case OP_ARGMAX: case OP_GATHER: case OP_GATHER_GRAD:
-    case OP_TOPK:
+    case OP_TOPK: case OP_ABS: case OP_FLOOR: case OP_ARANGE:
         return 1;
     default:
         return 0;

@@ -415,6 +415,10 @@ static void op_factors(const Op *op, Factors *f)
     case OP_DROPOUT: fac_dropout(op, f); break;
     case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_GRAD: fac_cross_entropy(op, f); break;
     case OP_TRANSPOSE: fac_transpose(op, f); break;
+    case OP_ARANGE: /* positions: each device holds all, so no offset is needed */
+        f->out[0][0] = (int8_t)new_factor(f);
+        f->full[f->out[0][0]] = 1;
+        break;
     case OP_RESHAPE: fac_reshape(op, f); break;
     case OP_SUM_TO: fac_sum_to(op, f); break;
     case OP_SLICE: case OP_PAD: case OP_CONCAT: fac_along(op, f); break;

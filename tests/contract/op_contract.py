@@ -87,6 +87,10 @@ def recipes(g):
     for op in ["log", "sqrt", "rsqrt"]:
         r[op] = [([P([a, b, c], "pos")], op + "({0})", [[a, b, c]])]
     r["cast"] = [(x3, "cast(cast({0}, f32), f64)", [[a, b, c]])]
+    r["abs"] = [(x3, "abs({0})", [[a, b, c]])]
+    r["floor"] = [(x3, "floor({0} * 3.0) * {0}", [[a, b, c]])]
+    # positions against a split operand: arange itself is never split
+    r["arange"] = [([P([a, c])], "{0} * arange(%d, dtype = f64)" % c, [[a, c]])]
     r["dropout"] = [(x3, "dropout({0}, 0.25)", [[a, b, c]])]
     two = [P([a, b, c]), P([a, b, c])]
     r["add"] = [(two, "{0} + {1}", [[a, b, c]]), ([P([a, b, c]), P([c])], "{0} + {1}", [[a, b, c]])]
@@ -212,7 +216,7 @@ def model(name, ops, opt):
 # names the op. The rest take a model each.
 GROUPS = [
     ["tanh", "sigmoid", "relu", "gelu", "silu", "erf", "exp", "neg", "stop_gradient", "log",
-     "sqrt", "rsqrt", "cast", "dropout"],
+     "sqrt", "rsqrt", "cast", "dropout", "abs", "floor", "arange"],
     ["add", "sub", "mul", "div", "lt", "le", "gt", "ge", "eq", "ne", "where"],
     ["sum", "mean", "max", "argmax", "softmax", "layernorm", "rmsnorm"],
     ["reshape", "expand", "transpose", "slice", "concat"],

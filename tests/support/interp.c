@@ -139,6 +139,8 @@ static double unary(OpKind k, double x)
     case OP_GELU: return gelu(x);
     case OP_SILU: return x / (1 + exp(-x));
     case OP_ERF: return erf(x);
+    case OP_ABS: return fabs(x);
+    case OP_FLOOR: return floor(x);
     case OP_CAST: case OP_STOP_GRAD: case OP_MB_SUM: return x;
     default: UNREACHABLE();
     }
@@ -790,6 +792,10 @@ static int run_op(Interp *in, const Op *op)
         for (int64_t i = 0; i < n; i++)
             OUT[i] = ir_op_attr_float(op, "value", 0);
         return 0;
+    case OP_ARANGE:
+        for (int64_t i = 0; i < n; i++)
+            OUT[i] = (double)i;
+        return 0;
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_LT: case OP_LE: case OP_GT:
     case OP_GE: case OP_EQ: case OP_NE:
         run_binary(in, op);
@@ -797,7 +803,8 @@ static int run_op(Interp *in, const Op *op)
     case OP_WHERE: run_where(in, op); return 0;
     case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_TANH:
     case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_CAST: case OP_STOP_GRAD:
-    case OP_ERF: case OP_MB_SUM: /* a graph of one microbatch: the interpreter runs that one */
+    case OP_ERF: case OP_ABS: case OP_FLOOR:
+    case OP_MB_SUM: /* a graph of one microbatch: the interpreter runs that one */
         for (int64_t i = 0; i < n; i++)
             OUT[i] = unary(op->kind, ARG(0)[i]);
         if (op->kind == OP_CAST && op->res[0]->dtype == DT_I32)

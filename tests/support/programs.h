@@ -20,6 +20,21 @@
     "z = sigmoid(a) + relu(a) + gelu(a) + silu(a) - a\n" \
     "loss = sum(sum((y + z) * r))\n"
 
+/* Positions (issue 38): arange's rows and columns make the relative
+ * position i - j of a 5 x 7 grid, abs and floor bucket it (T5's relative
+ * buckets, cast to ids of a bias table); abs and floor of a parameter too
+ * (abs's gradient is sign(a); floor's is none: its steps are a third apart,
+ * and a random a lies within the finite difference's 1e-5 of one with
+ * probability 6e-5 an element). */
+#define PROG_POSITIONS \
+    "input r : f32[5, 7]\n" \
+    "param a : f32[5, 7] = normal(1)\n" \
+    "param bias : f32[4, 1] = normal(1)\n" \
+    "rel = expand(reshape(arange(5, dtype = f32), [5, 1]), [5, 7]) - arange(7, dtype = f32)\n" \
+    "bucket = cast(floor(abs(rel) / 2.0), i32)\n" \
+    "y = abs(a) * (rel + 0.5) + floor(a * 3.0) * a + reshape(embed(bias, bucket), [5, 7])\n" \
+    "loss = sum(sum(y * r))\n"
+
 /* stop_gradient in the middle of a chain (a value used twice, once stopped)
  * and on a whole term of the loss. */
 #define PROG_STOP_GRADIENT \

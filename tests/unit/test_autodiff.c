@@ -22,7 +22,8 @@ static Graph *build(Ctx *c, const char *src, const char *define1, const char *de
         if (!defs[i])
             continue;
         const char *eq = strchr(defs[i], '=');
-        Define d = {intern_n(c->strings, defs[i], (size_t)(eq - defs[i])), atoll(eq + 1), 0};
+        Define d = {.name = intern_n(c->strings, defs[i], (size_t)(eq - defs[i])),
+                    .value = atoll(eq + 1), .fvalue = (double)atoll(eq + 1)};
         VEC_PUSH(c->arena, c->defines, d);
     }
     Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
@@ -86,6 +87,8 @@ static void check_grads(const char *src, int64_t vocab, int per_param, const cha
 GRAD_TEST(arithmetic_with_broadcasting, PROG_ARITHMETIC_WITH_BROADCASTING)
 
 GRAD_TEST(unary_functions, PROG_UNARY_FUNCTIONS)
+
+GRAD_TEST(positions, PROG_POSITIONS)
 
 GRAD_TEST(comparisons, PROG_COMPARISONS)
 

@@ -25,7 +25,8 @@ static Run *compile(const char *src, const char *mesh, const char *define)
     r->c->mesh_spec = mesh;
     if (define) {
         const char *eq = strchr(define, '=');
-        Define d = {intern_n(r->c->strings, define, (size_t)(eq - define)), atoll(eq + 1), 0};
+        Define d = {.name = intern_n(r->c->strings, define, (size_t)(eq - define)),
+                    .value = atoll(eq + 1), .fvalue = (double)atoll(eq + 1)};
         VEC_PUSH(r->c->arena, r->c->defines, d);
     }
     r->g = fe_compile(r->c, "t.tdl", src, strlen(src));
