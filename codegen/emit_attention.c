@@ -40,16 +40,6 @@ static const char *mf(const At *g, Arena *a, const char *name)
     return g->lang == CG_CUDA && g->f32 ? arena_printf(a, "%sf", name) : name;
 }
 
-static const char *storage(DType t)
-{
-    switch (t) {
-    case DT_F32: return "float";
-    case DT_F64: return "double";
-    case DT_I32: return "int";
-    default: return "unsigned short"; /* bf16 bits */
-    }
-}
-
 /* Keys per tile: 32 (a key per lane) unless shared memory is short. */
 static int att_tile(const Kernel *k)
 {
@@ -212,7 +202,7 @@ static const char *ld_of(const At *g, Arena *a, int s)
 
 static const char *st_of(const At *g, Arena *a, int s)
 {
-    return g->k->arg_dtype[s] == DT_BF16 ? "tcc_f2bf" : arena_printf(a, "(%s)", storage(g->k->arg_dtype[s]));
+    return g->k->arg_dtype[s] == DT_BF16 ? "tcc_f2bf" : arena_printf(a, "(%s)", cg_gpu_storage(g->k->arg_dtype[s]));
 }
 
 static const char *atomic_of(const At *g, int s)

@@ -54,7 +54,7 @@ static int is_item(const Kernel *k, int n)
     return k->nodes.data[n].kind == KN_IDX && k->nodes.data[n].a == 0;
 }
 
-static const char *storage(DType t)
+const char *cg_gpu_storage(DType t)
 {
     switch (t) {
     case DT_F32: return "float";
@@ -223,7 +223,7 @@ static void stored(G *g, int s, int v)
         tmp(g, v);
         fputs(")", g->f);
     } else {
-        fprintf(g->f, "(%s)", storage(g->k->arg_dtype[s]));
+        fprintf(g->f, "(%s)", cg_gpu_storage(g->k->arg_dtype[s]));
         tmp(g, v);
     }
 }
@@ -245,7 +245,7 @@ static void store(G *g, const KStmt *t)
     } else {
         fprintf(f, "a%d[", t->a);
         tmp(g, t->b);
-        fprintf(f, "] + (%s)", storage(g->k->arg_dtype[t->a]));
+        fprintf(f, "] + (%s)", cg_gpu_storage(g->k->arg_dtype[t->a]));
         tmp(g, t->c);
     }
     fputs(";\n", f);
@@ -538,7 +538,7 @@ static void signature(G *g, int block)
                 k->name);
     for (int i = 0; i < k->nargs; i++)
         fprintf(g->f, "%s%s%s *%sa%d", i ? ", " : "", g->lang == CG_OPENCL ? "__global " : "",
-                storage(k->arg_dtype[i]), g->lang == CG_CUDA ? "__restrict__ " : "restrict ", i);
+                cg_gpu_storage(k->arg_dtype[i]), g->lang == CG_CUDA ? "__restrict__ " : "restrict ", i);
     fputs(")\n{\n", g->f);
 }
 
