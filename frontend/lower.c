@@ -1511,29 +1511,51 @@ static Define *find_define(Ctx *c, const char *name)
     return NULL;
 }
 
-/* A model parameter: an integer (sizes, counts) or a float (scales, caps,
- * epsilons), as its default is; -D NAME=VALUE replaces the default, a float
- * parameter taking any number, an integer one integers only. */
+/* Whether a default makes a float parameter: it holds a float literal
+ * (0.5, 30.0, 1e-5) or a float parameter. Decided by how it is written, not
+ * by its value, so 16 / 2 stays an integer and 7 / 2 an error. */
+static int float_default(Lower *L, const Expr *e)
+{
+    if (!e)
+        return 0;
+    if (e->kind == E_FLOAT)
+        return 1;
+    if (e->kind == E_NAME) {
+        const Binding *b = lookup(L, e->name);
+        return b && b->kind == B_MODEL && b->val.k == V_FLOAT;
+    }
+    int f = float_default(L, e->lhs) || float_default(L, e->rhs);
+    for (int i = 0; i < e->args.len && !f; i++)
+        f = float_default(L, e->args.data[i]);
+    return f;
+}
+
+/* A model parameter: an integer (sizes, counts), or a float (scales, caps,
+ * epsilons) when its default is written so (float_default); -D NAME=VALUE
+ * replaces the default (not evaluated then), a float parameter taking any
+ * number, an integer one integers only. */
 static Val model_param(Lower *L, Stmt *p, Define *d)
 {
+    int fl = float_default(L, p->value);
+    int64_t i = 0;
+    if (d) {
+        d->used = 1;
+        if (fl)
+            return vfloat(d->fvalue);
+        if (!d->is_float)
+            return vint(d->value);
+        err(L, p->name_loc, "-D %s=%g: '%s' is an integer parameter", d->name, d->fvalue,
+            p->name);
+        return ERRV;
+    }
+    if (!fl)
+        return eval_int(L, p->value, "a model parameter", &i) == 0 ? vint(i) : ERRV;
     Val v = eval(L, p->value);
-    if (v.k == V_ERR)
-        return ERRV;
-    if (v.k != V_INT && v.k != V_FLOAT) {
+    if (v.k == V_INT)
+        return vfloat((double)v.i);
+    if (v.k != V_FLOAT && v.k != V_ERR)
         err(L, p->value->loc, "a model parameter must be a number, got %s", kind_name(v.k));
-        return ERRV;
-    }
-    if (!d)
-        return v;
-    d->used = 1;
-    if (v.k == V_FLOAT)
-        return vfloat(d->fvalue);
-    if (d->is_float) {
-        err(L, p->name_loc, "-D %s=%g: '%s' is an integer parameter (its default is %lld)",
-            d->name, d->fvalue, p->name, (long long)v.i);
-        return ERRV;
-    }
-    return vint(d->value);
+    return v.k == V_FLOAT ? v : ERRV;
 }
 
 static void lower_model(Lower *L, Stmt *s)
