@@ -14,9 +14,9 @@ mesh with one device in float64: each step's loss, step 1's gradients, the
 parameters and optimizer state after 3 steps. A wrong rule anywhere (a
 split kept on a dim the op reduces over, a permutation read backwards)
 shows as a difference, and the search's first diverging value names the
-op's copy by its TDL line. Ops of a kind share a model (GROUPS: the time is
-mostly compiling their kernels); a model that fails blames the op of that
-line and leaves the others in it not judged.
+op's copy by its TDL line. Ops share a model (GROUPS; attention has its
+own): the time is mostly compiling their kernels. A model that fails blames
+the op of that line and leaves the others in it not judged.
 
 Each op of the table is one of: a recipe here (a user's op), the gradient op
 of a recipe (checked to appear in that model after autodiff), an op of the
@@ -216,13 +216,12 @@ def model(name, ops, opt):
 # names the op. The rest take a model each.
 GROUPS = [
     ["tanh", "sigmoid", "relu", "gelu", "silu", "erf", "exp", "neg", "stop_gradient", "log",
-     "sqrt", "rsqrt", "cast", "dropout", "abs", "floor", "arange"],
-    ["add", "sub", "mul", "div", "lt", "le", "gt", "ge", "eq", "ne", "where"],
-    ["sum", "mean", "max", "argmax", "softmax", "layernorm", "rmsnorm"],
-    ["reshape", "expand", "transpose", "slice", "concat"],
-    ["embed", "gather", "scatter", "topk", "cross_entropy"],
+     "sqrt", "rsqrt", "cast", "dropout", "abs", "floor", "arange", "add", "sub", "mul", "div",
+     "lt", "le", "gt", "ge", "eq", "ne", "where"],
+    ["sum", "mean", "max", "argmax", "softmax", "layernorm", "rmsnorm", "matmul", "rope"],
+    ["reshape", "expand", "transpose", "slice", "concat", "embed", "gather", "scatter", "topk",
+     "cross_entropy"],
 ]
-
 
 def table_ops():
     ops = []
