@@ -76,9 +76,9 @@ static int fix_reshape(MB *m, Op *copy, const Op *orig)
 }
 
 /* Is n the batch size (dim 0) of an input? */
-static int batch_size(const MB *m, int nops, int64_t n)
+static int batch_size(const MB *m, int64_t n)
 {
-    for (int i = 0; i < nops; i++) {
+    for (int i = 0; i < m->nops; i++) {
         const Op *op = m->g->ops.data[i];
         if (op->kind == OP_INPUT && op->res[0]->rank && op->res[0]->shape[0] == n)
             return 1;
@@ -89,11 +89,11 @@ static int batch_size(const MB *m, int nops, int64_t n)
 /* An expand whose target's first dim is the batch: it broadcasts over the
  * batch's rows (vit's class token expanded to [B, 1, D]), so each microbatch
  * has its own rows, B/k of them, even when it broadcasts a parameter. */
-static int expands_batch(const MB *m, int nops, const Op *op)
+static int expands_batch(const MB *m, const Op *op)
 {
     const Attr *s = ir_op_attr(op, "shape");
     return op->kind == OP_EXPAND && s && s->nitems > 0 && s->items[0]->kind == ATTR_INT &&
-           batch_size(m, nops, s->items[0]->i);
+           batch_size(m, s->items[0]->i);
 }
 
 static void fix_expand(MB *m, Op *copy, const Op *orig)
@@ -120,7 +120,7 @@ static int clone_op(MB *m, const Op *op)
         ir_op_set_attr(m->g, copy, op->attrs[i]);
     if (op->kind == OP_RESHAPE && fix_reshape(m, copy, op) != 0)
         return -1;
-    if (expands_batch(m, m->nops, op))
+    if (expands_batch(m, op))
         fix_expand(m, copy, op);
     for (int i = 0; i < op->nres; i++) {
         DType dt;
@@ -149,7 +149,7 @@ static void mark_deps(MB *m, int nops)
 {
     for (int i = 0; i < nops; i++) {
         const Op *op = m->g->ops.data[i];
-        int d = op->kind == OP_INPUT || expands_batch(m, nops, op);
+        int d = op->kind == OP_INPUT || expands_batch(m, op);
         for (int j = 0; j < op->nargs; j++)
             d |= m->dep[op->args[j]->id];
         for (int j = 0; j < op->nres; j++)
