@@ -1084,7 +1084,8 @@ static void attention(Gen *gen, const Op *op)
     Kernel *k = kb_new(gen, op->kind == OP_ATTENTION ? KP_ATTENTION : KP_ATTENTION_BWD, 1,
                        ftype_of(op));
     k->attn = (KAttention){q->shape[0], q->shape[1], H, ir_op_attr_int(op, "kv_heads", H), Dh,
-                           (int)ir_op_attr_int(op, "causal", 0), 1 / sqrt((double)Dh),
+                           (int)ir_op_attr_int(op, "causal", 0),
+                           ir_op_attr_float(op, "scale", 1 / sqrt((double)Dh)),
                            ir_op_attr_int(op, "window", 0), -1,
                            (int)ir_op_attr_int(op, "alibi", 0), ir_op_attr_int(op, "alibi_heads", H), -1};
     int nq = op->kind == OP_ATTENTION ? 3 : 4; /* q, k, v (dout): the mask comes last */

@@ -424,11 +424,13 @@ typedef struct KwSpec {
     KwKind kind;
 } KwSpec;
 
+enum { OP_MAX_KW = 8 };
+
 typedef struct OpSpec {
     const char *name;
     OpKind op;
     int min_t, max_t; /* leading tensor operands */
-    KwSpec kw[6];     /* further positional arguments fill these in order */
+    KwSpec kw[OP_MAX_KW]; /* further positional arguments fill these in order */
 } OpSpec;
 
 static const OpSpec op_specs[] = {
@@ -463,7 +465,7 @@ static const OpSpec op_specs[] = {
     {"rope", OP_ROPE, 1, 1, {{"heads", K_INT}, {"theta", K_FLOAT}, {"rotate_half", K_BOOL}}},
     {"attention", OP_ATTENTION, 1, 3,
      {{"heads", K_INT}, {"kv_heads", K_INT}, {"causal", K_BOOL}, {"window", K_INT}, {"mask", K_TENSOR},
-      {"alibi", K_BOOL}}},
+      {"alibi", K_BOOL}, {"scale", K_FLOAT}}},
     {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, {{0}}},
     {"reshape", OP_RESHAPE, 1, 1, {{"shape", K_INTS}}},
     {"expand", OP_EXPAND, 1, 1, {{"shape", K_INTS}}},
@@ -483,7 +485,7 @@ static const OpSpec *find_spec(const char *name)
 
 static const KwSpec *find_kw(const OpSpec *s, const char *name)
 {
-    for (int i = 0; i < 6 && s->kw[i].name; i++)
+    for (int i = 0; i < OP_MAX_KW && s->kw[i].name; i++)
         if (strcmp(s->kw[i].name, name) == 0)
             return &s->kw[i];
     return NULL;
@@ -492,7 +494,7 @@ static const KwSpec *find_kw(const OpSpec *s, const char *name)
 static void kw_names(const OpSpec *s, char *buf, size_t n)
 {
     buf[0] = 0;
-    for (int i = 0; i < 6 && s->kw[i].name; i++) {
+    for (int i = 0; i < OP_MAX_KW && s->kw[i].name; i++) {
         size_t k = strlen(buf);
         snprintf(buf + k, n - k, "%s'%s'", i ? ", " : "", s->kw[i].name);
     }

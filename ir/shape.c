@@ -552,6 +552,9 @@ static int infer_attention(Infer *in)
         return -1;
     if (window < 0)
         return fail(in, "'window' must be >= 0 (0: none), got %lld", (long long)window);
+    double scale = ir_op_attr_float(in->op, "scale", 1); /* the scores' factor; 1/sqrt(Dh) */
+    if (!(scale > 0 && scale < 1e30))
+        return fail(in, "'scale' must be a positive number, got %g", scale);
     int nq = in->op->kind == OP_ATTENTION_GRAD ? 4 : 3, masks = 0, offsets = 0;
     if (attr_bool(in, "alibi"))
         return -1;

@@ -440,7 +440,7 @@ static void run_attention(Interp *in, const Op *op)
     int64_t KV = ir_op_attr_int(op, "kv_heads", H), Dh = q->shape[2] / H;
     int causal = (int)ir_op_attr_int(op, "causal", 0);
     int64_t qc = q->shape[2], kc = k->shape[2];
-    double *p = malloc(sizeof(double) * (size_t)S), scale = 1 / sqrt((double)Dh);
+    double *p = malloc(sizeof(double) * (size_t)S), scale = ir_op_attr_float(op, "scale", 1 / sqrt((double)Dh));
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < S; i++) {
@@ -664,7 +664,7 @@ static void run_attention_grad(Interp *in, const Op *op)
     int64_t KV = ir_op_attr_int(op, "kv_heads", H), Dh = q->shape[2] / H;
     int64_t qc = q->shape[2], kc = k->shape[2];
     int causal = (int)ir_op_attr_int(op, "causal", 0);
-    double scale = 1 / sqrt((double)Dh), *p = malloc(sizeof(double) * (size_t)(2 * S));
+    double scale = ir_op_attr_float(op, "scale", 1 / sqrt((double)Dh)), *p = malloc(sizeof(double) * (size_t)(2 * S));
     double *dp = p + S;
     for (int i = 0; i < 3; i++)
         memset(RES(i), 0, sizeof(double) * (size_t)interp_numel(op->res[i]));

@@ -181,6 +181,16 @@
 /* ALiBi (issue 19): 3 heads (the slopes of the largest power of 2 below,
  * then one of the odd sequence), causal and bidirectional with a window,
  * over S = 70: two key tiles of 64. */
+/* attention's scale (issue 38): T5 scales its scores by 1, not 1/sqrt(d);
+ * a small scale as well, both causal and not, over two key tiles. */
+#define PROG_ATTENTION_SCALE \
+    "input r : f32[2, 70, 12]\n" \
+    "param q : f32[2, 70, 12] = normal(1)\n" \
+    "param k : f32[2, 70, 12] = normal(1)\n" \
+    "param v : f32[2, 70, 12] = normal(1)\n" \
+    "loss = sum(sum(sum(attention(q, k, v, heads = 3, causal, scale = 1.0) * r)))\n" \
+    "loss = loss + sum(sum(sum(attention(q, k, v, heads = 3, scale = 0.125) * r)))\n"
+
 #define PROG_ALIBI \
     "input r : f32[2, 70, 12]\n" \
     "param q : f32[2, 70, 12] = normal(1)\n" \

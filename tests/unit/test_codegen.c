@@ -161,6 +161,8 @@ STEP_TEST(arithmetic_with_broadcasting, PROG_ARITHMETIC_WITH_BROADCASTING)
 
 STEP_TEST(unary_functions, PROG_UNARY_FUNCTIONS)
 
+STEP_TEST(attention_scale, PROG_ATTENTION_SCALE)
+
 STEP_TEST(positions, PROG_POSITIONS)
 
 STEP_TEST(stop_gradient, PROG_STOP_GRADIENT)
