@@ -44,7 +44,7 @@ GENFLAGS := -Wno-missing-prototypes -Wno-shadow -Wno-sign-compare
 
 # Compiler sources (everything but the driver main).
 # The compiler writes plans with the runtime's plan-format module (cJSON).
-LIB_SRCS := common/base.c $(sort $(wildcard ir/*.c frontend/*.c passes/*.c codegen/*.c)) \
+LIB_SRCS := common/base.c $(sort $(wildcard ir/*.c frontend/*.c passes/*.c model/*.c codegen/*.c)) \
             runtime/plan.c runtime/match.c runtime/pieces.c
 # The rooms above the passes (the compile API, the planner, the reports and
 # --verify): tcc's alone, they run plans (the runtime library).
@@ -101,8 +101,8 @@ $(B)/gen/lexer.c $(B)/gen/lexer.h &: frontend/lexer.l $(B)/gen/parser.h | $(DEPS
 	@mkdir -p $(B)/gen
 	flex --header-file=$(B)/gen/lexer.h -o $(B)/gen/lexer.c $<
 
-HDRS := $(wildcard common/*.h ir/*.h ir/*.def frontend/*.h passes/*.h codegen/*.h runtime/*.h \
-          tests/support/*.h) \
+HDRS := $(wildcard common/*.h ir/*.h ir/*.def frontend/*.h passes/*.h model/*.h codegen/*.h runtime/*.h \
+          driver/*.h explain/*.h planner/*.h tests/support/*.h) \
         $(B)/gen/parser.h $(B)/gen/lexer.h
 
 $(B)/obj/gen/%.o: $(B)/gen/%.c $(HDRS)
@@ -125,9 +125,10 @@ $(B)/fuzz/obj/%.o: %.c $(HDRS) | $(DEPS)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
 
 # A test that no longer builds must not leave its old binary behind to pass.
-$(B)/unit/%: tests/unit/%.c $(SAN_OBJS) $(SUPPORT_OBJS) $(HDRS)
+DRV_SAN_OBJS := $(DRV_SRCS:%.c=$(B)/san/%.o)
+$(B)/unit/%: tests/unit/%.c $(SAN_OBJS) $(DRV_SAN_OBJS) $(SUPPORT_OBJS) $(HDRS)
 	@mkdir -p $(dir $@) && rm -f $@
-	$(CC) $(CFLAGS) $(SANFLAGS) $(BASEFLAGS) -o $@ $< $(SAN_OBJS) $(SUPPORT_OBJS) \
+	$(CC) $(CFLAGS) $(SANFLAGS) $(BASEFLAGS) -o $@ $< $(SAN_OBJS) $(DRV_SAN_OBJS) $(SUPPORT_OBJS) \
 	    $(RT_SAN_LIB) -lcriterion $(RT_LIBS) $(LIB_LIBS)
 
 # The check of every kernel's C and OpenCL renderings against a float64

@@ -155,14 +155,14 @@ static int parse_size(const char *v, double *out)
     return -1;
 }
 
-/* ---- this machine's CPU (passes/cpu.c, runtime/calibrate.c) ---- */
+/* ---- this machine's CPU (model/cpu_cost.c, runtime/calibrate.c) ---- */
 
 /* --cluster FILE when the file is a CPU file (gpu = cpu): 0 read, 1 not a CPU
  * file, -1 refused. */
 static int cpu_file(Ctx *c, Options *o)
 {
     char err[512];
-    int rc = pass_cpu_read(c->arena, o->cluster, &o->cpu, err, sizeof err);
+    int rc = cpu_spec_read(c->arena, o->cluster, &o->cpu, err, sizeof err);
     if (rc < 0)
         return fail("--cluster: %s", err);
     if (rc == 0 && o->gpu && strcmp(o->gpu, "cpu"))
@@ -197,7 +197,7 @@ static int calibrate_cpu(Ctx *c, Options *o)
         fprintf(stderr, "tcc: error: cannot write '%s': %s\n", o->out, strerror(errno));
         return -1;
     }
-    pass_cpu_write(f, &o->cpu);
+    cpu_spec_write(f, &o->cpu);
     if (o->out ? fclose(f) != 0 : fflush(f) != 0) {
         fprintf(stderr, "tcc: error: writing '%s' failed\n", o->out ? o->out : "<stdout>");
         return -1;
@@ -220,7 +220,7 @@ static int measures_cpu(const Options *o)
 static int resolve_cluster(Ctx *c, Options *o)
 {
     char err[512];
-    const ClusterSpec *named = o->cluster ? pass_cluster_lookup(o->cluster) : NULL;
+    const ClusterSpec *named = o->cluster ? dev_cluster_lookup(o->cluster) : NULL;
     if (o->cluster && named) {
         o->cluster_spec = *named;
     } else if (o->cluster) {
@@ -230,17 +230,17 @@ static int resolve_cluster(Ctx *c, Options *o)
         int cpu = cpu_file(c, o);
         if (cpu != 1)
             return cpu;
-        if (pass_cluster_read(c->arena, o->cluster, &o->cluster_spec, err, sizeof err) != 0)
+        if (dev_cluster_read(c->arena, o->cluster, &o->cluster_spec, err, sizeof err) != 0)
             return fail("--cluster: %s", err);
     } else if (o->gpu && strcmp(o->gpu, "cpu")) {
-        o->cluster_spec = *pass_cluster_default(pass_device_lookup(o->gpu));
-        o->cluster_spec.gpu = pass_device_lookup(o->gpu);
+        o->cluster_spec = *dev_cluster_default(dev_lookup(o->gpu));
+        o->cluster_spec.gpu = dev_lookup(o->gpu);
     } else {
         return 0;
     }
     if (o->gpu && !strcmp(o->gpu, "cpu"))
         return fail("--cluster %s: a cluster of GPUs, but --gpu cpu", o->cluster);
-    if (o->gpu && pass_device_lookup(o->gpu) != o->cluster_spec.gpu) {
+    if (o->gpu && dev_lookup(o->gpu) != o->cluster_spec.gpu) {
         fprintf(stderr, "tcc: error: --cluster %s has %s GPUs, not --gpu %s\n", o->cluster,
                 o->cluster_spec.gpu->name, o->gpu);
         return -1;
@@ -351,7 +351,7 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
             if (!(o->verify_tol > 0))
                 return fail("--verify-tol=%s: expected a positive number", v);
         } else if ((v = opt_value(argc, argv, &i, "--gpu"))) {
-            if (strcmp(v, "cpu") && !pass_device_lookup(v))
+            if (strcmp(v, "cpu") && !dev_lookup(v))
                 return fail("--gpu=%s: unknown GPU (a100-40gb, a100-80gb, h100-sxm, h100-pcie, "
                             "h200-sxm or cpu)", v);
             o->gpu = v;
@@ -464,6 +464,21 @@ static int why_graph(const Ctx *c, const Options *o, const Graph *g)
                         o->why[0]);
     return 0;
 }
+/* --why: each name's chain, right after the shard pass (every name tried). */
+typedef struct WhyAsk {
+    const Options *o;
+    WhyChain **out;
+} WhyAsk;
+
+static int trace_why(Ctx *c, Graph *g, const Settings *s, const char *pass, void *user)
+{
+    const WhyAsk *w = user;
+    int bad = 0;
+    for (int i = 0; strcmp(pass, "shard") == 0 && i < w->o->nwhy; i++)
+        bad |= !(w->out[i] = ex_why_trace(c, g, s, w->o->why[i]));
+    return bad ? -1 : 0;
+}
+
 
 static int run(Ctx *c, Options *o)
 {
@@ -482,9 +497,10 @@ static int run(Ctx *c, Options *o)
     if (o->emit && !strcmp(o->emit, "trace"))
         return o->from_ir ? fail("%s", "--emit=trace compiles the TDL input: give a TDL file")
                           : ex_emit_trace(c, o);
+    Settings s;
     if (o->emit && !strcmp(o->emit, "schedule"))
-        return ex_emit_schedule(c, o, g);
-    if (!o->from_ir && pl_fit_budget(c, o, g) != 0)
+        return drv_settings(c, o, g, &s) ? -1 : ex_emit_schedule(c, o, &s.train, g);
+    if (!o->from_ir && (drv_settings(c, o, g, &s) != 0 || pl_fit_budget(c, o, &s.train, g) != 0))
         return -1;
     if (o->emit && !strcmp(o->emit, "memory") && !o->from_ir)
         return ex_emit_memory(c, o, pl_budget_of(o));
@@ -492,14 +508,16 @@ static int run(Ctx *c, Options *o)
         return o->from_ir ? fail("%s", "--emit=cost compiles the TDL input: give a TDL file")
                           : ex_emit_cost(c, o);
     WhyChain *why[MAX_WHY];
+    WhyAsk ask = {o, why};
+    PassHook hook = {trace_why, &ask};
     if (o->nwhy && why_graph(c, o, g) != 0)
         return -1;
-    if (drv_run_passes(c, o, g, o->nwhy ? why : NULL) != 0)
+    if (drv_run_passes(c, o, g, o->nwhy ? &hook : NULL) != 0)
         return -1;
     for (int i = 0; i < o->nwhy; i++) {
         if (i)
             putchar('\n');
-        pass_why_print(stdout, why[i]);
+        ex_why_print(stdout, why[i]);
     }
     if (o->nwhy)
         return fflush(stdout) == 0 ? 0 : -1;
@@ -513,9 +531,9 @@ static int run(Ctx *c, Options *o)
 int main(int argc, char **argv)
 {
     Ctx *c = ctx_new(stderr);
-    c->unroll = getenv("TCC_TEST_UNROLL") != NULL; /* tests: the step with every microbatch a copy */
     Options o = {0};
     o.zero = -1;
+    o.unroll = getenv("TCC_TEST_UNROLL") != NULL; /* tests: the step with every microbatch a copy */
     int ok = parse_args(c, &o, argc, argv) == 0;
     if (ok && measures_cpu(&o))
         rt_cpu_quiet_threads(argv); /* measure as the trainers run */

@@ -109,21 +109,8 @@ typedef struct Ctx {
     VEC(Define) defines;
     const char *mesh_spec; /* --mesh text, NULL when absent */
     int verbose;
-    /* recompute = auto: the mode of each layer (repeat index) that the driver chose
-     * to fit the device's memory (RC_* of passes.h), nrecompute_layers of them;
-     * NULL until chosen */
-    const signed char *recompute_layers;
-    int nrecompute_layers;
-    /* 1: the microbatch pass copies the forward once per microbatch (an
-     * unrolled step, whose every value has an IR value of its own: --verify's
-     * value comparison); 0, the default: the graph holds one microbatch's
-     * step, which the plan's schedule table runs once per microbatch */
-    int unroll;
     /* the planner's profile: every repeat lowers at most this many iterations (0: all) */
     int repeat_limit;
-    /* --verify: the optimizer also keeps each parameter's gradient, before
-     * clipping, as the state "NAME:grad" (passes/optimizer.c) */
-    int keep_grads;
 } Ctx;
 
 /* A fresh context writing diagnostics to `out`; ctx_free releases everything. */

@@ -111,12 +111,12 @@ int drv_on_gpu(const Options *o) { return o->gpu && strcmp(o->gpu, "cpu") != 0; 
  * moment in the plan as compiled, every microbatch in it, and its slab. */
 static int print_plan_memory(Ctx *c, const Options *o, const Plan *compact, const Graph *local)
 {
-    Plan x = *compact, *p = &x; /* a loop plan: as laid out (passes/memory.c) */
+    Plan x = *compact, *p = &x; /* a loop plan: as laid out (model/memory_model.c) */
     int n = plan_stages(p);
     for (int s = 0; s < n; s++) {
         double cat[MC_COUNT];
         printf("stage %d: plan peak %.0f bytes, slab %llu bytes:", s,
-               pass_memory_plan_peak(c->arena, p, local, s, drv_on_gpu(o), cat),
+               mem_plan_peak(c->arena, p, local, s, drv_on_gpu(o), cat),
                (unsigned long long)plan_stage_slab(p, s));
         for (int k = 0; k < MC_COUNT; k++)
             printf(" %s %.0f", mem_cat_name((MemCat)k), cat[k]);
@@ -179,30 +179,35 @@ int drv_write_plan(Ctx *c, const Options *o, const Graph *g)
     return 0;
 }
 
-/* --why: each name's chain, right after the shard pass (every name tried). */
-static int trace_why(Ctx *c, const Options *o, Graph *g, WhyChain **why)
+int drv_settings(Ctx *c, const Options *o, const Graph *g, Settings *s)
 {
-    int bad = 0;
-    for (int i = 0; i < o->nwhy; i++)
-        bad |= !(why[i] = pass_why_trace(c, g, o->why[i]));
-    return bad ? -1 : 0;
+    if (pass_settings(c, g, s) != 0)
+        return -1;
+    s->recompute_layers = o->recompute_layers;
+    s->nrecompute_layers = o->nrecompute_layers;
+    s->unroll = o->unroll;
+    s->keep_grads = o->verify != 0; /* both of --verify's plans */
+    return 0;
 }
 
 /* The graph passes in order, each verified, up to and including --stop-after;
- * with why, the --why chains after the shard pass. */
-int drv_run_passes(Ctx *c, const Options *o, Graph *g, WhyChain **why)
+ * hook (or NULL) after each. */
+int drv_run_passes(Ctx *c, const Options *o, Graph *g, const PassHook *hook)
 {
     int stop = o->stop_after && (!strcmp(o->stop_after, "lower") ||
                                  !strcmp(o->stop_after, "parse-ir") ||
                                  !strcmp(o->stop_after, "verify"));
+    Settings s;
+    if (!stop && drv_settings(c, o, g, &s) != 0)
+        return -1;
     for (const Pass *p = pass_table; p->name && !stop; p++) {
         double t0 = drv_now_ms();
-        if (p->run(c, g) != 0)
+        if (p->run(c, g, &s) != 0)
             return -1;
         after(c, o, g, p->name, t0);
         if (drv_verify(c, o, g, p->name) != 0)
             return -1;
-        if (why && !strcmp(p->name, "shard") && trace_why(c, o, g, why) != 0)
+        if (hook && hook->after(c, g, &s, p->name, hook->user) != 0)
             return -1;
         stop = o->stop_after && !strcmp(o->stop_after, p->name);
     }

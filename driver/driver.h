@@ -8,6 +8,7 @@
 
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
+#include "model/model.h"
 #include "passes/passes.h"
 #include "runtime/cpu.h"
 #include "runtime/runtime.h"
@@ -33,7 +34,7 @@ typedef struct Options {
     int verify;             /* --verify[=STEPS]: steps to compare, 0 when absent */
     int verify_native;      /* --verify=native[,STEPS]: the model's own precision, not f64 */
     double verify_tol;      /* --verify-tol=X, 0: 1e-9, or per value in native mode */
-    const char *gpu;        /* --gpu NAME: a row of passes/devices.c, or "cpu" */
+    const char *gpu;        /* --gpu NAME: a row of model/devices.c, or "cpu" */
     double device_memory;   /* --device-memory SIZE in bytes, 0 when absent */
     const char *sets[MAX_SETS]; /* --set KEY=VALUE: train settings */
     int nsets;
@@ -47,6 +48,12 @@ typedef struct Options {
     int calibrate_cpu;      /* --calibrate-cpu */
     const char *why[MAX_WHY]; /* --why NAME: the values whose sharding to explain */
     int nwhy;
+    /* the compile's choices that the passes read (Settings; --verify keeps
+     * the gradients): recompute = auto's modes by layer (the planner's), the
+     * unrolled microbatch step */
+    const signed char *recompute_layers;
+    int nrecompute_layers;
+    int unroll;
 } Options;
 
 
@@ -60,9 +67,18 @@ void drv_set_train(Graph *g, Attr *a);
 /* The IR verifier after stage after_pass; an invalid IR is printed (an
  * internal error) unless it was read from a file. */
 int drv_verify(Ctx *c, const Options *o, Graph *g, const char *after_pass);
-/* The graph passes in order, each verified, up to --stop-after; with why,
- * the --why chains after the shard pass. */
-int drv_run_passes(Ctx *c, const Options *o, Graph *g, WhyChain **why);
+/* What a caller does after each pass (--why's chains after shard): nonzero
+ * stops the passes (after reporting). */
+typedef struct PassHook {
+    int (*after)(Ctx *c, Graph *g, const Settings *s, const char *pass, void *user);
+    void *user;
+} PassHook;
+/* The settings the passes read: g's train block parsed (once per compile)
+ * and the choices of o; -1 after reporting a bad train block. */
+int drv_settings(Ctx *c, const Options *o, const Graph *g, Settings *s);
+/* The graph passes in order, each verified, up to --stop-after; hook (or
+ * NULL) after each. */
+int drv_run_passes(Ctx *c, const Options *o, Graph *g, const PassHook *hook);
 /* The model through every pass again, on mesh (a --mesh spec). */
 Graph *drv_passed(Ctx *c, Options *o, const char *mesh);
 /* A stage of the pipeline or "all"? */

@@ -127,11 +127,8 @@ int drv_apply_settings(Ctx *c, const Options *o, Graph *g)
     for (int i = 0; i < o->nsets; i++)
         if (apply_set(g, o->sets[i]) != 0)
             return -1;
-    if (o->verify) { /* both of --verify's plans: gradients kept, float64 unless native */
-        c->keep_grads = 1;
-        if (!o->verify_native)
-            drv_set_train(g, ir_attr_str(g->arena, intern(g->strings, "precision"), "f64"));
-    }
+    if (o->verify && !o->verify_native) /* both of --verify's plans: float64 unless native */
+        drv_set_train(g, ir_attr_str(g->arena, intern(g->strings, "precision"), "f64"));
     if (o->zero >= 0)
         drv_set_train(g, ir_attr_int(g->arena, intern(g->strings, "zero"), o->zero));
     if (o->sequence_parallel)

@@ -14,14 +14,10 @@
 
 /* --emit=schedule: the static pipeline schedule of the train block on the
  * mesh's pipeline axis (docs/schedules.md), with unit costs. */
-int ex_emit_schedule(Ctx *c, const Options *o, Graph *g)
+int ex_emit_schedule(Ctx *c, const Options *o, const TrainConfig *train, Graph *g)
 {
-    TrainConfig tc;
+    const TrainConfig tc = *train;
     char err[256];
-    if (ir_train_config(g, &tc, err, sizeof err) != 0) {
-        fprintf(stderr, "tcc: error: %s\n", err);
-        return -1;
-    }
     int p = ir_pipeline_stages(&g->mesh);
     SchedKind kind = sched_kind_of(&tc);
     Schedule s;
@@ -48,7 +44,7 @@ int ex_emit_schedule(Ctx *c, const Options *o, Graph *g)
     return 0;
 }
 
-/* ---- the memory model and the device's budget (passes/memory.c) ---- */
+/* ---- the memory model and the device's budget (model/memory_model.c) ---- */
 
 static void print_header(FILE *f, const Graph *g, const MemoryModel *mm, const Options *o, double budget)
 {
@@ -59,7 +55,7 @@ static void print_header(FILE *f, const Graph *g, const MemoryModel *mm, const O
         fprintf(f, "%s%s=%d", i ? " x " : " ", g->mesh.axes[i].name, g->mesh.axes[i].size);
     fprintf(f, " (%lld devices), %d microbatch%s, %s schedule\n", (long long)ir_mesh_size(&g->mesh),
             mm->microbatches, mm->microbatches == 1 ? "" : "es", mm->schedule);
-    fprintf(f, "device: %s", drv_on_gpu(o) ? pass_device_lookup(o->gpu)->what : "cpu (this runtime)");
+    fprintf(f, "device: %s", drv_on_gpu(o) ? dev_lookup(o->gpu)->what : "cpu (this runtime)");
     if (budget > 0)
         fprintf(f, ", budget %.0f bytes (%.2f GiB)", budget, budget / GIB);
     fprintf(f, "\ntraining state of the whole model per device (before pipeline stages):\n");
@@ -82,31 +78,32 @@ static FILE *open_out(const Options *o, int *json)
 int ex_emit_memory(Ctx *c, const Options *o, double budget)
 {
     MemoryModel mm;
-    Graph *g;
-    if (pl_model_in(c, o, NULL, &mm, &g) != 0)
+    OneStep one;
+    if (pl_model_in(c, o, NULL, &mm, &one) != 0)
         return -1;
+    const Graph *g = one.g;
     int json;
     FILE *f = open_out(o, &json);
     if (!f)
         return -1;
     if (json) {
-        char *text = pass_memory_json(&mm, g->name, drv_on_gpu(o) ? o->gpu : "cpu", budget);
+        char *text = mem_json(&mm, g->name, drv_on_gpu(o) ? o->gpu : "cpu", budget);
         fputs(text, f);
         fputc('\n', f);
         free(text);
     } else {
         print_header(f, g, &mm, o, budget);
-        if (c->recompute_layers)
-            pl_print_auto(f, c);
+        if (o->recompute_layers)
+            pl_print_auto(f, o);
         fprintf(f, "the largest moment of each stage's step:\n");
-        pass_memory_print(f, &mm, budget);
+        mem_print(f, &mm, budget);
     }
     if (o->out && fclose(f) != 0) {
         fprintf(stderr, "tcc: error: writing '%s' failed\n", o->out);
         return -1;
     }
     if (budget > 0 && mm.peak > budget)
-        return pl_refuse(c, o, g, &mm, budget), -1;
+        return pl_refuse(c, o, &one.s.train, g, &mm, budget), -1;
     return 0;
 }
 
@@ -130,8 +127,8 @@ int ex_emit_cost(Ctx *c, Options *o)
     MemoryModel mm;
     CostModel cm;
     if (pl_compile_one(c, o, NULL, &one) != 0 || drv_cost_device(c, o, &one.plan, &d) != 0 ||
-        pass_memory_model(c, one.g, one.local, &one.plan, !d.cpu, &mm) != 0 ||
-        pass_cost_model(c, one.g, one.local, &one.plan, &d, &cm) != 0)
+        mem_model(c, one.g, &one.s.train, one.local, &one.plan, !d.cpu, &mm) != 0 ||
+        cost_model(c, one.g, &one.s.train, one.local, &one.plan, &d, &cm) != 0)
         return -1;
     double budget = pl_budget_of(o);
     if (d.cpu && budget <= 0) /* the devices of the threads backend share the memory */
@@ -141,7 +138,7 @@ int ex_emit_cost(Ctx *c, Options *o)
     if (!f)
         return -1;
     if (json) {
-        char *text = pass_cost_json(&cm, one.g->name, d.name);
+        char *text = cost_json(&cm, one.g->name, d.name);
         cJSON *root = cJSON_Parse(text);
         free(text);
         cJSON_AddNumberToObject(root, "peak_memory_bytes", mm.peak);
@@ -156,7 +153,7 @@ int ex_emit_cost(Ctx *c, Options *o)
             fprintf(f, "%s%s=%d", i ? " x " : " ", one.g->mesh.axes[i].name,
                     one.g->mesh.axes[i].size);
         fprintf(f, " (%.0f devices) on %s\n", cm.devices, device_text(c, o, &d));
-        pass_cost_print(f, &cm);
+        cost_print(f, &cm);
         fprintf(f, "memory: peak %.2f GiB per device (stage %d) of %.2f GiB: %s\n", mm.peak / GIB,
                 mm.peak_stage, budget / GIB, mm.peak <= budget ? "fits" : "does not fit");
     }
@@ -175,7 +172,7 @@ int ex_emit_trace(Ctx *c, Options *o)
     OneStep one;
     CostModel cm;
     if (pl_compile_one(c, o, NULL, &one) != 0 || drv_cost_device(c, o, &one.plan, &d) != 0 ||
-        pass_cost_model(c, one.g, one.local, &one.plan, &d, &cm) != 0)
+        cost_model(c, one.g, &one.s.train, one.local, &one.plan, &d, &cm) != 0)
         return -1;
     int json;
     FILE *f = open_out(o, &json);

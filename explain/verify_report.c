@@ -39,7 +39,7 @@ static double zero_floor(Arena *a, const Plan *one, const double *diff, const do
  * divergence. Values the mesh holds as partial sums are skipped (their
  * blocks are not the whole value); the value their reduction makes is not.
  * When none differs it says step 1 agrees only if step 1's loss does. */
-static void first_divergence(Ctx *c, Graph *g, Graph *g1, double tol)
+static void first_divergence(Ctx *c, const Options *o, Graph *g, Graph *g1, double tol)
 {
     Plan mesh, one;
     char err[512];
@@ -56,10 +56,11 @@ static void first_divergence(Ctx *c, Graph *g, Graph *g1, double tol)
     }
     /* with data parallelism a microbatch holds other rows on the mesh (its
      * block of each device's rows) than on one device: only their sums compare */
-    TrainConfig tc;
+    Settings s;
     int data = 1, per_mb;
-    if (pass_train_config(c, g1, &tc))
+    if (drv_settings(c, o, g1, &s))
         return;
+    const TrainConfig tc = s.train;
     for (int a = 0; a < g->mesh.naxes; a++)
         if (g->mesh.axes[a].role == ROLE_DATA || g->mesh.axes[a].role == ROLE_FSDP)
             data *= g->mesh.axes[a].size;
@@ -143,7 +144,7 @@ static void first_divergence(Ctx *c, Graph *g, Graph *g1, double tol)
 
 /* --verify=native's tolerance of each value it judges (the one-device plan's
  * loss and kept gradients "NAME:grad"): VERIFY_SIGMAS times the rounding the
- * value's chain of operations carries (pass_rounding_error) on each side, so
+ * value's chain of operations carries (ex_rounding_error) on each side, so
  * sqrt(2) of it in their difference. */
 #define VERIFY_SIGMAS 4.0
 
@@ -154,7 +155,7 @@ static double *native_tolerances(Ctx *c, const Graph *g1, const Plan *one)
     for (int t = 0; t < one->ntensors; t++)
         if (one->tensors[t].value >= 0 && one->tensors[t].value < g1->values.len)
             stored[one->tensors[t].value] = 1;
-    double *e = pass_rounding_error(c->arena, g1, stored);
+    double *e = ex_rounding_error(c->arena, g1, stored);
     int *from = arena_alloc(c->arena, sizeof(int) * (size_t)(g1->values.len + 1));
     double *tols = arena_alloc(c->arena, sizeof(double) * (size_t)(one->ntensors + 1));
     for (int v = 0; v < g1->values.len; v++)
@@ -182,9 +183,10 @@ int ex_verify_mesh(Ctx *c, Options *o, Graph *g)
     if (!g1 || cg_build_plan(c, g1, 0, &one) != 0)
         return -1;
 
-    TrainConfig tc;
-    if (pass_train_config(c, g1, &tc))
+    Settings s;
+    if (drv_settings(c, o, g1, &s))
         return -1;
+    const TrainConfig tc = s.train;
     int f64 = one.loss >= 0 && one.tensors[one.loss].dtype == PD_F64;
     int bf16 = !strcmp(tc.precision, "bf16");
     double tol = o->verify_tol > 0 ? o->verify_tol : f64 ? 1e-9 : bf16 ? 5e-2 : 1e-4;
@@ -198,12 +200,12 @@ int ex_verify_mesh(Ctx *c, Options *o, Graph *g)
     if (rc < 0)
         fprintf(stderr, "tcc: error: --verify: %s\n", err);
     if (rc > 0) { /* every value compared: each microbatch's its own, so the step unrolled */
-        c->unroll = 1;
+        Options u = *o;
+        u.unroll = 1;
         const char *one_spec = g1->mesh.naxes ? intern(c->strings, ones) : NULL;
-        Graph *gu = drv_passed(c, o, spec), *g1u = gu ? drv_passed(c, o, one_spec) : NULL;
+        Graph *gu = drv_passed(c, &u, spec), *g1u = gu ? drv_passed(c, &u, one_spec) : NULL;
         if (gu && g1u)
-            first_divergence(c, gu, g1u, tol);
-        c->unroll = 0;
+            first_divergence(c, o, gu, g1u, tol);
     }
     return rc ? -1 : 0;
 }

@@ -249,6 +249,7 @@ typedef struct TrainConfig {
     int64_t microbatches, virtual_stages, zero, steps, seed;
     int64_t sequence_parallel; /* 1: norms and elementwise ops split the sequence over the tensor axis */
     const char *recompute, *precision, *pipeline;
+    const Attr *stage_starts; /* the list of stage_starts (the pipeline pass checks it); NULL: none */
 } TrainConfig;
 
 void ir_train_defaults(TrainConfig *tc);

@@ -148,6 +148,7 @@ int ir_train_set(TrainConfig *tc, const Attr *a, char *err, size_t n)
                 return fail(err, n, "'stage_starts' must be a list of layer indices");
         if (!a || a->kind != ATTR_LIST)
             return fail(err, n, "'stage_starts' must be a list of layer indices");
+        tc->stage_starts = a;
         return 0;
     }
     if (!strcmp(k, "sequence_parallel")) {

@@ -502,7 +502,7 @@ static void set_outputs(AD *ad, Value *loss, int nops)
     }
 }
 
-int pass_autodiff(Ctx *c, Graph *g)
+int pass_autodiff(Ctx *c, Graph *g, const Settings *s)
 {
     if (already_differentiated(g))
         return 0;

@@ -11,7 +11,7 @@
  * over the rows of the batch (as cross_entropy is), the mean of the k
  * microbatch losses is the full-batch loss, so the gradients accumulate
  * exactly (a loss that sums over rows comes out k times smaller). With
- * Ctx.unroll the graph holds k copies instead, copy j seeing rows j, summed
+ * Settings.unroll the graph holds k copies instead, copy j seeing rows j, summed
  * by adds: --verify compares every value of such a step. */
 #include "passes.h"
 
@@ -21,6 +21,7 @@ typedef struct MB {
     Ctx *c;
     Graph *g;
     int k, mb; /* microbatches; the one being built */
+    int unroll;  /* Settings.unroll */
     int nops;    /* the forward's ops, before any copy */
     char *dep;   /* by Value.id: depends on an input */
     Value **map; /* by Value.id: its value in the copy being built */
@@ -201,11 +202,11 @@ static Value *mean_loss(MB *m, Value **losses)
 {
     Value *sum = losses[0];
     Loc loc = sum->loc;
-    for (int j = 1; j < m->k && m->c->unroll; j++) {
+    for (int j = 1; j < m->k && m->unroll; j++) {
         Op *add = ir_op_new(m->g, OP_ADD, (Value *[]){sum, losses[j]}, 2, loc);
         sum = ir_op_result(m->g, add, sum->dtype, 0, NULL);
     }
-    if (!m->c->unroll) { /* the loop: each microbatch adds its loss */
+    if (!m->unroll) { /* the loop: each microbatch adds its loss */
         Op *acc = ir_op_new(m->g, OP_MB_SUM, &sum, 1, loc);
         sum = ir_op_result(m->g, acc, sum->dtype, 0, NULL);
     }
@@ -219,18 +220,16 @@ static Value *mean_loss(MB *m, Value **losses)
     return loss;
 }
 
-int pass_microbatch(Ctx *c, Graph *g)
+int pass_microbatch(Ctx *c, Graph *g, const Settings *s)
 {
-    TrainConfig tc;
-    if (pass_train_config(c, g, &tc))
-        return -1;
+    const TrainConfig tc = s->train;
     for (int i = 0; i < g->ops.len; i++) /* already unrolled, or past autodiff */
         if (g->ops.data[i]->phase != PH_FWD || ir_op_attr(g->ops.data[i], "microbatches"))
             return 0;
     if (!g->outputs.len)
         return 0;
     int nops = g->ops.len;
-    MB m = {c, g, (int)tc.microbatches, 0, nops, NULL, NULL};
+    MB m = {c, g, (int)tc.microbatches, 0, s->unroll, nops, NULL, NULL};
     if (m.k <= 1) { /* one microbatch: what reads the data is microbatch 0 */
         m.dep = arena_alloc(g->arena, (size_t)g->values.len + 1);
         mark_deps(&m, nops);
@@ -252,7 +251,7 @@ int pass_microbatch(Ctx *c, Graph *g)
     for (int i = 0; i < nops; i++)
         if (!op_dep(&m, g->ops.data[i]) || g->ops.data[i]->kind == OP_INPUT)
             VEC_PUSH(g->arena, kept, g->ops.data[i]);
-    for (int j = 0; j < (c->unroll ? m.k : 1); j++) { /* the loop: the first only */
+    for (int j = 0; j < (s->unroll ? m.k : 1); j++) { /* the loop: the first only */
         m.mb = j;
         m.map = arena_alloc(g->arena, mapsz);
         for (int i = 0; i < nops; i++) {

@@ -6,7 +6,7 @@
  * Optimizer moments are 'state' values, ordinary tensors that later passes can
  * shard like parameters. The outputs become loss, learning rate, gradient norm.
  * Weight decay skips rank-1 parameters (norm gains and biases). For --verify
- * (Ctx.keep_grads) each gradient, before clipping, is also stored into a
+ * (Settings.keep_grads) each gradient, before clipping, is also stored into a
  * state "NAME:grad", so that the contract check can compare gradients. */
 #include "passes.h"
 
@@ -161,16 +161,11 @@ static int has_phase(const Graph *g, Phase ph)
     return 0;
 }
 
-int pass_optimizer(Ctx *c, Graph *g)
+int pass_optimizer(Ctx *c, Graph *g, const Settings *s)
 {
     if (has_phase(g, PH_OPT))
         return 0;
-    Opt o = {c, g, {0}, NULL};
-    char err[256];
-    if (ir_train_config(g, &o.tc, err, sizeof err) != 0) {
-        diag_error(&c->diag, LOC_NONE, "train: %s", err);
-        return -1;
-    }
+    Opt o = {c, g, s->train, NULL};
     VEC(Value *) params = {0};
     for (int i = 0; i < g->ops.len; i++)
         if (g->ops.data[i]->kind == OP_PARAM)
@@ -188,7 +183,7 @@ int pass_optimizer(Ctx *c, Graph *g)
     Value *lr = learning_rate(&o, sdt);
     Value *step = lr->def->args[0];
     Value *norm = global_norm(&o, grads, params.len, sdt);
-    for (int i = 0; c->keep_grads && i < params.len; i++) {
+    for (int i = 0; s->keep_grads && i < params.len; i++) {
         o.at = params.data[i]->def;
         Value *gv = grads[i];
         const char *name = params.data[i]->name ? params.data[i]->name : "param";

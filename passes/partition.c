@@ -291,7 +291,7 @@ static void outputs_whole(PP *p)
     }
 }
 
-int pass_partition(Ctx *c, Graph *g)
+int pass_partition(Ctx *c, Graph *g, const Settings *s)
 {
     (void)c;
     if (ir_mesh_size(&g->mesh) == 1)
@@ -302,7 +302,7 @@ int pass_partition(Ctx *c, Graph *g)
     PP p;
     memset(&p, 0, sizeof p);
     p.g = g;
-    shard_opts(g, &p.o);
+    shard_opts(g, (int)s->train.sequence_parallel, &p.o);
     int n = g->ops.len;
     Op **old = arena_alloc(g->arena, sizeof(Op *) * (size_t)(n ? n : 1));
     memcpy(old, g->ops.data, sizeof(Op *) * (size_t)n);

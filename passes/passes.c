@@ -3,6 +3,8 @@
  * Later passes (autodiff, optimizer, shard, partition, ...) are added here. */
 #include "passes.h"
 
+#include <string.h>
+
 const Pass pass_table[] = {
     {"microbatch", pass_microbatch, "gradient accumulation: one forward copy per microbatch"},
     {"autodiff", pass_autodiff, "reverse-mode gradients of the loss for every parameter"},
@@ -15,10 +17,11 @@ const Pass pass_table[] = {
     {NULL, NULL, NULL},
 };
 
-int pass_train_config(Ctx *c, const Graph *g, TrainConfig *tc)
+int pass_settings(Ctx *c, const Graph *g, Settings *s)
 {
     char err[256];
-    if (ir_train_config(g, tc, err, sizeof err) == 0)
+    memset(s, 0, sizeof *s);
+    if (ir_train_config(g, &s->train, err, sizeof err) == 0)
         return 0;
     diag_error(&c->diag, LOC_NONE, "train: %s", err);
     return -1;

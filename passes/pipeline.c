@@ -150,12 +150,9 @@ static void balance(PL *l)
     }
 }
 
-static int pinned(PL *l)
+static int pinned(PL *l, const Attr *a)
 {
-    for (int i = 0; i < l->g->train.len; i++) {
-        const Attr *a = l->g->train.data[i];
-        if (!a->key || strcmp(a->key, "stage_starts") != 0)
-            continue;
+    if (a) {
         if (a->kind != ATTR_LIST || a->nitems != l->P - 1) {
             diag_error(&l->c->diag, l->at,
                        "stage_starts needs %d first layers (one per stage after the first)",
@@ -453,11 +450,9 @@ static int ticks(PL *l, SchedKind kind)
 }
 
 /* The partition: every op's virtual stage, and each one's forward FLOPs. */
-static int partition(PL *l, Ctx *c, Graph *g, SchedKind *kind)
+static int partition(PL *l, Ctx *c, Graph *g, const TrainConfig *t, SchedKind *kind)
 {
-    TrainConfig tc;
-    if (pass_train_config(c, g, &tc))
-        return -1;
+    const TrainConfig tc = *t;
     *kind = sched_kind_of(&tc);
     l->m = (int)tc.microbatches;
     l->v = *kind == SCHED_INTERLEAVED && l->p > 1 ? (int)tc.virtual_stages : 1;
@@ -482,7 +477,7 @@ static int partition(PL *l, Ctx *c, Graph *g, SchedKind *kind)
     for (int i = 0; i < g->ops.len; i++)
         if (l->unit[i] >= 0)
             l->cost[l->unit[i]] += ir_op_flops(g->ops.data[i]);
-    int pin = l->P > 1 ? pinned(l) : 0; /* one stage: nothing to pin */
+    int pin = l->P > 1 ? pinned(l, tc.stage_starts) : 0; /* one stage: nothing to pin */
     if (pin < 0)
         return -1;
     if (!pin)
@@ -504,19 +499,7 @@ static int pipeline_ranks(const Graph *g, Loc *at)
     return p;
 }
 
-int pipeline_stage_costs(Ctx *c, Graph *g, double **cost, int *nstages)
-{
-    PL l = {.c = c, .g = g, .at = LOC_NONE};
-    SchedKind kind;
-    l.p = pipeline_ranks(g, &l.at);
-    if (partition(&l, c, g, &kind) != 0)
-        return -1;
-    *cost = l.vcost;
-    *nstages = l.P;
-    return 0;
-}
-
-int pass_pipeline(Ctx *c, Graph *g)
+int pass_pipeline(Ctx *c, Graph *g, const Settings *s)
 {
     PL l = {.c = c, .g = g, .at = LOC_NONE};
     SchedKind kind;
@@ -524,7 +507,7 @@ int pass_pipeline(Ctx *c, Graph *g)
     for (int i = 0; i < g->ops.len; i++)
         if (g->ops.data[i]->tick) /* scheduled already (IR read back) */
             return 0;
-    if (partition(&l, c, g, &kind) != 0)
+    if (partition(&l, c, g, &s->train, &kind) != 0)
         return -1;
     if (l.p == 1) /* one stage: its microbatches one after the other (F0 B0 F1 B1 ...) */
         kind = SCHED_1F1B;

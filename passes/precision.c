@@ -201,11 +201,9 @@ static void promote_f64(Graph *g)
     }
 }
 
-int pass_precision(Ctx *c, Graph *g)
+int pass_precision(Ctx *c, Graph *g, const Settings *s)
 {
-    TrainConfig tc;
-    if (pass_train_config(c, g, &tc))
-        return -1;
+    const TrainConfig tc = s->train;
     if (!strcmp(tc.precision, "f64")) {
         promote_f64(g);
         return 0;

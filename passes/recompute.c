@@ -293,18 +293,16 @@ int pass_recompute_with(Ctx *c, Graph *g, const signed char *mode_by_layer, int 
     return apply(c, g, mode_by_layer, mode_by_layer ? nlayers : 0, "per layer");
 }
 
-int pass_recompute(Ctx *c, Graph *g)
+int pass_recompute(Ctx *c, Graph *g, const Settings *s)
 {
-    TrainConfig tc;
-    if (pass_train_config(c, g, &tc))
-        return -1;
+    const TrainConfig tc = s->train;
     if (!strcmp(tc.recompute, "auto")) {
-        if (!c->recompute_layers)
+        if (!s->recompute_layers)
             return diag_error(&c->diag, LOC_NONE,
                               "recompute = auto needs a device budget (--gpu NAME or "
                               "--device-memory SIZE)"),
                    -1;
-        return apply(c, g, c->recompute_layers, c->nrecompute_layers, "auto");
+        return apply(c, g, s->recompute_layers, s->nrecompute_layers, "auto");
     }
     RecomputeMode m = !strcmp(tc.recompute, "full")        ? RC_FULL
                       : !strcmp(tc.recompute, "selective") ? RC_SELECTIVE

@@ -406,12 +406,10 @@ int sched_write_trace(const Schedule *s, const SchedTimes *t, double us_per_unit
     return rc;
 }
 
-int pass_train_schedule(Ctx *c, const Graph *g, Schedule *sc, const char *who)
+int sched_of_train(Ctx *c, const Graph *g, const TrainConfig *t, Schedule *sc, const char *who)
 {
-    TrainConfig tc;
+    const TrainConfig tc = *t;
     char err[256];
-    if (pass_train_config(c, g, &tc) != 0)
-        return -1;
     int p = ir_pipeline_stages(&g->mesh);
     SchedKind kind = p > 1 ? sched_kind_of(&tc) : SCHED_1F1B;
     int v = kind == SCHED_INTERLEAVED && p > 1 ? (int)tc.virtual_stages : 1;

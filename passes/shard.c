@@ -20,7 +20,7 @@ typedef struct SP {
     Ctx *c;
     Graph *g;
     ShardOpts o;
-    int zero;
+    int zero, sequence_parallel; /* the train settings */
     char *pinned;    /* by Value.id */
     const int *uses; /* by Value.id, before seeding: how many operands read it */
     VEC(struct Gather) gathers; /* the parameters that get gathered copies, in order */
@@ -351,7 +351,7 @@ static void seed(SP *s)
             seed_input(s, v), s->pinned[v->id] = 1;
     }
     ShardOpts before;
-    shard_opts(s->g, &before);
+    shard_opts(s->g, s->sequence_parallel, &before);
     s->uses = before.uses;
     int n = s->g->ops.len; /* seeding inserts ops: walk a copy */
     Op **ops = arena_alloc(s->g->arena, sizeof(Op *) * (size_t)(n + 1));
@@ -497,13 +497,11 @@ static int seq_split_something(SP *s)
     return -1;
 }
 
-int pass_shard(Ctx *c, Graph *g)
+int pass_shard(Ctx *c, Graph *g, const Settings *set)
 {
-    SP s = {c, g, {-1, NULL, 0, NULL}, 0, NULL, NULL, {0}, 0};
-    TrainConfig tc;
-    if (pass_train_config(c, g, &tc))
-        return -1;
-    s.zero = (int)tc.zero;
+    SP s = {c, g, {-1, NULL, 0, NULL}, 0, 0, NULL, NULL, {0}, 0};
+    s.zero = (int)set->train.zero;
+    s.sequence_parallel = (int)set->train.sequence_parallel;
     if (sharded(g))
         return 0;
     /* seeding adds at most two values (gathered copies) per parameter */
@@ -512,7 +510,7 @@ int pass_shard(Ctx *c, Graph *g)
     seed(&s);
     if (s.errors)
         return -1;
-    shard_opts(g, &s.o); /* after seeding: the use counts the partition pass will see */
+    shard_opts(g, s.sequence_parallel, &s.o); /* after seeding: the use counts the partition pass will see */
     for (int i = 0; i < g->ops.len; i++)
         g->ops.data[i]->id = i;
     sweep(&s);

@@ -90,6 +90,6 @@ double shard_local_bytes(const Mesh *m, const Value *v, const Sharding *s);
 /* The sharding options of g: the train block's sequence_parallel, the use
  * counts of g's values as they are now and the wishes of the summands of
  * pinned gradients (in g's arena). */
-void shard_opts(const Graph *g, ShardOpts *o);
+void shard_opts(const Graph *g, int sequence_parallel, ShardOpts *o);
 
 #endif

@@ -1021,7 +1021,7 @@ static void wish_summands(ShardOpts *o, const Value **wish, const Value *v, cons
     }
 }
 
-void shard_opts(const Graph *g, ShardOpts *o)
+void shard_opts(const Graph *g, int sequence_parallel, ShardOpts *o)
 {
     o->seq_axis = -1;
     int *uses = arena_alloc(g->arena, sizeof(int) * (size_t)(g->values.len + 1));
@@ -1040,12 +1040,7 @@ void shard_opts(const Graph *g, ShardOpts *o)
             wish_summands(o, wish, v, v);
     }
     o->wish = wish;
-    for (int i = 0; i < g->train.len; i++) {
-        const Attr *a = g->train.data[i];
-        if (!a->key || strcmp(a->key, "sequence_parallel") != 0 || !a->i)
-            continue;
-        for (int ax = 0; ax < g->mesh.naxes; ax++)
-            if (g->mesh.axes[ax].role == ROLE_TENSOR && g->mesh.axes[ax].size > 1)
-                o->seq_axis = ax;
-    }
+    for (int ax = 0; sequence_parallel && ax < g->mesh.naxes; ax++)
+        if (g->mesh.axes[ax].role == ROLE_TENSOR && g->mesh.axes[ax].size > 1)
+            o->seq_axis = ax;
 }

@@ -11,7 +11,7 @@
 
 double pl_budget_of(const Options *o)
 {
-    const DeviceSpec *d = o->gpu ? pass_device_lookup(o->gpu) : NULL;
+    const DeviceSpec *d = o->gpu ? dev_lookup(o->gpu) : NULL;
     return o->device_memory > 0 ? o->device_memory : d ? d->memory : 0;
 }
 
@@ -40,33 +40,27 @@ int pl_compile_one(Ctx *c, const Options *o, const Probe *pr, OneStep *one)
     int verbose = c->verbose;
     c->mesh_spec = pr && pr->mesh ? pr->mesh : mesh;
     c->verbose = 0;
-    int unroll = c->unroll;
-    c->unroll = 0;
+    q.unroll = 0;
     Kernel **kernels;
     one->g = drv_load(c, &q);
     int rc = !one->g || drv_apply_settings(c, &q, one->g) || drv_verify(c, &q, one->g, "lower") ||
-                     drv_run_passes(c, &q, one->g, NULL) ||
+                     drv_run_passes(c, &q, one->g, NULL) || drv_settings(c, &q, one->g, &one->s) ||
                      cg_build_plan_local(c, one->g, 0, &one->plan, &kernels, &one->local)
                  ? -1
                  : 0;
-    c->unroll = unroll;
     c->mesh_spec = mesh;
     c->verbose = verbose;
     return rc;
 }
 
-/* The memory model of the step as the options say, plus pr. *gout: the
- * graph of one microbatch's step, after the passes. */
-int pl_model_in(Ctx *c, const Options *o, const Probe *pr, MemoryModel *mm, Graph **gout)
+/* The memory model of the step as the options say, plus pr, of one: the
+ * step of one microbatch compiled. */
+int pl_model_in(Ctx *c, const Options *o, const Probe *pr, MemoryModel *mm, OneStep *one)
 {
-    OneStep one;
-    int rc = pl_compile_one(c, o, pr, &one) ||
-                     pass_memory_model(c, one.g, one.local, &one.plan, drv_on_gpu(o), mm)
-                 ? -1
-                 : 0;
-    if (gout)
-        *gout = one.g;
-    return rc;
+    return pl_compile_one(c, o, pr, one) ||
+                   mem_model(c, one->g, &one->s.train, one->local, &one->plan, drv_on_gpu(o), mm)
+               ? -1
+               : 0;
 }
 
 /* What a probe gives: each stage's peak and each layer's stage. */
@@ -85,18 +79,16 @@ static void probe(Ctx *c, const Options *o, const Probe *pr, ProbeResult *r)
     for (int i = 0; i < c->defines.len; i++)
         VEC_PUSH(q->arena, q->defines, c->defines.data[i]);
     q->mesh_spec = c->mesh_spec;
-    q->recompute_layers = c->recompute_layers;
-    q->nrecompute_layers = c->nrecompute_layers;
     MemoryModel mm;
-    Graph *g = NULL;
+    OneStep one;
     memset(r, 0, sizeof *r);
-    r->ok = pl_model_in(q, o, pr, &mm, &g) == 0 && mm.nstages <= 1024;
+    r->ok = pl_model_in(q, o, pr, &mm, &one) == 0 && mm.nstages <= 1024;
     if (r->ok) {
         r->peak = mm.peak, r->nstages = mm.nstages;
         for (int s = 0; s < mm.nstages; s++)
             r->stage_peak[s] = mm.stage[s].peak;
-        r->nlayers = c->nrecompute_layers > 0 ? c->nrecompute_layers : 0;
-        layer_stages(g, r->layer_stage, 4096);
+        r->nlayers = o->nrecompute_layers > 0 ? o->nrecompute_layers : 0;
+        layer_stages(one.g, r->layer_stage, 4096);
     }
     ctx_free(q);
     if (null)
@@ -132,13 +124,11 @@ static const char *deeper_pipeline(Ctx *c, const Mesh *m, int k, int same)
  * level, a deeper pipeline on the same devices and on 2, 4 and 8 times as
  * many, a schedule that holds fewer microbatches, smaller microbatches,
  * sequence parallelism. At most 16. */
-static int levers(Ctx *c, const Graph *g, Probe *out)
+static int levers(Ctx *c, const TrainConfig *t, const Graph *g, Probe *out)
 {
-    TrainConfig tc;
-    char err[256], buf[64];
+    const TrainConfig tc = *t;
+    char buf[64];
     int n = 0, data = 0, tensor = 0;
-    if (ir_train_config(g, &tc, err, sizeof err) != 0)
-        return 0;
     for (int i = 0; i < g->mesh.naxes; i++) {
         data |= (g->mesh.axes[i].role == ROLE_DATA || g->mesh.axes[i].role == ROLE_FSDP) &&
                 g->mesh.axes[i].size > 1;
@@ -184,7 +174,8 @@ static const char *size_str(char *buf, size_t n, double bytes)
 
 /* The refusal of a plan over budget: the stage, peak and budget, the five
  * largest tensors, and every lever with the peak it would give. */
-void pl_refuse(Ctx *c, const Options *o, const Graph *g, const MemoryModel *mm, double budget)
+void pl_refuse(Ctx *c, const Options *o, const TrainConfig *tc, const Graph *g, const MemoryModel *mm,
+               double budget)
 {
     const StageMemory *sm = &mm->stage[mm->peak_stage];
     char a[32], b[32];
@@ -198,7 +189,7 @@ void pl_refuse(Ctx *c, const Options *o, const Graph *g, const MemoryModel *mm, 
                   size_str(a, sizeof a, sm->top[i].bytes * sm->top[i].count),
                   sm->top[i].count > 1 ? " over the microbatches in flight" : "");
     Probe lv[24];
-    int n = levers(c, g, lv);
+    int n = levers(c, tc, g, lv);
     for (int i = 0; i < n; i++) {
         ProbeResult r;
         probe(c, o, &lv[i], &r);
@@ -229,14 +220,14 @@ typedef struct Auto {
     signed char *mode;
 } Auto;
 
-static void auto_apply(Ctx *c, Auto *a, const int *k)
+static void auto_apply(Options *o, Auto *a, const int *k)
 {
     for (int l = 0; l < a->nlayers; l++) {
         int s = a->stage_of[l];
         a->mode[l] = s < 0 ? RC_NONE : auto_mode(a->index[l], a->count[s], k[s]);
     }
-    c->recompute_layers = a->mode;
-    c->nrecompute_layers = a->nlayers;
+    o->recompute_layers = a->mode;
+    o->nrecompute_layers = a->nlayers;
 }
 
 static void auto_layers(Ctx *c, Auto *a, const ProbeResult *r)
@@ -259,12 +250,12 @@ static void auto_layers(Ctx *c, Auto *a, const ProbeResult *r)
 
 /* Per stage, the least recompute whose peak fits: a binary search over the
  * levels of all stages at once (a stage's peak depends on its own layers). */
-int pl_choose_recompute(Ctx *c, const Options *o, double budget)
+int pl_choose_recompute(Ctx *c, Options *o, double budget)
 {
     ProbeResult r;
     Auto a;
-    c->recompute_layers = NULL;
-    c->nrecompute_layers = 0;
+    o->recompute_layers = NULL;
+    o->nrecompute_layers = 0;
     probe(c, o, &(Probe){NULL, "recompute=none"}, &r);
     if (!r.ok)
         return -1;
@@ -278,7 +269,7 @@ int pl_choose_recompute(Ctx *c, const Options *o, double budget)
             k[s] = lo[s] < hi[s] ? (lo[s] + hi[s]) / 2 : hi[s], busy |= lo[s] < hi[s];
         if (!busy)
             break;
-        auto_apply(c, &a, k);
+        auto_apply(o, &a, k);
         probe(c, o, NULL, &r);
         for (int s = 0; r.ok && s < a.nstages; s++)
             if (lo[s] < hi[s])
@@ -286,23 +277,23 @@ int pl_choose_recompute(Ctx *c, const Options *o, double budget)
         if (!r.ok)
             return -1;
     }
-    auto_apply(c, &a, hi);
+    auto_apply(o, &a, hi);
     return 0;
 }
 
 /* "recompute = auto: stage 0: layers 0-3 full, 4-5 selective, 6-11 none" */
-void pl_print_auto(FILE *f, const Ctx *c)
+void pl_print_auto(FILE *f, const Options *o)
 {
     static const char *const names[] = {"none", "selective", "full"};
     fprintf(f, "recompute = auto:");
-    for (int l = 0; l < c->nrecompute_layers;) {
+    for (int l = 0; l < o->nrecompute_layers;) {
         int e = l;
-        while (e + 1 < c->nrecompute_layers && c->recompute_layers[e + 1] == c->recompute_layers[l])
+        while (e + 1 < o->nrecompute_layers && o->recompute_layers[e + 1] == o->recompute_layers[l])
             e++;
         fprintf(f, "%s layer%s %d", l ? "," : "", e > l ? "s" : "", l);
         if (e > l)
             fprintf(f, "-%d", e);
-        fprintf(f, " %s", names[c->recompute_layers[l]]);
+        fprintf(f, " %s", names[o->recompute_layers[l]]);
         l = e + 1;
     }
     fputc('\n', f);
@@ -312,14 +303,10 @@ void pl_print_auto(FILE *f, const Ctx *c)
 
 /* Before a plan is built: recompute = auto chosen, and the step's peak
  * checked against the budget (a plan over it is refused). */
-int pl_fit_budget(Ctx *c, const Options *o, const Graph *g)
+int pl_fit_budget(Ctx *c, Options *o, const TrainConfig *tc, const Graph *g)
 {
     double budget = pl_budget_of(o);
-    TrainConfig tc;
-    char err[256];
-    if (ir_train_config(g, &tc, err, sizeof err) != 0)
-        return 0; /* the passes report it */
-    if (!strcmp(tc.recompute, "auto")) {
+    if (!strcmp(tc->recompute, "auto")) {
         if (budget <= 0)
             return diag_error(&c->diag, budget_loc(g),
                               "recompute = auto needs a device budget (--gpu NAME or "
@@ -328,20 +315,20 @@ int pl_fit_budget(Ctx *c, const Options *o, const Graph *g)
         if (pl_choose_recompute(c, o, budget) != 0)
             return -1;
         if (!o->emit || strcmp(o->emit, "memory"))
-            pl_print_auto(stderr, c);
+            pl_print_auto(stderr, o);
     }
     int builds = (o->emit && strcmp(o->emit, "ir")) || (!o->emit && o->out);
     if (budget <= 0 || !builds || (o->emit && (!strcmp(o->emit, "memory") || !strcmp(o->emit, "cost"))))
         return 0;
     MemoryModel mm;
-    Graph *gm;
-    if (pl_model_in(c, o, NULL, &mm, &gm) != 0)
+    OneStep one;
+    if (pl_model_in(c, o, NULL, &mm, &one) != 0)
         return -1;
     if (c->verbose)
         fprintf(stderr, "tcc: memory     peak %.2f GiB per device (stage %d) of %.2f GiB\n",
                 mm.peak / GIB, mm.peak_stage, budget / GIB);
-    return mm.peak > budget ? (pl_refuse(c, o, gm, &mm, budget), -1) : 0;
+    return mm.peak > budget ? (pl_refuse(c, o, tc, one.g, &mm, budget), -1) : 0;
 }
 
-/* ---- --plan=auto (passes/planner.c) ---- */
+/* ---- --plan=auto (planner/rank.c) ---- */
 

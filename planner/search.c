@@ -1,6 +1,6 @@
 /* search.c: --plan=auto. Reads the model's shape and the cluster; ranks
  * candidate plans (meshes, microbatches, recomputation, ZeRO) with the cost
- * and memory models (passes/planner.c), compiles the best few through the
+ * and memory models (planner/rank.c), compiles the best few through the
  * compile API to check each fits and to time it with the cost model, and
  * prints the choice with why it beat the others. */
 #include "planner/planner.h"
@@ -78,11 +78,12 @@ static void trial(Ctx *c, const Options *o, const char *mesh, int repeat_limit, 
     int auto_rc = 0; /* --set recompute=auto: each layer's level chosen first, as fit_budget does */
     for (int i = 0; i < o->nsets; i++)
         auto_rc = !strcmp(o->sets[i], "recompute=auto") ? 1 : !strncmp(o->sets[i], "recompute=", 10) ? 0 : auto_rc;
-    t->ok = (!auto_rc || pl_choose_recompute(q, o, pl_budget_of(o)) == 0) &&
-            pl_compile_one(q, o, NULL, &one) == 0 &&
-            pass_memory_model(q, one.g, one.local, &one.plan, 1, &t->mm) == 0 &&
-            (repeat_limit ? pass_cost_profile(q, one.g, one.local, &one.plan, &t->mm, d, &t->prof)
-                          : pass_cost_model(q, one.g, one.local, &one.plan, d, &t->cm)) == 0;
+    Options to = *o;
+    t->ok = (!auto_rc || pl_choose_recompute(q, &to, pl_budget_of(o)) == 0) &&
+            pl_compile_one(q, &to, NULL, &one) == 0 &&
+            mem_model(q, one.g, &one.s.train, one.local, &one.plan, 1, &t->mm) == 0 &&
+            (repeat_limit ? cost_profile(q, one.g, &one.s.train, one.local, &one.plan, &t->mm, d, &t->prof)
+                          : cost_model(q, one.g, &one.s.train, one.local, &one.plan, d, &t->cm)) == 0;
     if (t->ok) { /* the model's stages live in q's arena: keep the numbers only */
         t->saved_layers = t->mm.stage[0].saved_layers;
         t->mm.stage = NULL;
@@ -335,7 +336,7 @@ int pl_plan_auto(Ctx *c, Options *o)
               (ms.axis[ROLE_PIPELINE] ? 4 : 0);
     PlanChoice *all;
     int n;
-    pass_plan_search(c->arena, &sp, &all, &n);
+    pl_search_space(c->arena, &sp, &all, &n);
     double searched = plan_ms() - t0;
     int nfit = 0;
     while (nfit < n && all[nfit].status == PLAN_FITS)

@@ -11,9 +11,9 @@ objects the build made of them (OBJDIR, e.g. build/obj). Checks:
           no object calls a function defined in a folder above it;
   circles no two .c files need each other, directly or through a chain:
           "A needs B" when A's object uses a symbol B's object defines
-          (nm), or A includes B's own header (x.h beside x.c). runtime/gpu
-          is the one room where a circle is allowed (the CUDA device and
-          NCCL share their streams).
+          (nm); and no two headers include each other. runtime/gpu is the
+          one room where a circle is allowed (the CUDA device and NCCL
+          share their streams).
 
 Prints one line per breach and exits 1 when there is any.
 """
@@ -164,6 +164,7 @@ def main():
     files = sorted(sources(root))
     breaches = []
     graph = {f: set() for f in files if f.endswith(".c")}
+    headers = {f: set() for f in files if f.endswith(".h")}
     definer = {}
     uses = {}
     for f in files:
@@ -177,9 +178,8 @@ def main():
         for inc in includes(f, text):
             if floor_breach(folder(f), folder(inc)):
                 breaches.append("%s: includes %s, a floor above" % (f, inc))
-            own = inc[:-2] + ".c" if inc.endswith(".h") else None
-            if f.endswith(".c") and own in graph and own != f:
-                graph[f].add(own)
+            if f in headers and inc in headers:
+                headers[f].add(inc)
         if f.endswith(".c"):
             s = symbols(objdir, f)
             if s is not None:
@@ -193,7 +193,7 @@ def main():
                 graph[f].add(g)
                 if floor_breach(folder(f), folder(g)):
                     breaches.append("%s: calls %s of %s, a floor above" % (f, u, g))
-    for comp in circles(graph):
+    for comp in circles(graph) + circles(headers):
         if all(c.startswith(CIRCLE_OK) for c in comp):
             continue
         breaches.append("circle: " + " <-> ".join(comp))

@@ -56,9 +56,13 @@ static void check_passes(Ctx *c, Graph *g)
 {
     if (g->ops.len > 300) /* keep each input fast: big models are the samples' job */
         return;
+    Settings s;
+    c->diag.out = sink;
+    if (pass_settings(c, g, &s) != 0)
+        return;
     for (const Pass *p = pass_table; p->name; p++) {
         c->diag.out = sink;
-        if (p->run(c, g) != 0)
+        if (p->run(c, g, &s) != 0)
             return;
         c->diag.out = stderr;
         if (ir_verify(c, g) != 0)

@@ -12,6 +12,7 @@
 
 #include "frontend/frontend.h"
 #include "passes/passes.h"
+#include "tests/support/settings.h"
 #include "tests/support/interp.h"
 #include "tests/support/programs.h"
 
@@ -28,7 +29,7 @@ static Graph *build(Ctx *c, const char *src, const char *define1, const char *de
     }
     Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
     cr_assert_not_null(g, "the test program does not compile");
-    cr_assert_eq(pass_autodiff(c, g), 0);
+    cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
     cr_assert_eq(ir_verify(c, g), 0, "the differentiated graph does not verify");
     return g;
 }
@@ -214,7 +215,7 @@ Test(autodiff, rejects_non_scalar_loss)
     const char *src = "param a : f32[3] = ones\nloss = a * 2\n";
     Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
     cr_assert_not_null(g);
-    cr_assert_eq(pass_autodiff(c, g), -1);
+    cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), -1);
     fflush(f);
     cr_assert(strstr(buf, "scalar float loss"), "%s", buf);
     ctx_free(c);

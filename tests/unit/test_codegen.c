@@ -19,6 +19,7 @@
 #include "frontend/frontend.h"
 #include "passes/passes.h"
 #include "runtime/runtime.h"
+#include "tests/support/settings.h"
 #include "tests/support/interp.h"
 #include "tests/support/programs.h"
 
@@ -141,9 +142,9 @@ static void check_step(const char *src, int wide, int optimize, int64_t vocab)
     Ctx *c = ctx_new(stderr);
     Graph *g = fe_compile(c, "t.tdl", text, strlen(text));
     cr_assert_not_null(g);
-    cr_assert_eq(pass_autodiff(c, g), 0);
+    cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
     if (optimize)
-        cr_assert_eq(pass_optimizer(c, g), 0);
+        cr_assert_eq(pass_optimizer(c, g, ts_settings(c, g, 0)), 0);
     cr_assert_eq(ir_verify(c, g), 0);
     make_cache();
     one_step(c, g, CG_KEEP_VALUES, wide, vocab);
@@ -212,7 +213,7 @@ Test(codegen, dropout_masks_are_independent_streams_of_the_seed_step_call_and_ro
     Ctx *c = ctx_new(stderr);
     Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
     cr_assert_not_null(g);
-    cr_assert_eq(pass_autodiff(c, g), 0);
+    cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
     int ids[2], nd = 0;
     for (int i = 0; i < g->ops.len && nd < 2; i++)
         if (g->ops.data[i]->kind == OP_DROPOUT)
@@ -394,7 +395,7 @@ Test(codegen, tiny_gpt_training_is_deterministic_and_learns)
     Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
     cr_assert_not_null(g);
     for (const Pass *p = pass_table; p->name; p++)
-        cr_assert_eq(p->run(c, g), 0, "%s", p->name);
+        cr_assert_eq(p->run(c, g, ts_settings(c, g, 0)), 0, "%s", p->name);
     Plan plan;
     cr_assert_eq(cg_build_plan(c, g, 0, &plan), 0); /* with memory reuse */
     make_cache();
@@ -493,8 +494,8 @@ static void plan_of(Ctx *c, const char *src, int train, Plan *plan)
     Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
     cr_assert_not_null(g);
     if (train) {
-        cr_assert_eq(pass_autodiff(c, g), 0);
-        cr_assert_eq(pass_optimizer(c, g), 0);
+        cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
+        cr_assert_eq(pass_optimizer(c, g, ts_settings(c, g, 0)), 0);
     }
     cr_assert_eq(cg_build_plan(c, g, 0, plan), 0);
 }
@@ -673,7 +674,7 @@ static void full_plan(Ctx *c, const char *src, Plan *plan, Kernel ***ks)
     Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
     cr_assert_not_null(g);
     for (const Pass *p = pass_table; p->name; p++)
-        cr_assert_eq(p->run(c, g), 0, "%s", p->name);
+        cr_assert_eq(p->run(c, g, ts_settings(c, g, 0)), 0, "%s", p->name);
     cr_assert_eq(cg_build_plan_ir(c, g, 0, plan, ks), 0);
 }
 

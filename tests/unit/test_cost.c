@@ -1,4 +1,4 @@
-/* test_cost.c: the cost model's formulas (passes/cost.c, docs/cost.md) on
+/* test_cost.c: the cost model's formulas (model/cost_model.c, docs/cost.md) on
  * hand-made plans: a collective's time by ring and tree over the link its
  * group crosses (the mesh numbered row-major, the last axis innermost), a
  * GEMM's time from its FLOPs, shape and dtype, a memory-bound kernel's from
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "passes/passes.h"
+#include "model/model.h"
 #include "runtime/plan.h"
 
 #define REL(a, b) (fabs((a) - (b)) <= 1e-12 * fabs(b))
@@ -35,7 +35,7 @@ static void setup(void)
 static CostDevice device(void)
 {
     CostDevice d;
-    cost_device_of_cluster(pass_cluster_lookup("dgx-a100"), &d);
+    cost_device_of_cluster(dev_cluster_lookup("dgx-a100"), &d);
     return d;
 }
 
@@ -140,8 +140,8 @@ Test(cost, cluster_file_keys_act_and_errors_are_located)
     char err[256];
     const char *p = write_tmp("# four per node\ngpu = h100-sxm\ngpus_per_node = 4\n"
                               "network_gbs = 12.5 # slower\ngemm_efficiency = 0.5\nlaunch_us = 10\n");
-    cr_assert_eq(pass_cluster_read(a, p, &c, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(c.gpu, pass_device_lookup("h100-sxm"));
+    cr_assert_eq(dev_cluster_read(a, p, &c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.gpu, dev_lookup("h100-sxm"));
     cr_assert_eq(c.gpus_per_node, 4);
     cr_assert_eq(c.network_gbs, 12.5);
     cr_assert_eq(c.nvlink_gbs, 450, "the rest from the GPU's own cluster");
@@ -159,10 +159,10 @@ Test(cost, cluster_file_keys_act_and_errors_are_located)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         p = write_tmp(bad[i].text);
-        cr_assert_eq(pass_cluster_read(a, p, &c, err, sizeof err), -1, "%s", bad[i].text);
+        cr_assert_eq(dev_cluster_read(a, p, &c, err, sizeof err), -1, "%s", bad[i].text);
         cr_assert(strstr(err, bad[i].msg), "'%s' lacks '%s'", err, bad[i].msg);
     }
-    cr_assert_eq(pass_cluster_read(a, "/nonexistent/cluster", &c, err, sizeof err), -1);
+    cr_assert_eq(dev_cluster_read(a, "/nonexistent/cluster", &c, err, sizeof err), -1);
     cr_assert(strstr(err, "cannot read"));
     remove(p);
     arena_free(a);
@@ -174,13 +174,13 @@ Test(cost, cluster_file_values_too_small_are_refused)
     ClusterSpec c;
     char err[256];
     const char *p = write_tmp("gpu = a100-80gb\nnvlink_gbs = 1e-300\n");
-    cr_assert_eq(pass_cluster_read(a, p, &c, err, sizeof err), -1);
+    cr_assert_eq(dev_cluster_read(a, p, &c, err, sizeof err), -1);
     cr_assert(strstr(err, ":2: too small"), "%s", err);
     remove(p);
     arena_free(a);
 }
 
-/* ---- the CPU (passes/cpu.c): devices that share the cores ---- */
+/* ---- the CPU (model/cpu_cost.c): devices that share the cores ---- */
 
 static CpuSpec cpu_spec(void)
 {
@@ -301,19 +301,19 @@ Test(cost, cpu_file_round_trip_and_errors_are_located)
     char err[256], path[64];
     snprintf(path, sizeof path, "/tmp/tcc-cpu-%d.txt", (int)getpid());
     FILE *f = fopen(path, "w");
-    pass_cpu_write(f, &s);
+    cpu_spec_write(f, &s);
     fclose(f);
-    cr_assert_eq(pass_cpu_read(a, path, &back, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cpu_spec_read(a, path, &back, err, sizeof err), 0, "%s", err);
     cr_assert_eq(back.given, s.given, "every key written is read");
     for (int k = 0; k < CPU_NKEYS; k++)
-        cr_assert_eq(back.v[k], s.v[k], "%s", pass_cpu_key((CpuKey)k));
+        cr_assert_eq(back.v[k], s.v[k], "%s", cpu_spec_key((CpuKey)k));
     cr_assert_str_eq(back.what, s.what);
     const char *p = write_tmp("# two cores\ngpu = cpu\ncores = 2 # of four\n");
-    cr_assert_eq(pass_cpu_read(a, p, &back, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cpu_spec_read(a, p, &back, err, sizeof err), 0, "%s", err);
     cr_assert_eq(back.given, 1u << CPU_CORES, "the rest is measured");
     cr_assert_eq(back.v[CPU_CORES], 2);
     p = write_tmp("gpu = h100-sxm\n");
-    cr_assert_eq(pass_cpu_read(a, p, &back, err, sizeof err), 1, "a cluster of GPUs");
+    cr_assert_eq(cpu_spec_read(a, p, &back, err, sizeof err), 1, "a cluster of GPUs");
     static const struct { const char *text, *msg; } bad[] = {
         {"gpu = cpu\nop_ns = fast\n", ":2: expected a positive number"},
         {"gpu = cpu\ncores = 1.5\n", ":2: cores: expected a whole number"},
@@ -325,7 +325,7 @@ Test(cost, cpu_file_round_trip_and_errors_are_located)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         p = write_tmp(bad[i].text);
-        cr_assert_eq(pass_cpu_read(a, p, &back, err, sizeof err), -1, "%s", bad[i].text);
+        cr_assert_eq(cpu_spec_read(a, p, &back, err, sizeof err), -1, "%s", bad[i].text);
         cr_assert(strstr(err, bad[i].msg), "'%s' lacks '%s'", err, bad[i].msg);
         cr_assert(!strncmp(err, p, strlen(p)), "'%s' names the file", err);
     }

@@ -20,6 +20,7 @@
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
+#include "tests/support/settings.h"
 #include "tests/support/programs.h"
 
 TestSuite(loop, .timeout = 120);
@@ -52,7 +53,7 @@ static void build(Built *b, const char *mesh, const char *set)
     Graph *g = fe_compile(b->c, "t.tdl", text, strlen(text));
     cr_assert_not_null(g);
     for (const Pass *p = pass_table; p->name; p++)
-        cr_assert_eq(p->run(b->c, g), 0, "%s", p->name);
+        cr_assert_eq(p->run(b->c, g, ts_settings(b->c, g, 0)), 0, "%s", p->name);
     Kernel **kernels;
     cr_assert_eq(cg_build_plan_local(b->c, g, 0, &b->p, &kernels, &b->local), 0);
     cr_assert_gt(b->p.nsched, 0, "a plan of 4 microbatches has a schedule table");

@@ -22,6 +22,7 @@
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
+#include "tests/support/settings.h"
 #include "tests/support/command.h"
 #include "tests/support/programs.h"
 #include "tests/support/tmpdir.h"
@@ -69,11 +70,10 @@ static void build_as(Built *b, const char *mesh, int microbatches, int loop)
     b->out = open_memstream(&b->diag, &b->len);
     b->c = ctx_new(b->out);
     b->c->mesh_spec = mesh;
-    b->c->unroll = !loop;
     Graph *g = fe_compile(b->c, "t.tdl", text, strlen(text));
     cr_assert_not_null(g);
     for (const Pass *p = pass_table; p->name; p++)
-        cr_assert_eq(p->run(b->c, g), 0, "%s", p->name);
+        cr_assert_eq(p->run(b->c, g, ts_settings(b->c, g, !loop)), 0, "%s", p->name);
     Kernel **kernels;
     int rc = cg_build_plan_local(b->c, g, 0, &b->p, &kernels, &b->local);
     fflush(b->out);

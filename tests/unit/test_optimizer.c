@@ -11,6 +11,7 @@
 
 #include "frontend/frontend.h"
 #include "passes/passes.h"
+#include "tests/support/settings.h"
 #include "tests/support/interp.h"
 
 enum { N = 4, I = 2, O = 3 };
@@ -45,8 +46,8 @@ static void setup(Fixture *f, const char *train)
     f->c = ctx_new(stderr);
     f->g = fe_compile(f->c, "t.tdl", src, strlen(src));
     cr_assert_not_null(f->g);
-    cr_assert_eq(pass_autodiff(f->c, f->g), 0);
-    cr_assert_eq(pass_optimizer(f->c, f->g), 0);
+    cr_assert_eq(pass_autodiff(f->c, f->g, ts_settings(f->c, f->g, 0)), 0);
+    cr_assert_eq(pass_optimizer(f->c, f->g, ts_settings(f->c, f->g, 0)), 0);
     cr_assert_eq(ir_verify(f->c, f->g), 0);
     f->in = interp_new(f->g);
     interp_init(f->in, 99, 1);
@@ -213,12 +214,11 @@ static void run_steps(const char *train, int steps, double *loss, double *params
              "loss = cross_entropy(layernorm(x, g, g) @ w, t)\n"
              "train {\n%s\n}\n", train);
     Ctx *c = ctx_new(stderr);
-    c->unroll = 1; /* every microbatch in the graph: the interpreter runs the whole step */
     Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
     cr_assert_not_null(g);
-    cr_assert_eq(pass_microbatch(c, g), 0);
-    cr_assert_eq(pass_autodiff(c, g), 0);
-    cr_assert_eq(pass_optimizer(c, g), 0);
+    cr_assert_eq(pass_microbatch(c, g, ts_settings(c, g, 1)), 0); /* unrolled: the interpreter runs the whole step */
+    cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
+    cr_assert_eq(pass_optimizer(c, g, ts_settings(c, g, 0)), 0);
     cr_assert_eq(ir_verify(c, g), 0);
     Interp *in = interp_new(g);
     interp_init(in, 5, 5);
@@ -263,7 +263,7 @@ Test(optimizer, microbatches_must_divide_the_batch)
                       "train {\n  microbatches = 4\n}\n";
     Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
     cr_assert_not_null(g);
-    cr_assert_eq(pass_microbatch(c, g), -1);
+    cr_assert_eq(pass_microbatch(c, g, ts_settings(c, g, 0)), -1);
     fflush(out);
     cr_assert(strstr(buf, "t.tdl:1:1: error: microbatches: the batch dimension of input 'x' (6) "
                           "is not divisible by 4 microbatches"),

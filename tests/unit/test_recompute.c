@@ -12,6 +12,7 @@
 
 #include "frontend/frontend.h"
 #include "passes/passes.h"
+#include "tests/support/settings.h"
 #include "tests/support/interp.h"
 #include "tests/support/programs.h"
 
@@ -23,7 +24,6 @@ static Graph *build(Ctx *c, const char *file, const char *model_line)
 {
     const char *src = test_sample(file, model_line);
     cr_assert_not_null(src, "cannot read samples/%s (run the tests from the project root)", file);
-    c->unroll = 1; /* both microbatches in the graph, for the interpreter */
     Graph *g = fe_compile(c, file, src, strlen(src));
     cr_assert_not_null(g, "the sample does not compile");
     for (int i = 0; i < g->train.len; i++) {
@@ -33,8 +33,8 @@ static Graph *build(Ctx *c, const char *file, const char *model_line)
         if (a->key && !strcmp(a->key, "precision"))
             a->s = "f32";
     }
-    cr_assert_eq(pass_microbatch(c, g), 0);
-    cr_assert_eq(pass_autodiff(c, g), 0);
+    cr_assert_eq(pass_microbatch(c, g, ts_settings(c, g, 1)), 0); /* both microbatches in the graph, for the interpreter */
+    cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
     return g;
 }
 
@@ -140,11 +140,12 @@ Test(recompute, auto_needs_a_budget)
     for (int i = 0; i < g->train.len; i++)
         if (g->train.data[i]->key && !strcmp(g->train.data[i]->key, "recompute"))
             g->train.data[i]->s = "auto";
-    cr_assert_eq(pass_recompute(c, g), -1);
+    Settings *s = ts_settings(c, g, 0);
+    cr_assert_eq(pass_recompute(c, g, s), -1);
     static const signed char modes[2] = {RC_FULL, RC_NONE};
-    c->recompute_layers = modes;
-    c->nrecompute_layers = 2;
-    cr_assert_eq(pass_recompute(c, g), 0);
+    s->recompute_layers = modes;
+    s->nrecompute_layers = 2;
+    cr_assert_eq(pass_recompute(c, g, s), 0);
     cr_assert_eq(count_phase(g, PH_RECOMPUTE, OP_COUNT), 36);
     fflush(f);
     cr_assert(strstr(buf, "error: recompute = auto needs a device budget (--gpu NAME or "

@@ -1,5 +1,5 @@
 /* test_rounding.c: the rounding estimate behind --verify=native's
- * tolerances (passes/rounding.c), on small graphs written as IR: a chain of
+ * tolerances (explain/rounding.c), on small graphs written as IR: a chain of
  * n bf16 ops carries sqrt(n) units of bf16, a sum of K terms adds sqrt(K)
  * units of its f32 accumulator, a value that is not stored (computed inside
  * its reader's kernel) rounds to f32 only, data movement and widening casts
@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "passes/passes.h"
+#include "explain/explain.h"
 
 static Ctx *c;
 static void setup(void) { c = ctx_new(stderr); }
@@ -25,7 +25,7 @@ static const double *estimate(const char *body, const char *stored)
     snprintf(text, sizeof text, "%s%s", HEAD, body);
     Graph *g = ir_parse(c, "r.tir", text, strlen(text));
     cr_assert_not_null(g, "%s", text);
-    return pass_rounding_error(c->arena, g, stored);
+    return ex_rounding_error(c->arena, g, stored);
 }
 
 static void near(double got, double want, const char *what)

@@ -1,4 +1,4 @@
-/* test_why.c: the why-chains of --why (passes/why.c) and the questions they
+/* test_why.c: the why-chains of --why (explain/why.c) and the questions they
  * ask the sharding rules (shard_weigh, shard_axis_from in
  * passes/shard_rules.c). GPT-2 and Llama, shrunk, are sharded over a 2 x 2
  * mesh (also with zero = 3 and sequence parallelism). Checks: for every op,
@@ -17,7 +17,9 @@
 
 #include "frontend/frontend.h"
 #include "passes/passes.h"
+#include "explain/explain.h"
 #include "passes/shard.h"
+#include "tests/support/settings.h"
 #include "tests/support/programs.h"
 
 #define GPT2_LINE "model gpt2(V = 64, S = 8, D = 32, H = 2, L = 2, B = 16)"
@@ -41,7 +43,7 @@ static Graph *build(Ctx *c, const char *file, const char *line, const char *last
                                      : ir_attr_int(g->arena, key, v));
     }
     for (const Pass *p = pass_table; p->name; p++) {
-        cr_assert_eq(p->run(c, g), 0, "pass %s failed", p->name);
+        cr_assert_eq(p->run(c, g, ts_settings(c, g, 0)), 0, "pass %s failed", p->name);
         if (!strcmp(p->name, last))
             break;
     }
@@ -62,7 +64,7 @@ static void first_way_is_pick(const char *file, const char *line, const char *co
     Ctx *c = ctx_new(stderr);
     Graph *g = build(c, file, line, "shard", sets);
     ShardOpts o;
-    shard_opts(g, &o);
+    shard_opts(g, (int)ts_settings(c, g, 0)->train.sequence_parallel, &o);
     Strategy *ways = arena_alloc(g->arena, sizeof(Strategy) * 64);
     for (int i = 0; i < g->ops.len; i++) {
         const Op *op = g->ops.data[i];
@@ -104,7 +106,7 @@ static void axes_have_sources(const char *file, const char *line, const char *co
     Ctx *c = ctx_new(stderr);
     Graph *g = build(c, file, line, "shard", sets);
     ShardOpts o;
-    shard_opts(g, &o);
+    shard_opts(g, (int)ts_settings(c, g, 0)->train.sequence_parallel, &o);
     int followed = 0;
     for (int i = 0; i < g->ops.len; i++) {
         const Op *op = g->ops.data[i];
@@ -152,7 +154,7 @@ static char *chain(Ctx *c, Graph *g, WhyChain *w)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     cr_assert(f && w);
-    pass_why_print(f, w);
+    ex_why_print(f, w);
     fclose(f);
     char *s = arena_strdup(c->arena, buf);
     free(buf);
@@ -174,12 +176,12 @@ static void every_name_prints(const char *file, const char *line, const char *co
             seen = names[k] == name;
         if (!seen) {
             names[n] = name;
-            w[n] = pass_why_trace(c, g, name);
+            w[n] = ex_why_trace(c, g, ts_settings(c, g, 0), name);
             cr_assert_not_null(w[n], "%s: '%s' not found", file, name);
             n++;
         }
     }
-    cr_assert_eq(pass_partition(c, g), 0);
+    cr_assert_eq(pass_partition(c, g, ts_settings(c, g, 0)), 0);
     for (int k = 0; k < n; k++) {
         char *s = chain(c, g, w[k]);
         char head[600];
@@ -202,13 +204,14 @@ Test(why, names)
     Graph *g = build(c, "llama.tdl", LLAMA_LINE, "shard", NULL);
     FILE *quiet = fopen("/dev/null", "w");
     c->diag.out = quiet;
-    cr_assert_null(pass_why_trace(c, g, "wqq"));
-    cr_assert_null(pass_why_trace(c, g, "%999999"));
+    cr_assert_null(ex_why_trace(c, g, ts_settings(c, g, 0), "wqq"));
+    cr_assert_null(ex_why_trace(c, g, ts_settings(c, g, 0), "%999999"));
     cr_assert_eq(c->diag.nerrors, 2);
     c->diag.nerrors = 0;
-    WhyChain *wq = pass_why_trace(c, g, "wq"), *ffn = pass_why_trace(c, g, "ffn.w1");
-    WhyChain *num = pass_why_trace(c, g, "%4");
-    cr_assert_eq(pass_partition(c, g), 0);
+    Settings *set = ts_settings(c, g, 0);
+    WhyChain *wq = ex_why_trace(c, g, set, "wq"), *ffn = ex_why_trace(c, g, set, "ffn.w1");
+    WhyChain *num = ex_why_trace(c, g, set, "%4");
+    cr_assert_eq(pass_partition(c, g, set), 0);
     cr_assert(!strncmp(chain(c, g, wq), "why 'layers.0.wq' %", 19));
     cr_assert(!strncmp(chain(c, g, ffn), "why 'layers.0.ffn.w1' %", 23));
     /* params come first, in declaration order: tok_embed %2, then layer 0's */

@@ -16,7 +16,7 @@
  * once, in the last microbatch's pieces; what they leave on the
  * communication stream overlaps the rest of the backward and delays the
  * optimizer. docs/cost.md has every formula and constant. */
-#include "passes.h"
+#include "model/cost_stage.h"
 
 #include "../runtime/plan.h"
 
@@ -157,29 +157,6 @@ double cost_compute_time(const Plan *p, const CostDevice *d, const PlanInstr *in
 
 /* ---- a stage's pieces, each run on two streams ---- */
 
-typedef struct Run {
-    double end;     /* when the piece is done: its compute and its own collectives */
-    double compute; /* time the compute stream works */
-    double once;    /* collectives of the shared instructions: their time */
-    double backlog; /* of those, still on the communication stream at end */
-    double exposed; /* compute's waits for collectives */
-} Run;
-
-typedef struct Stage {
-    const Plan *p;
-    const CostDevice *d;
-    StagePieces sp;
-    int *from, *to;     /* by piece + 1 (prologue at 0, epilogue at npieces + 1): positions */
-    double *busy;       /* by tensor: when the collective using it is done (scratch) */
-    Run *regular, *last; /* by piece: a microbatch's run; the last microbatch's */
-    Run pro, epi;
-    double p2p;         /* the largest message to a neighbouring stage */
-    char *per_mb;       /* by position: work of each microbatch (not only mb >= 0) */
-    char *chain;        /* by position: a receive that a microbatch's work reads (the
-                           schedule's dependency between stages) */
-    const char *grad;   /* by local value id: a parameter's gradient */
-    const Graph *local;
-} Stage;
 
 static int is_p2p(const PlanInstr *in)
 {
@@ -289,7 +266,7 @@ static void per_microbatch(Arena *a, Stage *st)
         if (in->kind == PI_COLL && in->coll.op == PC_RECV) { /* the readers came first here */
             int v = p->tensors[in->args[0]].value; /* a weight (a tied one's cast) or its */
             const Value *val = v >= 0 && v < st->local->values.len ? st->local->values.data[v] : NULL;
-            st->chain[i] = f.feeds[in->args[0]] && !(val && (st->grad[v] || pass_weight_value(val)));
+            st->chain[i] = f.feeds[in->args[0]] && !(val && (st->grad[v] || mem_weight_value(val)));
         }
         if (st->per_mb[i])
             each_tensor(in, flow_read, &f);
@@ -351,9 +328,9 @@ static Run run_range(Stage *st, int from, int to, int shared)
     return r;
 }
 
-static void stage_runs(Arena *a, Stage *st, const Schedule *sc, int s)
+void cost_stage_runs(Arena *a, Stage *st, const Schedule *sc, int s)
 {
-    pass_stage_pieces(a, st->p, sc, s, &st->sp);
+    mem_stage_pieces(a, st->p, sc, s, &st->sp);
     per_microbatch(a, st);
     int np = st->sp.npieces;
     st->from = arena_alloc(a, sizeof(int) * (size_t)(np + 3));
@@ -422,7 +399,7 @@ static double graph_flops(const Graph *g, Phase ph)
 
 /* Tokens of one microbatch: the first data input's elements (integer ids),
  * or its rows (all but the last dimension) for real-valued inputs. */
-static double graph_tokens(const Graph *g)
+double cost_graph_tokens(const Graph *g)
 {
     for (int i = 0; i < g->ops.len; i++) {
         const Op *op = g->ops.data[i];
@@ -457,21 +434,21 @@ static void instr_times(Arena *a, const Stage *st, int m, CostModel *out)
     }
 }
 
-int pass_cost_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p, const CostDevice *d,
+int cost_model(Ctx *c, const Graph *g, const TrainConfig *tc, const Graph *local, const Plan *p, const CostDevice *d,
                     CostModel *out)
 {
     Schedule sc;
     memset(out, 0, sizeof *out);
-    if (pass_train_schedule(c, g, &sc, "cost model") != 0)
+    if (sched_of_train(c, g, tc, &sc, "cost model") != 0)
         return -1;
     Sim sim = {arena_alloc(c->arena, sizeof(Stage) * (size_t)sc.p), sc.m};
     memset(sim.stages, 0, sizeof(Stage) * (size_t)sc.p);
     double pro = 0, p2p = 0;
-    const char *grad = pass_gradient_values(c->arena, local);
+    const char *grad = mem_gradient_values(c->arena, local);
     for (int s = 0; s < sc.p; s++) {
         sim.stages[s].p = p, sim.stages[s].d = d;
         sim.stages[s].grad = grad, sim.stages[s].local = local;
-        stage_runs(c->arena, &sim.stages[s], &sc, s);
+        cost_stage_runs(c->arena, &sim.stages[s], &sc, s);
         if (sim.stages[s].pro.end > pro)
             pro = sim.stages[s].pro.end;
         if (sim.stages[s].p2p > p2p)
@@ -521,7 +498,7 @@ int pass_cost_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p, c
     out->p2p_s = p2p;
     out->step_s = step;
     out->devices = (double)plan_mesh_size(p);
-    out->tokens = graph_tokens(g); /* the data input is whole: each microbatch slices it */
+    out->tokens = cost_graph_tokens(g); /* the data input is whole: each microbatch slices it */
     out->model_flops = 3 * graph_flops(g, PH_FWD) * sc.m;
     out->hw_flops = out->model_flops + graph_flops(g, PH_RECOMPUTE) * sc.m;
     out->peak_flops = d->peak16;
@@ -536,7 +513,7 @@ int pass_cost_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p, c
 
 /* ---- output ---- */
 
-void pass_cost_print(FILE *f, const CostModel *cm)
+void cost_print(FILE *f, const CostModel *cm)
 {
     fprintf(f, "step %.6f s (stage %d binds): %d microbatch%s, %s schedule\n", cm->step_s,
             cm->binding_stage, cm->microbatches, cm->microbatches == 1 ? "" : "es", cm->schedule);
@@ -555,7 +532,7 @@ void pass_cost_print(FILE *f, const CostModel *cm)
     }
 }
 
-char *pass_cost_json(const CostModel *cm, const char *model, const char *device)
+char *cost_json(const CostModel *cm, const char *model, const char *device)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", model);
@@ -594,250 +571,4 @@ char *pass_cost_json(const CostModel *cm, const char *model, const char *device)
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     return text;
-}
-
-/* ---- the planner's profile: one layer's step, measured ---- */
-
-/* Where an instruction of a one-layer step belongs. */
-enum { PART_LAYER, PART_EMBED, PART_HEAD };
-
-/* The part of position i: its layer, else before the layer's forward (or
- * after its backward): the embedding; else the head and loss. */
-static int part_of(const Stage *st, int i, int first_f, int last_b)
-{
-    const PlanInstr *in = &st->p->instrs[st->sp.instr[i]];
-    if (in->layer >= 0)
-        return PART_LAYER;
-    if (in->phase == PH_FWD)
-        return first_f < 0 || i < first_f ? PART_EMBED : PART_HEAD;
-    return last_b >= 0 && i > last_b ? PART_EMBED : PART_HEAD;
-}
-
-/* Bytes that a layer's weight gradients read and the rest of the step made:
- * under ZB-H1 the weight gradients wait in a W piece, and these wait with
- * them. The weight gradients are the layer's backward instructions that the
- * layer's input gradient does not need: what the embedding's backward
- * (after the layer's, position > last_b) reads, and everything the layer's
- * backward makes toward it, is needed (as the pipeline pass splits B and W,
- * passes/pipeline.c). first[t]: the position that makes tensor t. */
-static double weight_grad_inputs(Arena *a, const Stage *st, const int *first, int last_b)
-{
-    const Plan *p = st->p;
-    int n = st->sp.n;
-    if (last_b < 0)
-        return 0;
-    char *need = arena_alloc(a, (size_t)p->ntensors + 1), *w = arena_alloc(a, (size_t)n + 1);
-    memset(need, 0, (size_t)p->ntensors + 1);
-    memset(w, 0, (size_t)n + 1);
-    for (int i = n - 1; i >= 0; i--) {
-        const PlanInstr *in = &p->instrs[st->sp.instr[i]];
-        int layer_bwd = in->layer >= 0 && in->phase == PH_BWD && st->per_mb[i];
-        int needed = i > last_b && in->phase == PH_BWD, k = plan_instr_ntensors(in);
-        for (int j = 0; j < k && layer_bwd && !needed; j++) {
-            int t = plan_instr_tensor(in, j);
-            needed = first[t] == i && need[t];
-        }
-        if (!needed && !layer_bwd)
-            continue;
-        w[i] = !needed;
-        for (int j = 0; j < k && needed; j++) { /* what it reads is needed too */
-            int t = plan_instr_tensor(in, j);
-            if (first[t] != i)
-                need[t] = 1;
-        }
-    }
-    char *seen = need; /* reused: the tensors counted */
-    memset(seen, 0, (size_t)p->ntensors + 1);
-    double held = 0;
-    for (int i = 0; i < n; i++) {
-        const PlanInstr *in = &p->instrs[st->sp.instr[i]];
-        for (int j = 0, k = plan_instr_ntensors(in); j < k && w[i]; j++) {
-            int t = plan_instr_tensor(in, j);
-            if (p->tensors[t].role == PT_TEMP && first[t] >= 0 && !w[first[t]] && !seen[t])
-                seen[t] = 1, held += (double)p->tensors[t].bytes;
-        }
-    }
-    return held;
-}
-
-static double graph_flops_of(const Graph *g, Phase ph, int layer)
-{
-    double f = 0;
-    for (int i = 0; i < g->ops.len; i++) {
-        const Op *op = g->ops.data[i];
-        if (op->phase == ph && (op->kind == OP_MATMUL || op->kind == OP_ATTENTION) &&
-            (layer ? op->layer >= 0 : op->layer < 0))
-            f += ir_op_flops(op);
-    }
-    return f;
-}
-
-int pass_cost_profile(Ctx *c, const Graph *g, const Graph *local, const Plan *p, const MemoryModel *mm,
-                      const CostDevice *d, CostProfile *out)
-{
-    Schedule sc;
-    memset(out, 0, sizeof *out);
-    if (pass_train_schedule(c, g, &sc, "cost model") != 0)
-        return -1;
-    Stage st = {.p = p, .d = d, .grad = pass_gradient_values(c->arena, local),
-                .local = local};
-    stage_runs(c->arena, &st, &sc, 0);
-    int n = st.sp.n, first_f = -1, last_b = -1;
-    for (int i = 0; i < n; i++) { /* the layer's own work (not its weights' casts) */
-        const PlanInstr *in = &p->instrs[st.sp.instr[i]];
-        if (in->layer < 0 || !st.per_mb[i])
-            continue;
-        if (in->phase == PH_FWD && first_f < 0)
-            first_f = i;
-        if (in->phase != PH_FWD)
-            last_b = i;
-    }
-    /* each tensor's maker and last reader */
-    int *first = arena_alloc(c->arena, sizeof(int) * (size_t)(p->ntensors + 1));
-    int *last = arena_alloc(c->arena, sizeof(int) * (size_t)(p->ntensors + 1));
-    for (int t = 0; t < p->ntensors; t++)
-        first[t] = last[t] = -1;
-    for (int i = 0; i < n; i++) {
-        const PlanInstr *in = &p->instrs[st.sp.instr[i]];
-        int ts[PLAN_MAX_RANK + 64], k = 0;
-        for (int a = 0; a < in->nargs && k < 60; a++)
-            ts[k++] = in->args[a];
-        if (in->kind == PI_GEMM)
-            ts[k++] = in->gemm.a, ts[k++] = in->gemm.b, ts[k++] = in->gemm.c;
-        for (int j = 0; j < k; j++) {
-            if (first[ts[j]] < 0)
-                first[ts[j]] = i;
-            last[ts[j]] = i;
-        }
-    }
-    for (int pass = 0; pass < 2; pass++) /* the layer's parameters, then the others' */
-        for (int t = 0; t < p->ntensors && out->nshapes < 64; t++) {
-            const PlanTensor *pt = &p->tensors[t];
-            if (pt->role != PT_PARAM || (pt->layer >= 0) != (pass == 0))
-                continue;
-            int k = out->nshapes++;
-            out->shape[k].bytes = (double)pt->bytes;
-            out->shape[k].rank = pt->rank < 4 ? pt->rank : 4;
-            for (int dd = 0; dd < out->shape[k].rank; dd++)
-                out->shape[k].dim[dd] = pt->shape[dd];
-            out->nshapes_layer += pass == 0;
-        }
-    double params = 0, params_layer = 0, state_layer = 0, state = 0;
-    for (int t = 0; t < p->ntensors; t++) {
-        const PlanTensor *pt = &p->tensors[t];
-        if (pt->role == PT_PARAM)
-            params += (double)pt->bytes, params_layer += pt->layer >= 0 ? (double)pt->bytes : 0;
-        if (pt->role == PT_STATE)
-            state += (double)pt->bytes, state_layer += pt->layer >= 0 ? (double)pt->bytes : 0;
-        if (pt->role != PT_TEMP || first[t] < 0)
-            continue;
-        const PlanInstr *mk = &p->instrs[st.sp.instr[first[t]]];
-        int held = st.sp.piece[first[t]] >= 0 && st.sp.piece[last[t]] > st.sp.piece[first[t]] &&
-                   st.sp.piece[last[t]] < st.sp.npieces && st.per_mb[first[t]];
-        int part = part_of(&st, first[t], first_f, last_b);
-        double b = (double)pt->bytes;
-        if (!held && !(mk->phase == PH_RECOMPUTE && st.sp.piece[last[t]] < st.sp.npieces))
-            continue;
-        int read_by_bwd = p->instrs[st.sp.instr[last[t]]].phase == PH_BWD;
-        if (mk->phase == PH_RECOMPUTE && part == PART_LAYER) {
-            out->act_none += read_by_bwd ? b : 0; /* what none would have held */
-            out->act_sel += mk->flops > 0 ? b : 0; /* selective keeps matmuls' and attention's */
-        } else if (mk->phase == PH_FWD) {
-            if (part == PART_LAYER)
-                out->act_full += b, out->act_none += b, out->act_sel += b;
-            else if (part == PART_EMBED)
-                out->act_embed += b;
-            else
-                out->act_head += b;
-        }
-        if (mk->phase == PH_FWD && part == PART_EMBED && first_f >= 0 && last[t] >= first_f &&
-            b > out->msg)
-            out->msg = b; /* the embedding's output the layer reads: what crosses a stage */
-    }
-    for (int i = 0; i < n; i++) {
-        const PlanInstr *in = &p->instrs[st.sp.instr[i]];
-        if (!st.per_mb[i] || (in->kind == PI_COLL && (in->coll.op == PC_SEND || in->coll.op == PC_RECV)))
-            continue;
-        double t = in->kind == PI_COLL && in->coll.op != PC_SLICE ? cost_coll_time(p, d, in)
-                                                                   : cost_compute_time(p, d, in);
-        int part = part_of(&st, i, first_f, last_b);
-        int fwd = in->phase == PH_FWD, rc = in->phase == PH_RECOMPUTE;
-        CostTime *to = part == PART_LAYER ? (fwd ? &out->t_f : rc ? &out->t_r : &out->t_b)
-                       : part == PART_EMBED ? (fwd ? &out->embed_f : &out->embed_b)
-                                            : (fwd ? &out->head_f : &out->head_b);
-        int gemm = in->kind == PI_GEMM, launch = in->kind != PI_COLL;
-        to->t += t, to->gemm += gemm ? t - d->k.launch_s : 0, to->launches += launch;
-        if (part == PART_LAYER && rc && !(in->flops > 0))
-            out->t_rsel.t += t, out->t_rsel.launches += launch;
-    }
-    out->w_held = weight_grad_inputs(c->arena, &st, first, last_b);
-    /* a piece's own temporaries alive together, at most (one microbatch's), by
-     * the part that makes them: the layer's, the embedding's, the head's */
-    double *born = arena_alloc(c->arena, sizeof(double) * 3 * (size_t)(n + 1));
-    double *dies = arena_alloc(c->arena, sizeof(double) * 3 * (size_t)(n + 1));
-    memset(born, 0, sizeof(double) * 3 * (size_t)(n + 1));
-    memset(dies, 0, sizeof(double) * 3 * (size_t)(n + 1));
-    for (int t = 0; t < p->ntensors; t++) {
-        if (p->tensors[t].role != PT_TEMP || first[t] < 0 || !st.per_mb[first[t]] ||
-            st.sp.piece[first[t]] != st.sp.piece[last[t]] || st.sp.piece[first[t]] < 0 ||
-            st.sp.piece[first[t]] >= st.sp.npieces)
-            continue;
-        size_t k = (size_t)part_of(&st, first[t], first_f, last_b) * (size_t)(n + 1);
-        born[k + (size_t)first[t]] += (double)p->tensors[t].bytes;
-        dies[k + (size_t)last[t]] += (double)p->tensors[t].bytes;
-    }
-    double *most[3] = {&out->transient, &out->transient_embed, &out->transient_head};
-    for (int k = 0; k < 3; k++) {
-        double live = 0;
-        for (int i = 0; i < n; i++) {
-            live += born[(size_t)k * (size_t)(n + 1) + (size_t)i];
-            if (live > *most[k])
-                *most[k] = live;
-            live -= dies[(size_t)k * (size_t)(n + 1) + (size_t)i];
-        }
-    }
-    /* the cuda device's staging beside the slab (plan_scratch_bytes): the
-     * largest of its copies' and collectives' (plan_instr_scratch): the
-     * layers' (per row), the optimizer's (sharded by ZeRO) and the rest's */
-    for (int i = 0; i < n; i++) {
-        const PlanInstr *in = &p->instrs[st.sp.instr[i]];
-        double b = (double)plan_instr_scratch(p, in, 1);
-        if (b <= 0)
-            continue;
-        int lay = in->layer >= 0 && st.per_mb[i];
-        double *to = lay ? &out->scratch_layer
-                         : in->phase == PH_OPT ? &out->scratch_opt : &out->scratch_out;
-        if (b > *to)
-            *to = b;
-    }
-    const StageMemory *sm = &mm->stage[0];
-    double other = params > 0 ? 1.0 / params : 0;
-    out->params = sm->cat[MC_PARAMS] * other, out->grads = sm->cat[MC_GRADS] * other;
-    out->optimizer = state > 0 ? sm->cat[MC_OPTIMIZER] / state : 0;
-    out->params_layer = params_layer, out->params_out = params - params_layer;
-    out->state_layer = state_layer, out->state_out = state - state_layer;
-    out->base = sm->cat[MC_WORKSPACE] + sm->cat[MC_RESERVED];
-    /* FLOPs of the global graph: one microbatch of every data rank; per row */
-    double rows = 0;
-    for (int i = 0; i < g->ops.len && !rows; i++)
-        if (g->ops.data[i]->kind == OP_INPUT && g->ops.data[i]->res[0]->rank > 0)
-            rows = (double)g->ops.data[i]->res[0]->shape[0];
-    double per = rows > 0 ? sc.m / rows : 1;
-    out->rows = sc.m;
-    out->tokens = graph_tokens(g);
-    out->row_tokens = rows > 0 ? out->tokens / rows : 1;
-    out->flops_layer = 3 * graph_flops_of(g, PH_FWD, 1) * per;
-    out->flops_out = 3 * graph_flops_of(g, PH_FWD, 0) * per;
-    out->rc_flops_layer = graph_flops_of(g, PH_RECOMPUTE, 1) * per;
-    int seen_layer = 0; /* the pipeline pass's units: before the layers, the layer, after */
-    for (int i = 0; i < g->ops.len; i++) {
-        const Op *op = g->ops.data[i];
-        if (op->phase != PH_FWD || op->kind == OP_PARAM || op->kind == OP_INPUT ||
-            op->kind == OP_CONSTANT || op->kind == OP_STATE || op->kind == OP_STEP)
-            continue; /* the pipeline pass weighs no source */
-        seen_layer |= op->layer >= 0;
-        double f = ir_op_flops(op);
-        *(op->layer >= 0 ? &out->uflops_layer : seen_layer ? &out->uflops_head : &out->uflops_embed) += f;
-    }
-    return 0;
 }

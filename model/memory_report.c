@@ -3,7 +3,7 @@
  * and GiB, the moment of the peak, the five largest tensors with their TDL
  * locations) or the same as JSON. Key idea: one writer per form, the numbers
  * straight from the model, nothing recomputed here. */
-#include "passes.h"
+#include "model/model.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -30,7 +30,7 @@ static void print_top(FILE *f, const StageMemory *sm)
     }
 }
 
-void pass_memory_print(FILE *f, const MemoryModel *mm, double budget)
+void mem_print(FILE *f, const MemoryModel *mm, double budget)
 {
     for (int s = 0; s < mm->nstages; s++) {
         const StageMemory *sm = &mm->stage[s];
@@ -83,7 +83,7 @@ static cJSON *stage_json(const StageMemory *sm, int s)
     return o;
 }
 
-char *pass_memory_json(const MemoryModel *mm, const char *model, const char *device, double budget)
+char *mem_json(const MemoryModel *mm, const char *model, const char *device, double budget)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "model", model ? model : "");

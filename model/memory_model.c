@@ -16,7 +16,7 @@
  * real schedule (m microbatches) with these per-piece profiles gives every
  * moment's live bytes without building m copies of the graph: the peak is the
  * largest moment, not a sum of maxima. docs/memory.md has the rules. */
-#include "passes.h"
+#include "model/model.h"
 
 #include "../runtime/plan.h"
 
@@ -53,7 +53,7 @@ static double aligned(uint64_t n) { return (double)((n + PLAN_ALIGN - 1) / PLAN_
 /* Values that are parameter gradients: read by the optimizer (not made by
  * it), and what reduces, sums or reshapes into those: collectives and the
  * shared backward ops (mb -1) that combine the microbatches' parts. */
-char *pass_gradient_values(Arena *a, const Graph *l)
+char *mem_gradient_values(Arena *a, const Graph *l)
 {
     char *grad = arena_alloc(a, (size_t)l->values.len + 1);
     memset(grad, 0, (size_t)l->values.len + 1);
@@ -74,7 +74,7 @@ char *pass_gradient_values(Arena *a, const Graph *l)
 }
 
 /* A parameter, or a copy or cast of one made for the step's use. */
-int pass_weight_value(const Value *v)
+int mem_weight_value(const Value *v)
 {
     for (int hops = 0; v && v->def && hops < 4; hops++) {
         const Op *d = v->def;
@@ -100,7 +100,7 @@ static MemCat category(const Plan *p, const Graph *l, const char *grad, int t, c
     const Value *v = pt->value >= 0 && pt->value < l->values.len ? l->values.data[pt->value] : NULL;
     if (v && grad[v->id])
         return MC_GRADS;
-    if (v && pass_weight_value(v))
+    if (v && mem_weight_value(v))
         return MC_PARAMS;
     if (first && first->kind == PI_COLL && (first->coll.op == PC_RECV || first->coll.op == PC_SEND))
         return v && v->def && (v->def->phase == PH_FWD || v->def->phase == PH_RECOMPUTE)
@@ -422,7 +422,7 @@ static void align(Model *m, const Schedule *sc, int s, Replay *r)
     r->map = piece_map(m->a, &m->sp, sc, s);
 }
 
-void pass_stage_pieces(Arena *a, const Plan *p, const Schedule *sc, int s, StagePieces *out)
+void mem_stage_pieces(Arena *a, const Plan *p, const Schedule *sc, int s, StagePieces *out)
 {
     StageProg sp;
     stage_prog(a, p, s, &sp);
@@ -720,7 +720,7 @@ static void model_stage(Model *m, int s, int gpu, const Schedule *sc, StageMemor
     memset(m->pre, 0, sizeof(Bytes));
     m->saved = m->saved_layers = 0;
     tensor_pieces(m);
-    char *grad = pass_gradient_values(m->a, m->l);
+    char *grad = mem_gradient_values(m->a, m->l);
     char *own = microbatch_values(m->a, m->l, grad);
     char *reads = arena_alloc(m->a, (size_t)m->l->values.len + 1);
     memset(reads, 0, (size_t)m->l->values.len + 1);
@@ -782,12 +782,12 @@ static void as_laid_out(const Plan *p, int s, StageMemory *st)
         st->peak += st->cat[k];
 }
 
-int pass_memory_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p, int gpu,
+int mem_model(Ctx *c, const Graph *g, const TrainConfig *tc, const Graph *local, const Plan *p, int gpu,
                       MemoryModel *out)
 {
     Schedule sc;
     memset(out, 0, sizeof *out);
-    if (pass_train_schedule(c, g, &sc, "memory model") != 0)
+    if (sched_of_train(c, g, tc, &sc, "memory model") != 0)
         return -1;
     out->microbatches = sc.m;
     out->schedule = sched_kind_name(sc.kind);
@@ -795,10 +795,7 @@ int pass_memory_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p,
     out->nstages = sc.p;
     out->stage = arena_alloc(c->arena, sizeof(StageMemory) * (size_t)sc.p);
     memset(out->stage, 0, sizeof(StageMemory) * (size_t)sc.p);
-    TrainConfig tc;
-    if (pass_train_config(c, g, &tc) != 0)
-        return -1;
-    Model m = {.a = c->arena, .p = p, .l = local, .zero = (int)tc.zero, .mbs = sc.m};
+    Model m = {.a = c->arena, .p = p, .l = local, .zero = (int)tc->zero, .mbs = sc.m};
     m.cat = arena_alloc(c->arena, sizeof(MemCat) * (size_t)(p->ntensors + 1));
     m.shared = arena_alloc(c->arena, (size_t)p->ntensors + 1);
     m.summed = arena_alloc(c->arena, (size_t)p->ntensors + 1);
@@ -814,13 +811,13 @@ int pass_memory_model(Ctx *c, const Graph *g, const Graph *local, const Plan *p,
 
 /* ---- the plan as it is ---- */
 
-double pass_memory_plan_peak(Arena *a, const Plan *p, const Graph *local, int s, int gpu,
+double mem_plan_peak(Arena *a, const Plan *p, const Graph *local, int s, int gpu,
                              double *cat)
 {
     Model m = {.a = a, .p = p, .l = local};
     stage_prog(a, p, s, &m.sp);
     m.cat = arena_alloc(a, sizeof(MemCat) * (size_t)(p->ntensors + 1));
-    char *grad = pass_gradient_values(a, local);
+    char *grad = mem_gradient_values(a, local);
     for (int t = 0; t < p->ntensors; t++) {
         Span sp = m.sp.span[t];
         m.cat[t] = category(p, local, grad, t, sp.first >= 0 ? &p->instrs[m.sp.instr[sp.first]] : NULL);

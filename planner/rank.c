@@ -1,5 +1,5 @@
 /* planner.c: the search of --plan=auto. Reads the profiles of one layer's
- * step at each tensor-parallel size (pass_cost_profile: times and bytes per
+ * step at each tensor-parallel size (cost_profile: times and bytes per
  * microbatch row, measured by the cost and memory models on a compiled
  * one-layer plan) and the device; writes every candidate layout -- tensor,
  * pipeline and data sizes, virtual stages, rows per microbatch, ZeRO level,
@@ -15,7 +15,7 @@
  * plus the activations of the microbatches in flight. No candidate is
  * compiled: thousands are ranked in milliseconds, and the driver compiles
  * the best to check it (docs/cost.md, "The planner"). */
-#include "passes.h"
+#include "planner/planner.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -336,7 +336,7 @@ static void refine(Arena *a, const PlanSpace *sp, const CostProfile *P, Cache *c
     c->mfu *= 0; /* recomputed by the caller */
 }
 
-int pass_plan_search(Arena *a, const PlanSpace *sp, PlanChoice **out, int *n)
+int pl_search_space(Arena *a, const PlanSpace *sp, PlanChoice **out, int *n)
 {
     static const int mbss[] = {1, 2, 4, 8}, vs[] = {2, 4, 8};
     static const SchedKind one[] = {SCHED_1F1B};

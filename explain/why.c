@@ -9,7 +9,8 @@
  * collectives are not predicted but read from the partitioned graph: what
  * the value's op needed of its operands, what brought it to its pin, what
  * reshards it for its readers. */
-#include "shard.h"
+#include "explain/explain.h"
+#include "passes/shard.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -770,7 +771,7 @@ static void put_header(FILE *f, const WhyChain *w)
     fputc('\n', f);
 }
 
-WhyChain *pass_why_trace(Ctx *c, Graph *g, const char *name)
+WhyChain *ex_why_trace(Ctx *c, Graph *g, const Settings *s, const char *name)
 {
     WhyChain *w = arena_alloc(g->arena, sizeof *w);
     w->g = g;
@@ -783,7 +784,7 @@ WhyChain *pass_why_trace(Ctx *c, Graph *g, const char *name)
     w->v = m[k];
     w->def = w->v->def;
     ShardOpts o;
-    shard_opts(g, &o);
+    shard_opts(g, (int)s->train.sequence_parallel, &o);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -992,7 +993,7 @@ static void put_own(FILE *f, const WhyChain *w, Tally *t)
     }
 }
 
-void pass_why_print(FILE *f, const WhyChain *w)
+void ex_why_print(FILE *f, const WhyChain *w)
 {
     Tally t;
     memset(&t, 0, sizeof t);

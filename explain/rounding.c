@@ -16,7 +16,7 @@
  * that operands share once per path. The conditioning of an op (cancellation in a difference, a norm's
  * division) is not modelled: the factor --verify puts on the estimate covers
  * it, and docs/passes.md gives what the samples measured against it. */
-#include "passes.h"
+#include "explain/explain.h"
 
 #include <math.h>
 #include <string.h>
@@ -89,7 +89,7 @@ static int exact(const Op *op)
     }
 }
 
-double *pass_rounding_error(Arena *a, const Graph *g, const char *stored)
+double *ex_rounding_error(Arena *a, const Graph *g, const char *stored)
 {
     int nv = g->values.len;
     double *e2 = arena_alloc(a, sizeof(double) * (size_t)(nv + 1));

@@ -11,7 +11,7 @@
  * H100 SXM. Memory is the total that nvidia-smi reports for the board
  * (A100 40GB: 40,960 MiB; A100 80GB: 81,920 MiB; H100 80GB: 81,559 MiB;
  * H200: 143,771 MiB): what a process can have before the CUDA context. */
-#include "passes.h"
+#include "model/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +28,7 @@ static const DeviceSpec devices[] = {
     {NULL, NULL, 0, 0, 0, 0},
 };
 
-const DeviceSpec *pass_device_lookup(const char *name)
+const DeviceSpec *dev_lookup(const char *name)
 {
     for (const DeviceSpec *d = devices; d->name; d++)
         if (!strcmp(d->name, name))
@@ -36,7 +36,7 @@ const DeviceSpec *pass_device_lookup(const char *name)
     return NULL;
 }
 
-const DeviceSpec *pass_device_table(void) { return devices; }
+const DeviceSpec *dev_table(void) { return devices; }
 
 /* ---- clusters ----
  * NVLink: NVIDIA DGX A100 user guide (2020): NVLink 3 through NVSwitch, 600
@@ -68,7 +68,7 @@ static const ClusterSpec clusters[] = {
     {NULL, NULL, NULL, 0, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0}},
 };
 
-const ClusterSpec *pass_cluster_lookup(const char *name)
+const ClusterSpec *dev_cluster_lookup(const char *name)
 {
     for (const ClusterSpec *c = clusters; c->name; c++)
         if (!strcmp(c->name, name))
@@ -76,7 +76,7 @@ const ClusterSpec *pass_cluster_lookup(const char *name)
     return NULL;
 }
 
-const ClusterSpec *pass_cluster_default(const DeviceSpec *gpu)
+const ClusterSpec *dev_cluster_default(const DeviceSpec *gpu)
 {
     for (const ClusterSpec *c = clusters; c->name; c++)
         if (c->gpu == gpu)
@@ -101,10 +101,10 @@ static int cluster_line(char *line, ClusterSpec *out, const char **why)
     for (e = val + strlen(val); e > val && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r');)
         *--e = 0;
     if (!strcmp(key, "gpu")) {
-        const DeviceSpec *d = pass_device_lookup(val);
+        const DeviceSpec *d = dev_lookup(val);
         if (!d)
             return *why = "unknown gpu (a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200-sxm)", -1;
-        const ClusterSpec *def = pass_cluster_default(d);
+        const ClusterSpec *def = dev_cluster_default(d);
         *out = *def;
         out->gpu = d;
         return 0;
@@ -141,7 +141,7 @@ static int cluster_line(char *line, ClusterSpec *out, const char **why)
            -1;
 }
 
-int pass_cluster_read(Arena *a, const char *path, ClusterSpec *out, char *err, size_t n)
+int dev_cluster_read(Arena *a, const char *path, ClusterSpec *out, char *err, size_t n)
 {
     size_t len;
     char *text = read_file(a, path, &len);

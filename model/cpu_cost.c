@@ -8,7 +8,7 @@
  * devices of a threads mesh are threads of one process that share the cores,
  * so a device with more threads than its share of cores runs slower by that
  * share. docs/cost.md ("The CPU") has every formula. */
-#include "passes.h"
+#include "model/model.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -41,7 +41,7 @@ static const struct {
                                    "its operations"},
 };
 
-const char *pass_cpu_key(CpuKey k)
+const char *cpu_spec_key(CpuKey k)
 {
     return keys[k].key;
 }
@@ -106,7 +106,7 @@ static int is_cpu(const char *v)
     return !strncmp(v, "cpu", 3) && !*trim((char *)v + 3);
 }
 
-int pass_cpu_read(Arena *a, const char *path, CpuSpec *out, char *err, size_t n)
+int cpu_spec_read(Arena *a, const char *path, CpuSpec *out, char *err, size_t n)
 {
     size_t len;
     char *text = read_file(a, path, &len);
@@ -137,7 +137,7 @@ int pass_cpu_read(Arena *a, const char *path, CpuSpec *out, char *err, size_t n)
     return seen ? 0 : 1;
 }
 
-void pass_cpu_write(FILE *f, const CpuSpec *s)
+void cpu_spec_write(FILE *f, const CpuSpec *s)
 {
     fprintf(f, "# this machine's CPU for the cost model: tcc --calibrate-cpu (docs/cost.md)\n");
     fprintf(f, "gpu = cpu\n");
