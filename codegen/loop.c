@@ -2,7 +2,7 @@
  * step (passes/microbatch.c: its loss and each gradient a microbatch_sum);
  * the pipeline pass left every stage's schedule table (Graph.sched). Reads
  * the lowered instructions; writes when each runs, the piece it belongs to,
- * and the memory of the loop (instead of plan_memory's).
+ * and the memory of the loop (instead of layout.c's).
  * Key idea: a value is a microbatch's own (per_mb) when its op belongs to a
  * microbatch or reads such a value, up to a microbatch_sum. An instruction
  * that makes one runs for every microbatch; the rest run once, in the
