@@ -154,8 +154,9 @@ int cg_op_kernels(Gen *gen, const Op *op);
  * attention or attention backward): its launch, and its body after the
  * signature that cg_emit_gpu writes. */
 CgLaunch cg_attention_launch(const Kernel *k);
-/* The C type a GPU rendering stores dtype t in (bf16: its 16 bits). */
-const char *cg_gpu_storage(DType t);
 void cg_attention_emit(FILE *f, Arena *a, const Kernel *k, CgLang lang);
+/* The C type a GPU rendering (emit_gpu.c, emit_attention.c) stores dtype t
+ * in (bf16: its 16 bits). */
+const char *cg_gpu_storage(DType t);
 
 #endif
