@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- the plan's fields ---- */
+
 static int output_tensor(Gen *gen, const char *name, int index)
 {
     const Graph *g = gen->g;
@@ -88,6 +90,8 @@ static void fill_plan(Gen *gen, Plan *p)
         gen->instrs.data[i].piece = 0, gen->instrs.data[i].when = PW_EVERY, gen->instrs.data[i].acc = 0;
 }
 
+/* ---- the stages' programs, proved to match ---- */
+
 /* A mismatch plan_check_comm found at instruction at of p, named by its op. */
 static int comm_error(Ctx *c, const Graph *local, const Plan *p, int at, const char *err)
 {
@@ -139,6 +143,8 @@ int cg_check_comm(Ctx *c, const Graph *local, const Plan *p)
     free(items);
     return rc;
 }
+
+/* ---- the builder ---- */
 
 int cg_build_plan(Ctx *c, const Graph *global, int flags, Plan *out)
 {
