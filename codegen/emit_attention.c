@@ -15,7 +15,10 @@
  *   warp's mma m16n8k16 (bf16 operands, f32 accumulators). See mma_* below.
  *   The OpenCL rendering runs the same text with the mma and the lane
  *   shuffles emulated through local memory (the prelude's tcc_mma_em), so
- *   PoCL checks the tiling, the fragment layouts and the online softmax. */
+ *   PoCL checks the tiling, the fragment layouts and the online softmax.
+ * The storage type of a dtype (cg_gpu_storage), which both GPU renderings
+ * spell, lives here: emit_gpu.c calls this file, and this file nothing of
+ * emit_gpu.c. */
 #include "kgen.h"
 
 #include <stdio.h>
@@ -23,6 +26,17 @@
 #include <string.h>
 
 enum { ATT_ROWS = 4, ATT_SMEM = 40 * 1024 };
+
+/* The C type both GPU renderings store dtype t in (bf16: its 16 bits). */
+const char *cg_gpu_storage(DType t)
+{
+    switch (t) {
+    case DT_F32: return "float";
+    case DT_F64: return "double";
+    case DT_I32: return "int";
+    default: return "unsigned short"; /* bf16 bits */
+    }
+}
 
 typedef struct At {
     FILE *f;

@@ -298,7 +298,7 @@ static void lane_kernel(Out *o, int loop)
  * (`omp for ... nowait`: alone on one thread when called outside one), and
  * NAME, which opens a region for it when it is large enough (cg_emit_c). The
  * runtime calls several NAME_ws of independent instructions in one region
- * (tcc_run_group, plan.c). */
+ * (tcc_run_group, groups.c). */
 /* The row width W of an elementwise kernel whose every remainder or quotient
  * of the item index is by one W (a bias along the last dimension is read at
  * i0 % W): its items are written as rows of W, a vector loop over the row's
@@ -360,7 +360,7 @@ int cg_c_workshared(const Kernel *k) { return cg_pattern_workshared((int)k->patt
 
 /* ---- attention templates ----
  * Written once with $WORDS filled per kernel: $T the float type, $X the math
- * functions' suffix, $M and $E the prelude's max and exp (codegen/plan.c; the
+ * functions' suffix, $M and $E the prelude's max and exp (codegen/groups.c; the
  * C library's for f64 exp), and per argument n its storage type $Sn, the widening
  * load $Ln(x) and the rounding store $Wn(x) (tcc_bf2f / tcc_f2bf for bf16, a
  * cast otherwise). Storage is bf16, f32 or f64; arithmetic is $T. */
@@ -804,7 +804,7 @@ static int libm_call(const KNode *n)
            ((n->kind == KN_MAX || n->kind == KN_MIN) && n->type == KT_FLOAT);
 }
 
-/* The operations of the prelude's f32 exp and tanh (plan.c), counted as
+/* The operations of the prelude's f32 exp and tanh (groups.c), counted as
  * they are written: the polynomial, the reduction, the selects, the bits. */
 #define EXPF_OPS 37
 #define TANHF_OPS (EXPF_OPS + 23)

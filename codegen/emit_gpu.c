@@ -54,16 +54,6 @@ static int is_item(const Kernel *k, int n)
     return k->nodes.data[n].kind == KN_IDX && k->nodes.data[n].a == 0;
 }
 
-const char *cg_gpu_storage(DType t)
-{
-    switch (t) {
-    case DT_F32: return "float";
-    case DT_F64: return "double";
-    case DT_I32: return "int";
-    default: return "unsigned short"; /* bf16 bits */
-    }
-}
-
 /* A math function's name: CUDA spells the float ones with an f. */
 static const char *mf(const G *g, const char *name)
 {

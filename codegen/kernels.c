@@ -617,7 +617,7 @@ static int at(Row *R, int c)
 static int ld(Row *R, Gen *gen, const Value *v, int idx) { return kb_load(R->k, kb_arg(R->k, gen, T(gen, v)), idx); }
 
 /* A norm's input at element idx: loaded, or, when it is kept in this kernel
- * (find_kept, plan.c), computed and stored by the row's first loop (`first`),
+ * (find_kept, fusion.c), computed and stored by the row's first loop (`first`),
  * whose element it reads at that element only (so it may take the memory of
  * an operand: the residual stream in place), and loaded by the loops after. */
 static int ld_in(Row *R, Gen *gen, const Value *x, int idx, int first)

@@ -27,12 +27,12 @@ typedef struct Gen {
     int *tensor_of; /* by Value.id: plan tensor, -1 when none */
     char *fused;    /* by Value.id: computed inside its only user's kernel, no memory */
     int *kept;      /* by Value.id: 1 + the index of the op whose kernel computes it and
-                       stores it (its first reader: find_fusions), or 0 */
+                       stores it (its first reader: cg_find_fusions), or 0 */
     char *dead;     /* by op index: no result is read, nothing to run */
     char *bias_add; /* by op index: an add of a bias that its matmul's GEMM does (epilogue) */
     char *tgemm;    /* by op index: a transpose of a product that its matmul's GEMM writes */
     uint64_t slab;
-    uint64_t *stage_slab; /* by pipeline stage: its slab (plan_memory) */
+    uint64_t *stage_slab; /* by pipeline stage: its slab (cg_plan_memory) */
     const Op *op;   /* the op being lowered: phase, layer, name */
     VEC(int) owner; /* by instruction: the index of the op it was lowered from */
     double flops;
@@ -44,7 +44,41 @@ typedef struct Gen {
     VEC(PlanFrame) frames;
 } Gen;
 
-/* ---- shared by plan.c and loop.c ---- */
+/* ---- the plan's steps, in the order build_plan.c runs them ---- */
+
+/* fusion.c: which values are computed inside another op's kernel or GEMM
+ * (gen->fused, kept, dead, bias_add, tgemm); none with CG_KEEP_VALUES. */
+void cg_find_fusions(Gen *gen, int flags);
+/* What GEMM operand v reads through the transposes of its last two dims;
+ * *flips counts them (odd: read with the transpose flag). */
+const Value *cg_gemm_source(const Value *v, int *flips);
+/* Which operands of matmul op a GEMM reads through transposes: bit 0 a, bit 1 b. */
+int cg_gemm_folds(const Op *op);
+/* The matmul result of add whose GEMM can add the bias (*bias) as its
+ * epilogue, or NULL; uses (by value id, NULL: unchecked) must be 1 for it. */
+const Value *cg_bias_matmul(const Op *add, const int *uses, const Value **bias);
+
+/* tensors.c: a tensor for every value that needs memory (gen->tensor_of),
+ * persistent ones first; the limits of index inputs. After cg_find_fusions. */
+void cg_place_values(Gen *gen);
+/* The plan role of the tensor of op's results (PT_TEMP for computed ones). */
+PlanRole cg_role_of(const Op *op);
+/* The mesh axis indices of op's attr `axes` into out; their number. */
+int cg_attr_axes(const Gen *gen, const Op *op, int8_t *out);
+
+/* instrs.c: appends op's instructions to gen->instrs; 0, or -1 after
+ * reporting an op without a CPU kernel. */
+int cg_lower_op(Gen *gen, const Op *op);
+
+/* stages.c: each stage's program, its sends and receives, then the buckets
+ * and the loop's pieces (cg_loop_pieces); 0, or -1 after reporting. */
+int cg_stage_programs(Gen *gen);
+/* buckets.c: the gradient all-reduces of each stage's program merged into buckets. */
+void cg_bucket_all(Gen *gen);
+
+/* layout.c: the memory plan of a plan without a loop: offsets, the slab and
+ * each stage's slab. The rest serves loop.c's memory plan too. */
+void cg_plan_memory(Gen *gen);
 uint64_t cg_aligned(uint64_t n); /* up to PLAN_ALIGN */
 /* Items 0..n-1 of size[k] alive from first[k] to last[k] (inclusive), each at
  * the lowest offset from base that no item alive with it overlaps, largest
@@ -59,22 +93,33 @@ void cg_lifetimes(const Gen *gen, int *first, int *last);
 /* Whether every stage holds tensor t (stage -1, or an output). */
 int cg_everywhere(const Gen *gen, int t);
 
+/* groups.c: independent kernels that run in one parallel region (PlanInstr.group). */
+void cg_group_kernels(Gen *gen);
+/* The plan's kernel_source (the C prelude, every kernel, the group runner)
+ * and gpu_source (CUDA; "" without kernels or when one has no rendering). */
+void cg_kernel_sources(Gen *gen, Plan *p);
+
+/* train_hash.c: Plan.train_hash, the same for every mesh of one run ("" when
+ * the train block does not read). */
+void cg_train_hash(Gen *gen, Plan *p);
+
 /* The loop (loop.c): whether the graph is one microbatch of several, with each
  * value's kind (gen->per_mb); each instruction's piece and when (after the
- * stage programs); the memory of a loop plan (instead of plan_memory). */
+ * stage programs); the memory of a loop plan (instead of cg_plan_memory). */
 int cg_loop_find(Gen *gen);
 PlanWhen cg_loop_when(const Gen *gen, const Op *op);
 PlanWhen cg_loop_msg_when(const Gen *gen, const Op *maker, const Op *reader, int recv);
 int cg_loop_pieces(Gen *gen);
 int cg_loop_memory(Gen *gen);
 
-/* A temporary tensor for intermediate results of a multi-kernel op. */
+/* tensors.c, for lowering: a temporary tensor for intermediate results of a
+ * multi-kernel op. */
 int gen_temp(Gen *gen, DType t, int rank, const int64_t *shape);
 int gen_tensor(Gen *gen, const Value *v); /* the plan tensor holding v */
 /* The f32[] hyperparameter tensor called name (made once, default value). */
 int gen_hyper(Gen *gen, const char *name, DType t, double value);
 
-/* ---- kernel builder: nodes are appended with their evaluation statement ---- */
+/* ---- kernel builder (kbuild.c): nodes are appended with their evaluation statement ---- */
 Kernel *kb_new(Gen *gen, KPattern p, int64_t extent, DType ftype);
 int kb_arg(Kernel *k, Gen *gen, int tensor);          /* argument slot of a tensor */
 int kb_node(Kernel *k, KNodeKind kind, KType t, int a, int b, int c);
@@ -88,6 +133,9 @@ int kb_loop(Kernel *k, int64_t extent);               /* opens a loop; its id */
 void kb_reduce(Kernel *k, int loop, int value, KReduce r);
 int kb_end(Kernel *k, int loop);                      /* closes it; the KN_ACC node when it reduced */
 void kb_finish(Gen *gen, Kernel *k);                  /* adds the kernel and its launch */
+/* dedupe.c: the index in gen->kernels of the kernel k is: one it repeats, or
+ * k itself, then named, simplified in place and added. */
+int cg_kernel_index(Gen *gen, Kernel *k);
 
 /* float arithmetic shorthands */
 int kf(Kernel *k, KNodeKind kind, int a, int b);
@@ -106,8 +154,9 @@ int cg_op_kernels(Gen *gen, const Op *op);
  * attention or attention backward): its launch, and its body after the
  * signature that cg_emit_gpu writes. */
 CgLaunch cg_attention_launch(const Kernel *k);
-/* The C type a GPU rendering stores dtype t in (bf16: its 16 bits). */
-const char *cg_gpu_storage(DType t);
 void cg_attention_emit(FILE *f, Arena *a, const Kernel *k, CgLang lang);
+/* The C type a GPU rendering (emit_gpu.c, emit_attention.c) stores dtype t
+ * in (bf16: its 16 bits). */
+const char *cg_gpu_storage(DType t);
 
 #endif

@@ -2,7 +2,7 @@
  * step (passes/microbatch.c: its loss and each gradient a microbatch_sum);
  * the pipeline pass left every stage's schedule table (Graph.sched). Reads
  * the lowered instructions; writes when each runs, the piece it belongs to,
- * and the memory of the loop (instead of plan_memory's).
+ * and the memory of the loop (instead of layout.c's).
  * Key idea: a value is a microbatch's own (per_mb) when its op belongs to a
  * microbatch or reads such a value, up to a microbatch_sum. An instruction
  * that makes one runs for every microbatch; the rest run once, in the
@@ -358,23 +358,10 @@ static void frames_of(Mem *m, const int *space, int ns_t, const int *first, cons
     *spans = sp, *nspans = nsp;
 }
 
-/* The tensors of stage s (space[0..n)) laid out from *top. */
-static void stage_memory(Mem *m, int s, int stages, const int *space, int n, uint64_t *top)
+/* The piece of each tensor's first and last instruction in the compiled
+ * order of stage s (pfirst, plast). */
+static void stage_pieces(Gen *gen, int s, int stages, const int *first, int *pfirst, int *plast)
 {
-    Gen *gen = m->gen;
-    PlanTensor *ts = gen->tensors.data;
-    int nt = gen->tensors.len;
-    for (int k = 0; k < n; k++) /* persistent tensors, and untouched temporaries: apart */
-        if (m->kind[space[k]] == K_NONE) {
-            ts[space[k]].offset = *top;
-            *top += cg_aligned(ts[space[k]].bytes);
-        }
-    /* the compiled order: transients and each frame's insides */
-    int *first = arena_alloc(gen->a, sizeof(int) * (size_t)(nt + 1));
-    int *last = arena_alloc(gen->a, sizeof(int) * (size_t)(nt + 1));
-    cg_lifetimes(gen, first, last);
-    int *pfirst = arena_alloc(gen->a, sizeof(int) * (size_t)(nt + 1));
-    int *plast = arena_alloc(gen->a, sizeof(int) * (size_t)(nt + 1));
     for (int i = 0; i < gen->instrs.len; i++) { /* pieces in the compiled order of the stage */
         PlanInstr *in = &gen->instrs.data[i];
         if (stages > 1 && in->stage != s)
@@ -386,9 +373,26 @@ static void stage_memory(Mem *m, int s, int stages, const int *space, int n, uin
             plast[t] = in->piece;
         }
     }
-    Span *sp;
-    int nsp;
-    frames_of(m, space, n, first, last, pfirst, plast, &sp, &nsp);
+}
+
+/* What stage s places by the expanded order: its items [lo, hi) there, and
+ * nall things alive over them, each over [xf[q], xl[q]] with xs[q] bytes, at
+ * xo[q] once placed: first the nfi frame instances (span j's for microbatch
+ * mb at j k + mb), then the step values (slot[t], by tensor). */
+typedef struct StageItems {
+    int lo, hi, nfi, nall;
+    int *slot, *xf, *xl;
+    uint64_t *xs, *xo;
+} StageItems;
+
+/* The stage's frame instances and step values, and when each is alive in
+ * the expanded order. */
+static void stage_items(Mem *m, int s, int stages, const int *space, int n, const Span *sp,
+                        int nsp, StageItems *x)
+{
+    Gen *gen = m->gen;
+    PlanTensor *ts = gen->tensors.data;
+    int nt = gen->tensors.len;
     /* the expanded order: frame instances and step values, by item */
     int lo = 0, hi = 0;
     while (lo < m->nitems && m->view.instrs[m->items[lo].src].stage != s && stages > 1)
@@ -440,11 +444,16 @@ static void stage_memory(Mem *m, int s, int stages, const int *space, int n, uin
     for (int k = 0; k < n; k++)
         if (m->kind[space[k]] == K_STEP)
             xs[slot[space[k]]] = cg_aligned(ts[space[k]].bytes);
-    /* Each piece's transients packed by the compiled order, apart; then one
-     * block per run of a piece, as large as that piece's transients, alive
-     * over the run, placed first (runs never meet, so every block starts at
-     * *top); then the frames and step values around the blocks: a run's
-     * transients sit in its block, which nothing alive in the run overlaps. */
+    *x = (StageItems){lo, hi, nfi, nall, slot, xf, xl, xs, xo};
+}
+
+/* The stage's entries of the schedule, ne of them: 0 the prologue, 1.. the
+ * table's, then the epilogue; by entry its piece (epiece) and its first and
+ * last item in the expanded order (efirst, elast; -1 when none). */
+static int stage_entries(Mem *m, int s, int stages, const StageItems *x, int **epiece_,
+                         int **efirst_, int **elast_)
+{
+    Gen *gen = m->gen;
     int ne = 2; /* this stage's entries: 0 the prologue, 1.. the table's, then the epilogue */
     for (int e = 0; e < gen->sched.len; e++)
         ne += stages == 1 || gen->sched.data[e].stage == s;
@@ -457,13 +466,25 @@ static void stage_memory(Mem *m, int s, int stages, const int *space, int n, uin
             epiece[k++] = gen->sched.data[e].piece;
     for (int e = 0; e < ne; e++)
         efirst[e] = -1, elast[e] = -1;
-    for (int it = lo; it < hi; it++) {
+    for (int it = x->lo; it < x->hi; it++) {
         int e = m->items[it].entry;
         if (e < 0 || e >= ne)
             continue;
         efirst[e] = efirst[e] < 0 ? it : efirst[e];
         elast[e] = it;
     }
+    *epiece_ = epiece, *efirst_ = efirst, *elast_ = elast;
+    return ne;
+}
+
+/* Each piece's transients packed by the compiled order, apart, from top;
+ * by entry, the bytes its piece's transients take (0: none). */
+static uint64_t *piece_transients(Mem *m, const int *space, int n, const int *first,
+                                  const int *last, int ne, const int *epiece, uint64_t top)
+{
+    Gen *gen = m->gen;
+    PlanTensor *ts = gen->tensors.data;
+    int nt = gen->tensors.len;
     int nx = 0;
     for (int k = 0; k < n; k++)
         nx += m->kind[space[k]] == K_TRANSIENT;
@@ -490,11 +511,27 @@ static void stage_memory(Mem *m, int s, int stages, const int *space, int n, uin
         }
         uint64_t region = cg_pack(gen, c, size, f, l, 0, off);
         for (int q = 0; q < c; q++)
-            ts[who[q]].offset = *top + off[q];
+            ts[who[q]].offset = top + off[q];
         for (int e = 0; e < ne; e++)
             if (epiece[e] == piece)
                 psize[e] = region;
     }
+    return psize;
+}
+
+/* One block per run of a piece (an entry), as large as that piece's
+ * transients, alive over the run, placed first from top (runs never meet,
+ * so every block starts at top); then the frame instances and step values
+ * around the blocks: a run's transients sit in its block, which nothing
+ * alive in the run overlaps. The frames' bases and the step values'
+ * offsets; the top. */
+static uint64_t place_runs(Mem *m, const Span *sp, const int *space, int n, int ne,
+                           const int *efirst, const int *elast, const uint64_t *psize,
+                           const StageItems *x, uint64_t top)
+{
+    Gen *gen = m->gen;
+    PlanTensor *ts = gen->tensors.data;
+    int nall = x->nall, nfi = x->nfi;
     int nb = 0, ntot = ne + nall;
     int *bf = arena_alloc(gen->a, sizeof(int) * (size_t)(ntot + 1));
     int *bl = arena_alloc(gen->a, sizeof(int) * (size_t)(ntot + 1));
@@ -503,21 +540,53 @@ static void stage_memory(Mem *m, int s, int stages, const int *space, int n, uin
     for (int e = 0; e < ne; e++)
         if (psize[e] && efirst[e] >= 0)
             bf[nb] = efirst[e], bl[nb] = elast[e], bs[nb++] = psize[e];
-    memcpy(bf + nb, xf, sizeof(int) * (size_t)nall);
-    memcpy(bl + nb, xl, sizeof(int) * (size_t)nall);
-    memcpy(bs + nb, xs, sizeof(uint64_t) * (size_t)nall);
-    uint64_t end = cg_pack_after(gen, nb, nb + nall, bs, bf, bl, *top, bo);
-    memcpy(xo, bo + nb, sizeof(uint64_t) * (size_t)nall);
+    memcpy(bf + nb, x->xf, sizeof(int) * (size_t)nall);
+    memcpy(bl + nb, x->xl, sizeof(int) * (size_t)nall);
+    memcpy(bs + nb, x->xs, sizeof(uint64_t) * (size_t)nall);
+    uint64_t end = cg_pack_after(gen, nb, nb + nall, bs, bf, bl, top, bo);
+    memcpy(x->xo, bo + nb, sizeof(uint64_t) * (size_t)nall);
     for (int b = 0; b < nb; b++)
-        if (bo[b] != *top)
+        if (bo[b] != top)
             BUG("a piece's transients were placed at %llu, not at %llu",
-                (unsigned long long)bo[b], (unsigned long long)*top);
+                (unsigned long long)bo[b], (unsigned long long)top);
     for (int q = 0; q < nfi; q++)
-        gen->frames.data[sp[q / gen->k].frame].base[q % gen->k] = xo[q];
+        gen->frames.data[sp[q / gen->k].frame].base[q % gen->k] = x->xo[q];
     for (int k = 0; k < n; k++)
         if (m->kind[space[k]] == K_STEP)
-            ts[space[k]].offset = xo[slot[space[k]]];
-    *top = end;
+            ts[space[k]].offset = x->xo[x->slot[space[k]]];
+    return end;
+}
+
+/* The tensors of stage s (space[0..n)) laid out from *top: apart, the
+ * persistent ones; then, by the compiled order, the transients of each
+ * piece and each frame's insides; then, by the expanded order, one block
+ * per run of a piece, the frame instances and the step values. */
+static void stage_memory(Mem *m, int s, int stages, const int *space, int n, uint64_t *top)
+{
+    Gen *gen = m->gen;
+    PlanTensor *ts = gen->tensors.data;
+    int nt = gen->tensors.len;
+    for (int k = 0; k < n; k++) /* persistent tensors, and untouched temporaries: apart */
+        if (m->kind[space[k]] == K_NONE) {
+            ts[space[k]].offset = *top;
+            *top += cg_aligned(ts[space[k]].bytes);
+        }
+    /* the compiled order: transients and each frame's insides */
+    int *first = arena_alloc(gen->a, sizeof(int) * (size_t)(nt + 1));
+    int *last = arena_alloc(gen->a, sizeof(int) * (size_t)(nt + 1));
+    cg_lifetimes(gen, first, last);
+    int *pfirst = arena_alloc(gen->a, sizeof(int) * (size_t)(nt + 1));
+    int *plast = arena_alloc(gen->a, sizeof(int) * (size_t)(nt + 1));
+    stage_pieces(gen, s, stages, first, pfirst, plast);
+    Span *sp;
+    int nsp;
+    frames_of(m, space, n, first, last, pfirst, plast, &sp, &nsp);
+    StageItems x;
+    stage_items(m, s, stages, space, n, sp, nsp, &x);
+    int *epiece, *efirst, *elast;
+    int ne = stage_entries(m, s, stages, &x, &epiece, &efirst, &elast);
+    uint64_t *psize = piece_transients(m, space, n, first, last, ne, epiece, *top);
+    *top = place_runs(m, sp, space, n, ne, efirst, elast, psize, &x, *top);
 }
 
 /* One stage runs its microbatches one after the other (F0 B0 F1 B1 ...):

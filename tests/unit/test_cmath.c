@@ -1,5 +1,5 @@
 /* test_cmath.c: the C rendering's f32 exp and tanh (tcc_expf, tcc_tanhf in
- * the kernel prelude of codegen/plan.c). The prelude is compiled with the
+ * the kernel prelude of codegen/groups.c). The prelude is compiled with the
  * kernels' own flags (runtime/cpu.c) and two kinds of wrappers: one call per
  * value, and a loop over an array that the compiler vectorizes. Each is held
  * to the float64 C library within 2 ulp of the result (Cephes' polynomials

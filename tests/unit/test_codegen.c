@@ -729,7 +729,7 @@ Test(codegen, independent_kernels_run_in_groups_with_the_same_bits)
     ctx_free(c);
 }
 
-/* Values kept in their first reader's kernel (find_kept, codegen/plan.c):
+/* Values kept in their first reader's kernel (find_kept, codegen/fusion.c):
  * the sum before each layernorm (the embedding plus the positions, each
  * residual sum) is computed and stored by the norm's kernel, and the MLP's
  * product plus its bias by GELU's (which runs in rows: the bias is read in
