@@ -308,115 +308,154 @@ static int check_why_options(const Options *o)
     return 0;
 }
 
+/* What a parse_*_arg helper returns for an argument it leaves to the next. */
+enum { ARG_NOT_MINE = 1 };
+
+/* Help, version, -v, --print-commands, --portable, --calibrate-cpu, the mesh,
+ * ZeRO and --verify: 0 after the argument argv[*i] (*i past its value when
+ * that is the next argument), -1 after an error, ARG_NOT_MINE for another. */
+static int parse_build_arg(Ctx *c, Options *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        usage(stdout);
+        exit(0);
+    } else if (!strcmp(a, "--version")) {
+        printf("tcc %s\n", TCC_VERSION);
+        exit(0);
+    } else if (!strcmp(a, "--print-commands")) {
+        o->print_commands = 1;
+    } else if (!strcmp(a, "--portable")) {
+        o->portable = 1;
+    } else if (!strcmp(a, "--calibrate-cpu")) {
+        o->calibrate_cpu = 1;
+    } else if (!strcmp(a, "-v")) {
+        c->verbose = 1;
+    } else if ((v = opt_value(argc, argv, i, "--mesh"))) {
+        c->mesh_spec = v;
+    } else if ((v = opt_value(argc, argv, i, "--zero"))) {
+        if (strlen(v) != 1 || v[0] < '0' || v[0] > '3')
+            return fail("--zero=%s: expected 0, 1, 2 or 3", v);
+        o->zero = v[0] - '0';
+    } else if (!strcmp(a, "--verify")) {
+        o->verify = 3;
+    } else if (!strncmp(a, "--verify=", 9)) {
+        const char *n = a + 9;
+        if (!strncmp(n, "native", 6) && (!n[6] || n[6] == ',')) {
+            o->verify_native = 1;
+            n = n[6] ? n + 7 : "3";
+        }
+        char *end;
+        long k = strtol(n, &end, 10);
+        if (end == n || *end || k < 1 || k > 1000)
+            return fail("--verify=%s: expected a step count in [1, 1000], 'native' or "
+                        "'native,N'", a + 9);
+        o->verify = (int)k;
+    } else if ((v = opt_value(argc, argv, i, "--verify-tol"))) {
+        o->verify_tol = strtod(v, NULL);
+        if (!(o->verify_tol > 0))
+            return fail("--verify-tol=%s: expected a positive number", v);
+    } else {
+        return ARG_NOT_MINE;
+    }
+    return 0;
+}
+
+/* The devices, the planner and the train settings: as parse_build_arg. */
+static int parse_device_arg(Options *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *v;
+    if ((v = opt_value(argc, argv, i, "--gpu"))) {
+        if (strcmp(v, "cpu") && !dev_lookup(v))
+            return fail("--gpu=%s: unknown GPU (a100-40gb, a100-80gb, h100-sxm, h100-pcie, "
+                        "h200-sxm or cpu)", v);
+        o->gpu = v;
+    } else if ((v = opt_value(argc, argv, i, "--cluster"))) {
+        o->cluster = v;
+    } else if ((v = opt_value(argc, argv, i, "--gpus"))) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end || end == v || n < 1 || n > 1048576)
+            return fail("--gpus=%s: expected a device count in [1, 1048576]", v);
+        o->gpus = (int)n;
+    } else if ((v = opt_value(argc, argv, i, "--plan"))) {
+        if (strcmp(v, "auto"))
+            return fail("--plan=%s: expected auto", v);
+        o->plan_auto = 1;
+    } else if (!strcmp(a, "--explain")) {
+        o->explain = 1;
+    } else if ((v = opt_value(argc, argv, i, "--device-memory"))) {
+        if (parse_size(v, &o->device_memory) != 0)
+            return fail("--device-memory=%s: expected a size like 80GiB, 40GB, 512MiB or "
+                        "bytes", v);
+    } else if ((v = opt_value(argc, argv, i, "--set"))) {
+        if (o->nsets >= MAX_SETS - PLAN_SETS)
+            return fail("at most %s --set options", "32");
+        o->sets[o->nsets++] = v;
+    } else if ((v = opt_value(argc, argv, i, "--schedule"))) {
+        o->schedule = v;
+    } else if (!strcmp(a, "--sequence-parallel")) {
+        o->sequence_parallel = 1;
+    } else if ((v = opt_value(argc, argv, i, "--role"))) {
+        if (o->nroles >= 8)
+            return fail("%s", "at most 8 --role options");
+        o->roles[o->nroles++] = v;
+    } else {
+        return ARG_NOT_MINE;
+    }
+    return 0;
+}
+
+/* The outputs, the passes to dump or stop after, the input and -D; an
+ * unknown option is an error: 0 or -1. */
+static int parse_output_arg(Ctx *c, Options *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *v;
+    if ((v = opt_value(argc, argv, i, "--emit"))) {
+        if (strcmp(v, "ir") && strcmp(v, "plan") && strcmp(v, "c") && strcmp(v, "cuda") &&
+            strcmp(v, "memory") && strcmp(v, "memory-plan") && strcmp(v, "schedule") &&
+            strcmp(v, "trace") && strcmp(v, "cost"))
+            return fail("--emit=%s: expected ir, plan, c, cuda, memory, memory-plan, cost, "
+                        "schedule or trace", v);
+        o->emit = v;
+    } else if ((v = opt_value(argc, argv, i, "--why"))) {
+        if (o->nwhy >= MAX_WHY)
+            return fail("at most %s --why options", "8");
+        if (!*v)
+            return fail("%s", "--why needs the name of a value or parameter");
+        o->why[o->nwhy++] = v;
+    } else if ((v = opt_value(argc, argv, i, "--dump-after"))) {
+        o->dump_after = v;
+    } else if ((v = opt_value(argc, argv, i, "--stop-after"))) {
+        o->stop_after = v;
+    } else if ((v = opt_value(argc, argv, i, "--from-ir"))) {
+        o->from_ir = v;
+    } else if ((v = opt_value(argc, argv, i, "-o"))) {
+        o->out = v;
+    } else if (!strcmp(a, "-D") || !strncmp(a, "-D", 2)) {
+        const char *d = a[2] ? a + 2 : (*i + 1 < argc ? argv[++*i] : "");
+        if (add_define(c, d) != 0)
+            return -1;
+    } else if (a[0] == '-' && a[1]) {
+        return fail("unknown option '%s'", a);
+    } else if (o->input) {
+        return fail("more than one input file ('%s')", a);
+    } else {
+        o->input = a;
+    }
+    return 0;
+}
+
 static int parse_args(Ctx *c, Options *o, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            exit(0);
-        } else if (!strcmp(a, "--version")) {
-            printf("tcc %s\n", TCC_VERSION);
-            exit(0);
-        } else if (!strcmp(a, "--print-commands")) {
-            o->print_commands = 1;
-        } else if (!strcmp(a, "--portable")) {
-            o->portable = 1;
-        } else if (!strcmp(a, "--calibrate-cpu")) {
-            o->calibrate_cpu = 1;
-        } else if (!strcmp(a, "-v")) {
-            c->verbose = 1;
-        } else if ((v = opt_value(argc, argv, &i, "--mesh"))) {
-            c->mesh_spec = v;
-        } else if ((v = opt_value(argc, argv, &i, "--zero"))) {
-            if (strlen(v) != 1 || v[0] < '0' || v[0] > '3')
-                return fail("--zero=%s: expected 0, 1, 2 or 3", v);
-            o->zero = v[0] - '0';
-        } else if (!strcmp(a, "--verify")) {
-            o->verify = 3;
-        } else if (!strncmp(a, "--verify=", 9)) {
-            const char *n = a + 9;
-            if (!strncmp(n, "native", 6) && (!n[6] || n[6] == ',')) {
-                o->verify_native = 1;
-                n = n[6] ? n + 7 : "3";
-            }
-            char *end;
-            long k = strtol(n, &end, 10);
-            if (end == n || *end || k < 1 || k > 1000)
-                return fail("--verify=%s: expected a step count in [1, 1000], 'native' or "
-                            "'native,N'", a + 9);
-            o->verify = (int)k;
-        } else if ((v = opt_value(argc, argv, &i, "--verify-tol"))) {
-            o->verify_tol = strtod(v, NULL);
-            if (!(o->verify_tol > 0))
-                return fail("--verify-tol=%s: expected a positive number", v);
-        } else if ((v = opt_value(argc, argv, &i, "--gpu"))) {
-            if (strcmp(v, "cpu") && !dev_lookup(v))
-                return fail("--gpu=%s: unknown GPU (a100-40gb, a100-80gb, h100-sxm, h100-pcie, "
-                            "h200-sxm or cpu)", v);
-            o->gpu = v;
-        } else if ((v = opt_value(argc, argv, &i, "--cluster"))) {
-            o->cluster = v;
-        } else if ((v = opt_value(argc, argv, &i, "--gpus"))) {
-            char *end;
-            long n = strtol(v, &end, 10);
-            if (*end || end == v || n < 1 || n > 1048576)
-                return fail("--gpus=%s: expected a device count in [1, 1048576]", v);
-            o->gpus = (int)n;
-        } else if ((v = opt_value(argc, argv, &i, "--plan"))) {
-            if (strcmp(v, "auto"))
-                return fail("--plan=%s: expected auto", v);
-            o->plan_auto = 1;
-        } else if (!strcmp(a, "--explain")) {
-            o->explain = 1;
-        } else if ((v = opt_value(argc, argv, &i, "--device-memory"))) {
-            if (parse_size(v, &o->device_memory) != 0)
-                return fail("--device-memory=%s: expected a size like 80GiB, 40GB, 512MiB or "
-                            "bytes", v);
-        } else if ((v = opt_value(argc, argv, &i, "--set"))) {
-            if (o->nsets >= MAX_SETS - PLAN_SETS)
-                return fail("at most %s --set options", "32");
-            o->sets[o->nsets++] = v;
-        } else if ((v = opt_value(argc, argv, &i, "--schedule"))) {
-            o->schedule = v;
-        } else if (!strcmp(a, "--sequence-parallel")) {
-            o->sequence_parallel = 1;
-        } else if ((v = opt_value(argc, argv, &i, "--role"))) {
-            if (o->nroles >= 8)
-                return fail("%s", "at most 8 --role options");
-            o->roles[o->nroles++] = v;
-        } else if ((v = opt_value(argc, argv, &i, "--emit"))) {
-            if (strcmp(v, "ir") && strcmp(v, "plan") && strcmp(v, "c") && strcmp(v, "cuda") &&
-                strcmp(v, "memory") && strcmp(v, "memory-plan") && strcmp(v, "schedule") &&
-                strcmp(v, "trace") && strcmp(v, "cost"))
-                return fail("--emit=%s: expected ir, plan, c, cuda, memory, memory-plan, cost, "
-                            "schedule or trace", v);
-            o->emit = v;
-        } else if ((v = opt_value(argc, argv, &i, "--why"))) {
-            if (o->nwhy >= MAX_WHY)
-                return fail("at most %s --why options", "8");
-            if (!*v)
-                return fail("%s", "--why needs the name of a value or parameter");
-            o->why[o->nwhy++] = v;
-        } else if ((v = opt_value(argc, argv, &i, "--dump-after"))) {
-            o->dump_after = v;
-        } else if ((v = opt_value(argc, argv, &i, "--stop-after"))) {
-            o->stop_after = v;
-        } else if ((v = opt_value(argc, argv, &i, "--from-ir"))) {
-            o->from_ir = v;
-        } else if ((v = opt_value(argc, argv, &i, "-o"))) {
-            o->out = v;
-        } else if (!strcmp(a, "-D") || !strncmp(a, "-D", 2)) {
-            const char *d = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : "");
-            if (add_define(c, d) != 0)
-                return -1;
-        } else if (a[0] == '-' && a[1]) {
-            return fail("unknown option '%s'", a);
-        } else if (o->input) {
-            return fail("more than one input file ('%s')", a);
-        } else {
-            o->input = a;
-        }
+        int r = parse_build_arg(c, o, argc, argv, &i);
+        if (r == ARG_NOT_MINE)
+            r = parse_device_arg(o, argc, argv, &i);
+        if (r == ARG_NOT_MINE)
+            r = parse_output_arg(c, o, argc, argv, &i);
+        if (r != 0)
+            return -1;
     }
     if (o->input && strlen(o->input) > 4 && !strcmp(o->input + strlen(o->input) - 4, ".tir") &&
         !o->from_ir) {

@@ -1,5 +1,6 @@
 /* ast.h: the TDL syntax tree, private to the frontend. The parser builds it in
- * the arena; lower.c walks it once. Names are interned strings. */
+ * the arena; lowering (lower.c and the files lower_impl.h lists) walks it
+ * once. Names are interned strings. */
 #ifndef TCC_AST_H
 #define TCC_AST_H
 

@@ -932,35 +932,90 @@ static int infer_update(Infer *in)
     return same_as(in, t);
 }
 
-static int infer_rule(Infer *in)
+/* The gradient ops autodiff adds; no rule otherwise. */
+static int infer_grad_rule(Infer *in)
 {
     switch (in->op->kind) {
-    case OP_INPUT:
-    case OP_PARAM:
-    case OP_CONSTANT:
-    case OP_STEP:
-    case OP_STATE:
-        return infer_source(in);
-    case OP_LR:
-    case OP_CLIP_SCALE:
-        return infer_scalar_fn(in);
-    case OP_SGD:
-    case OP_ADAMW:
-        return infer_optimizer(in);
-    case OP_UPDATE:
-        return infer_update(in);
-    case OP_AXIS_OFFSET:
-        return set_result(in, DT_I32, 0, NULL);
-    case OP_CROSS_ENTROPY_SHARD:
+    case OP_GATHER_GRAD:
+        return infer_gather_grad(in);
+    case OP_GELU_GRAD:
+    case OP_SILU_GRAD:
+    case OP_RELU_GRAD:
+    case OP_SOFTMAX_GRAD:
+        return infer_pointwise_grad(in);
+    case OP_MAX_GRAD:
+        return infer_max_grad(in);
+    case OP_LAYERNORM_GRAD:
+    case OP_RMSNORM_GRAD:
+        return infer_norm_grad(in);
+    case OP_EMBED_GRAD:
+        return infer_embed_grad(in);
+    case OP_ATTENTION_GRAD:
+        return infer_attention_grad(in);
+    case OP_CROSS_ENTROPY_GRAD:
+        return infer_cross_entropy_grad(in);
+    default:
+        return fail(in, "no shape rule for '%s'", in->name);
+    }
+}
+
+/* The forward ops of layers and of layout: matmul, norms, reductions,
+ * lookups, attention, reshapes; the gradients otherwise. */
+static int infer_layer_rule(Infer *in)
+{
+    switch (in->op->kind) {
+    case OP_MATMUL:
+        return infer_matmul(in);
+    case OP_SOFTMAX:
+        return infer_softmax(in);
+    case OP_LAYERNORM:
+    case OP_RMSNORM:
+        return infer_norm(in);
+    case OP_SUM:
+    case OP_MEAN:
+    case OP_MAX:
+    case OP_ARGMAX:
+        return infer_reduce(in);
+    case OP_EMBED:
+        return infer_embed(in);
+    case OP_GATHER:
+        return infer_gather(in);
+    case OP_TOPK:
+        return infer_topk(in);
+    case OP_DROPOUT:
+        return infer_dropout(in);
+    case OP_SCATTER_ADD:
+        return infer_scatter_add(in);
+    case OP_ROPE:
+        return infer_rope(in);
+    case OP_ATTENTION:
+        return infer_attention(in);
+    case OP_CROSS_ENTROPY:
         return infer_cross_entropy(in);
-    case OP_CROSS_ENTROPY_GRAD_SHARD:
-        return same_as(in, arg(in, 0));
-    case OP_ALL_REDUCE:
-    case OP_ALL_GATHER:
-    case OP_REDUCE_SCATTER:
-    case OP_ALL_TO_ALL:
-    case OP_SHARD_SLICE:
-        return same_as(in, arg(in, 0)); /* the global value is unchanged */
+    case OP_RESHAPE:
+        return infer_reshape(in);
+    case OP_TRANSPOSE:
+        return infer_transpose(in);
+    case OP_SLICE:
+        return infer_slice(in);
+    case OP_CONCAT:
+        return infer_concat(in);
+    case OP_SUM_TO:
+        return infer_sum_to(in);
+    case OP_EXPAND:
+        return infer_expand(in);
+    case OP_PAD:
+        return infer_pad(in);
+    default:
+        return infer_grad_rule(in);
+    }
+}
+
+/* The elementwise ops: binary and comparisons, where, unary, arange, cast;
+ * the layer ops otherwise. */
+static int infer_pointwise_rule(Infer *in)
+{
+    switch (in->op->kind) {
     case OP_ADD:
     case OP_SUB:
     case OP_MUL:
@@ -995,68 +1050,45 @@ static int infer_rule(Infer *in)
         return infer_arange(in);
     case OP_CAST:
         return infer_cast(in);
-    case OP_MATMUL:
-        return infer_matmul(in);
-    case OP_SOFTMAX:
-        return infer_softmax(in);
-    case OP_LAYERNORM:
-    case OP_RMSNORM:
-        return infer_norm(in);
-    case OP_SUM:
-    case OP_MEAN:
-    case OP_MAX:
-    case OP_ARGMAX:
-        return infer_reduce(in);
-    case OP_EMBED:
-        return infer_embed(in);
-    case OP_GATHER:
-        return infer_gather(in);
-    case OP_TOPK:
-        return infer_topk(in);
-    case OP_DROPOUT:
-        return infer_dropout(in);
-    case OP_SCATTER_ADD:
-        return infer_scatter_add(in);
-    case OP_GATHER_GRAD:
-        return infer_gather_grad(in);
-    case OP_ROPE:
-        return infer_rope(in);
-    case OP_ATTENTION:
-        return infer_attention(in);
-    case OP_CROSS_ENTROPY:
-        return infer_cross_entropy(in);
-    case OP_RESHAPE:
-        return infer_reshape(in);
-    case OP_TRANSPOSE:
-        return infer_transpose(in);
-    case OP_SLICE:
-        return infer_slice(in);
-    case OP_CONCAT:
-        return infer_concat(in);
-    case OP_SUM_TO:
-        return infer_sum_to(in);
-    case OP_EXPAND:
-        return infer_expand(in);
-    case OP_PAD:
-        return infer_pad(in);
-    case OP_GELU_GRAD:
-    case OP_SILU_GRAD:
-    case OP_RELU_GRAD:
-    case OP_SOFTMAX_GRAD:
-        return infer_pointwise_grad(in);
-    case OP_MAX_GRAD:
-        return infer_max_grad(in);
-    case OP_LAYERNORM_GRAD:
-    case OP_RMSNORM_GRAD:
-        return infer_norm_grad(in);
-    case OP_EMBED_GRAD:
-        return infer_embed_grad(in);
-    case OP_ATTENTION_GRAD:
-        return infer_attention_grad(in);
-    case OP_CROSS_ENTROPY_GRAD:
-        return infer_cross_entropy_grad(in);
     default:
-        return fail(in, "no shape rule for '%s'", in->name);
+        return infer_layer_rule(in);
+    }
+}
+
+/* The rule of the op's family. First the ops of the training step and of
+ * the partitioner (sources, optimizer, collectives), then the elementwise
+ * ops, the layer ops and the gradients, each family passing on the rest. */
+static int infer_rule(Infer *in)
+{
+    switch (in->op->kind) {
+    case OP_INPUT:
+    case OP_PARAM:
+    case OP_CONSTANT:
+    case OP_STEP:
+    case OP_STATE:
+        return infer_source(in);
+    case OP_LR:
+    case OP_CLIP_SCALE:
+        return infer_scalar_fn(in);
+    case OP_SGD:
+    case OP_ADAMW:
+        return infer_optimizer(in);
+    case OP_UPDATE:
+        return infer_update(in);
+    case OP_AXIS_OFFSET:
+        return set_result(in, DT_I32, 0, NULL);
+    case OP_CROSS_ENTROPY_SHARD:
+        return infer_cross_entropy(in);
+    case OP_CROSS_ENTROPY_GRAD_SHARD:
+        return same_as(in, arg(in, 0));
+    case OP_ALL_REDUCE:
+    case OP_ALL_GATHER:
+    case OP_REDUCE_SCATTER:
+    case OP_ALL_TO_ALL:
+    case OP_SHARD_SLICE:
+        return same_as(in, arg(in, 0)); /* the global value is unchanged */
+    default:
+        return infer_pointwise_rule(in);
     }
 }
 

@@ -260,7 +260,7 @@ double cost_cpu_compute_time(const Plan *p, const CostDevice *d, const PlanInstr
     double bytes = 0;
     for (int a = 0; a < in->nargs; a++)
         bytes += (double)p->tensors[in->args[a]].bytes;
-    /* in a kernel group (codegen/plan.c) every member shares its loop among
+    /* in a kernel group (codegen/groups.c) every member shares its loop among
      * the threads, and only the group's first opens the region */
     if (k->serial && !in->group && !in->grouped)
         return work_s(d->host, k) / speed(d, 0) + bytes / device_bw(d, 1);

@@ -79,7 +79,7 @@ static Value *learning_rate(Opt *o, DType dt)
  * (passes/shard_rules.c). The sums are made a level at a time, the first
  * dim's of every gradient, then the second's: the sums of one level are
  * independent, so code generation runs them as one group of kernels
- * (codegen/plan.c) instead of one parallel region each. */
+ * (codegen/groups.c) instead of one parallel region each. */
 static Value *global_norm(Opt *o, Value **grads, int n, DType dt)
 {
     Value *total = NULL, **s = arena_alloc(o->g->arena, sizeof(Value *) * (size_t)(n + 1));
