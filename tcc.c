@@ -177,9 +177,9 @@ static int cpu_file(Ctx *c, Options *o)
 static int calibrate_args(const Ctx *c, const Options *o)
 {
     int other = o->input || o->from_ir || o->emit || o->gpu || o->cluster || o->verify ||
-                o->dump_after || o->stop_after || o->zero >= 0 || o->sequence_parallel ||
+                o->dump_after || o->stop_after || o->zero >= 0 || o->sequence_parallel >= 0 ||
                 o->nroles || o->schedule || o->nsets || o->device_memory > 0 || o->print_commands ||
-                o->portable || c->mesh_spec || c->defines.len || o->nwhy;
+                o->portable || o->mesh || c->defines.len || o->nwhy;
     if (other)
         return fail("%s", "--calibrate-cpu measures this machine and writes its CPU file: it "
                           "takes no input and no option but -o FILE");
@@ -267,11 +267,11 @@ static int check_plan_options(Ctx *c, const Options *o)
         return fail("%s", "--plan=auto needs the device count: --gpus N");
     if (!o->has_cluster)
         return fail("%s", "--plan=auto needs the GPU: --gpu NAME or --cluster NAME|FILE");
-    if (c->mesh_spec)
-        return fail("--plan=auto chooses the mesh: drop --mesh %s", c->mesh_spec);
+    if (o->mesh)
+        return fail("--plan=auto chooses the mesh: drop --mesh %s", o->mesh);
     if (o->from_ir)
         return fail("%s", "--plan=auto compiles the TDL input: give a TDL file");
-    if (o->zero >= 0 || o->sequence_parallel || o->schedule)
+    if (o->zero >= 0 || o->sequence_parallel >= 0 || o->schedule)
         return fail("%s", "--plan=auto chooses zero, sequence_parallel and schedule: drop them");
     for (int i = 0; i < o->nsets; i++)
         for (size_t k = 0; k < sizeof chosen / sizeof chosen[0]; k++)
@@ -332,7 +332,7 @@ static int parse_build_arg(Ctx *c, Options *o, int argc, char **argv, int *i)
     } else if (!strcmp(a, "-v")) {
         c->verbose = 1;
     } else if ((v = opt_value(argc, argv, i, "--mesh"))) {
-        c->mesh_spec = v;
+        o->mesh = v;
     } else if ((v = opt_value(argc, argv, i, "--zero"))) {
         if (strlen(v) != 1 || v[0] < '0' || v[0] > '3')
             return fail("--zero=%s: expected 0, 1, 2 or 3", v);
@@ -389,8 +389,8 @@ static int parse_device_arg(Options *o, int argc, char **argv, int *i)
             return fail("--device-memory=%s: expected a size like 80GiB, 40GB, 512MiB or "
                         "bytes", v);
     } else if ((v = opt_value(argc, argv, i, "--set"))) {
-        if (o->nsets >= MAX_SETS - PLAN_SETS)
-            return fail("at most %s --set options", "32");
+        if (o->nsets >= MAX_SETS)
+            return fail("at most %s --set options", "32"); /* MAX_SETS */
         o->sets[o->nsets++] = v;
     } else if ((v = opt_value(argc, argv, i, "--schedule"))) {
         o->schedule = v;
@@ -468,7 +468,7 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
         return fail("%s", "no input file");
     if (o->input && o->from_ir)
         return fail("give a TDL file or --from-ir %s, not both", o->from_ir);
-    if (o->from_ir && (c->mesh_spec || c->defines.len))
+    if (o->from_ir && (o->mesh || c->defines.len))
         return fail("%s", "--mesh and -D apply to TDL input; an IR file carries its own mesh");
 
     if (o->verify && o->from_ir)
@@ -489,13 +489,13 @@ static int why_graph(const Ctx *c, const Options *o, const Graph *g)
     int split = 0;
     for (int ax = 0; ax < g->mesh.naxes; ax++)
         split |= g->mesh.axes[ax].size > 1 && g->mesh.axes[ax].role != ROLE_PIPELINE;
-    if (!split && !c->mesh_spec && !o->from_ir)
+    if (!split && !o->mesh && !o->from_ir)
         return fail("%s", "--why explains how values are split over the mesh: give its sizes "
                           "with --mesh (e.g. --mesh 2x2); without it every axis has size 1");
     if (!split)
         return fail("--why: on the mesh %s no value is split (every axis but the pipeline's has "
                     "size 1): give larger sizes",
-                    c->mesh_spec ? c->mesh_spec : "of the IR file");
+                    o->mesh ? o->mesh : "of the IR file");
     for (int i = 0; i < g->ops.len; i++)
         if (g->ops.data[i]->kind >= OP_ALL_REDUCE && g->ops.data[i]->kind <= OP_SHARD_SLICE)
             return fail("--why %s: the IR is partitioned already; give one dumped before the "
@@ -571,7 +571,7 @@ int main(int argc, char **argv)
 {
     Ctx *c = ctx_new(stderr);
     Options o = {0};
-    o.zero = -1;
+    o.zero = o.sequence_parallel = -1;
     o.unroll = getenv("TCC_TEST_UNROLL") != NULL; /* tests: the step with every microbatch a copy */
     int ok = parse_args(c, &o, argc, argv) == 0;
     if (ok && measures_cpu(&o))

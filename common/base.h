@@ -107,10 +107,7 @@ typedef struct Ctx {
     Interner *strings;
     Diag diag;
     VEC(Define) defines;
-    const char *mesh_spec; /* --mesh text, NULL when absent */
     int verbose;
-    /* the planner's profile: every repeat lowers at most this many iterations (0: all) */
-    int repeat_limit;
 } Ctx;
 
 /* A fresh context writing diagnostics to `out`; ctx_free releases everything. */

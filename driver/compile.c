@@ -66,7 +66,7 @@ Graph *drv_load(Ctx *c, const Options *o)
         return NULL;
     }
     double t0 = drv_now_ms();
-    Graph *g = o->from_ir ? ir_parse(c, path, text, len) : fe_compile(c, path, text, len);
+    Graph *g = o->from_ir ? ir_parse(c, path, text, len) : fe_compile(c, path, text, len, &(FeOptions){o->mesh, o->repeat_limit});
     if (g)
         after(c, o, g, o->from_ir ? "parse-ir" : "lower", t0);
     return g;
@@ -221,7 +221,7 @@ Graph *drv_passed(Ctx *c, Options *o, const char *mesh)
 {
     Options quiet = *o;
     quiet.dump_after = quiet.stop_after = NULL;
-    c->mesh_spec = mesh;
+    quiet.mesh = mesh;
     Graph *g = drv_load(c, &quiet);
     if (!g || drv_apply_settings(c, o, g) != 0 || drv_verify(c, &quiet, g, "lower") != 0 ||
         drv_run_passes(c, &quiet, g, NULL) != 0)

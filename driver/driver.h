@@ -13,8 +13,7 @@
 #include "runtime/cpu.h"
 #include "runtime/runtime.h"
 
-#define MAX_SETS 40 /* --set settings; the planner adds up to PLAN_SETS of its own */
-#define PLAN_SETS 8
+#define MAX_SETS 32 /* --set settings */
 #define MAX_WHY 8 /* --why NAME options */
 
 typedef struct Options {
@@ -26,11 +25,18 @@ typedef struct Options {
     const char *stop_after; /* a pass name or NULL */
     int print_commands;
     int portable; /* --portable: the executable runs on any x86-64 (no -march=native) */
-    int zero;               /* --zero=N, -1 when absent */
-    int sequence_parallel;  /* --sequence-parallel */
+    const char *mesh;       /* --mesh SPEC; NULL: the model's own */
+    int repeat_limit;       /* the planner's profile: each repeat lowered at most this often (0: all) */
+    /* train settings chosen over the model's own, after --set (the flags, the
+     * planner's choices): unset when 0, NULL or -1 as noted */
+    int64_t microbatches;   /* 0 */
+    const char *recompute;  /* NULL */
+    int zero;               /* --zero=N; -1 */
+    int sequence_parallel;  /* --sequence-parallel: 1; 0 false; -1 */
     const char *roles[8];   /* --role AXIS=ROLE */
     int nroles;
-    const char *schedule;   /* --schedule=NAME: the train setting schedule */
+    const char *schedule;   /* --schedule=NAME: the train setting schedule; NULL */
+    int virtual_stages;     /* 0 */
     int verify;             /* --verify[=STEPS]: steps to compare, 0 when absent */
     int verify_native;      /* --verify=native[,STEPS]: the model's own precision, not f64 */
     double verify_tol;      /* --verify-tol=X, 0: 1e-9, or per value in native mode */

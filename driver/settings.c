@@ -129,12 +129,19 @@ int drv_apply_settings(Ctx *c, const Options *o, Graph *g)
             return -1;
     if (o->verify && !o->verify_native) /* both of --verify's plans: float64 unless native */
         drv_set_train(g, ir_attr_str(g->arena, intern(g->strings, "precision"), "f64"));
+    if (o->microbatches > 0)
+        drv_set_train(g, ir_attr_int(g->arena, intern(g->strings, "microbatches"), o->microbatches));
+    if (o->recompute)
+        drv_set_train(g, ir_attr_str(g->arena, intern(g->strings, "recompute"), o->recompute));
     if (o->zero >= 0)
         drv_set_train(g, ir_attr_int(g->arena, intern(g->strings, "zero"), o->zero));
-    if (o->sequence_parallel)
-        drv_set_train(g, ir_attr_bool(g->arena, intern(g->strings, "sequence_parallel"), 1));
+    if (o->sequence_parallel >= 0)
+        drv_set_train(g, ir_attr_bool(g->arena, intern(g->strings, "sequence_parallel"),
+                                      o->sequence_parallel));
     if (o->schedule)
         drv_set_train(g, ir_attr_str(g->arena, intern(g->strings, "schedule"), o->schedule));
+    if (o->virtual_stages > 0)
+        drv_set_train(g, ir_attr_int(g->arena, intern(g->strings, "virtual_stages"), o->virtual_stages));
     for (int i = 0; i < o->nroles; i++) {
         const char *eq = strchr(o->roles[i], '=');
         int role = eq ? ir_role_lookup(eq + 1) : -1;

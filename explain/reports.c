@@ -79,7 +79,7 @@ int ex_emit_memory(Ctx *c, const Options *o, double budget)
 {
     MemoryModel mm;
     OneStep one;
-    if (pl_model_in(c, o, NULL, &mm, &one) != 0)
+    if (pl_model_in(c, o, &mm, &one) != 0)
         return -1;
     const Graph *g = one.g;
     int json;
@@ -126,7 +126,7 @@ int ex_emit_cost(Ctx *c, Options *o)
     OneStep one;
     MemoryModel mm;
     CostModel cm;
-    if (pl_compile_one(c, o, NULL, &one) != 0 || drv_cost_device(c, o, &one.plan, &d) != 0 ||
+    if (pl_compile_one(c, o, &one) != 0 || drv_cost_device(c, o, &one.plan, &d) != 0 ||
         mem_model(c, one.g, &one.s.train, one.local, &one.plan, !d.cpu, &mm) != 0 ||
         cost_model(c, one.g, &one.s.train, one.local, &one.plan, &d, &cm) != 0)
         return -1;
@@ -171,7 +171,7 @@ int ex_emit_trace(Ctx *c, Options *o)
     CostDevice d;
     OneStep one;
     CostModel cm;
-    if (pl_compile_one(c, o, NULL, &one) != 0 || drv_cost_device(c, o, &one.plan, &d) != 0 ||
+    if (pl_compile_one(c, o, &one) != 0 || drv_cost_device(c, o, &one.plan, &d) != 0 ||
         cost_model(c, one.g, &one.s.train, one.local, &one.plan, &d, &cm) != 0)
         return -1;
     int json;

@@ -173,7 +173,7 @@ static double *native_tolerances(Ctx *c, const Graph *g1, const Plan *one)
 int ex_verify_mesh(Ctx *c, Options *o, Graph *g)
 {
     Plan mesh, one;
-    const char *spec = c->mesh_spec;
+    const char *spec = o->mesh;
     if (cg_build_plan(c, g, 0, &mesh) != 0)
         return -1;
     char ones[64] = "", err[512];

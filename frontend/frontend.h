@@ -13,11 +13,18 @@ typedef struct Ast Ast;
  * or NULL after syntax errors (all of them reported, the parser recovers). */
 Ast *fe_parse(Ctx *c, const char *path, const char *text, size_t len);
 
-/* Check and lower the AST to the forward-pass Graph, binding c->mesh_spec
- * ("8x4x2" or "dp=8,tp=4") and c->defines. NULL after errors. */
-Graph *fe_lower(Ctx *c, Ast *ast);
+/* What the command line adds to a model besides its -D defines (c->defines). */
+typedef struct FeOptions {
+    const char *mesh; /* --mesh: "8x4x2" or "dp=8,tp=4"; NULL: the model's own */
+    int repeat_limit; /* the planner's profile: every repeat lowers at most this many
+                         iterations (0: all) */
+} FeOptions;
+
+/* Check and lower the AST to the forward-pass Graph, binding fo's mesh and
+ * c->defines (fo NULL: neither mesh nor limit). NULL after errors. */
+Graph *fe_lower(Ctx *c, Ast *ast, const FeOptions *fo);
 
 /* fe_parse then fe_lower. */
-Graph *fe_compile(Ctx *c, const char *path, const char *text, size_t len);
+Graph *fe_compile(Ctx *c, const char *path, const char *text, size_t len, const FeOptions *fo);
 
 #endif

@@ -93,8 +93,8 @@ static void lower_repeat(Lower *L, Stmt *s)
         fe_err(L, s->value->loc, "repeat count %lld is out of range 0..%d", (long long)n, MAX_REPEAT);
         return;
     }
-    if (L->c->repeat_limit > 0 && n > L->c->repeat_limit)
-        n = L->c->repeat_limit;
+    if (L->fo.repeat_limit > 0 && n > L->fo.repeat_limit)
+        n = L->fo.repeat_limit;
     const char *name = s->str ? s->str : "layers";
     const Binding *shadow = s->index ? fe_lookup(L, s->index) : NULL;
     if (shadow && shadow->kind != B_VALUE) { /* a value of the enclosing scope may be shadowed */
@@ -292,7 +292,7 @@ static Stmt *lower_headers(Lower *L)
     fe_check_defines(L, model);
     if (mesh)
         fe_lower_mesh(L, mesh);
-    if (L->c->mesh_spec)
+    if (L->fo.mesh)
         fe_bind_mesh(L);
     return model;
 }
@@ -333,10 +333,11 @@ static void find_outputs(Lower *L)
                L->ast->file);
 }
 
-Graph *fe_lower(Ctx *c, Ast *ast)
+Graph *fe_lower(Ctx *c, Ast *ast, const FeOptions *fo)
 {
     int errors = c->diag.nerrors;
-    Lower L = {.c = c, .ast = ast, .prefix = "", .layer = -1, .call_block = call_block};
+    Lower L = {.c = c, .ast = ast, .prefix = "", .layer = -1, .call_block = call_block,
+               .fo = fo ? *fo : (FeOptions){0}};
     L.g = ir_graph_new(c->arena, c->strings, NULL);
     L.root = fe_scope_new(&L, NULL, 1);
     L.scope = L.root;
@@ -351,8 +352,8 @@ Graph *fe_lower(Ctx *c, Ast *ast)
     return c->diag.nerrors == errors ? L.g : NULL;
 }
 
-Graph *fe_compile(Ctx *c, const char *path, const char *text, size_t len)
+Graph *fe_compile(Ctx *c, const char *path, const char *text, size_t len, const FeOptions *fo)
 {
     Ast *ast = fe_parse(c, path, text, len);
-    return ast ? fe_lower(c, ast) : NULL;
+    return ast ? fe_lower(c, ast, fo) : NULL;
 }

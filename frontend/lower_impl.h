@@ -16,6 +16,7 @@
 #define TCC_LOWER_IMPL_H
 
 #include "ast.h"
+#include "frontend.h"
 
 typedef enum { V_ERR, V_INT, V_FLOAT, V_BOOL, V_STR, V_TENSOR, V_LIST } VKind;
 
@@ -46,6 +47,7 @@ typedef struct Scope {
 
 typedef struct Lower {
     Ctx *c;
+    FeOptions fo;     /* --mesh, the repeat limit */
     Graph *g;
     Ast *ast;
     Scope *root;      /* model parameters */
@@ -203,7 +205,7 @@ void fe_check_defines(Lower *L, Stmt *model);
 /* mesh { axis: role ... }: the Graph's mesh axes, each of size 1. */
 void fe_lower_mesh(Lower *L, Stmt *s);
 
-/* --mesh (c->mesh_spec): the axes' sizes, and their order when by name. */
+/* --mesh (fo.mesh): the axes' sizes, and their order when by name. */
 void fe_bind_mesh(Lower *L);
 
 #endif

@@ -1,6 +1,6 @@
 /* lower_model.c: the model header, the mesh declaration and --mesh.
  * Reads the model's parameters, the -D defines (Ctx.defines) and the --mesh
- * text (Ctx.mesh_spec); writes the root scope's bindings, Graph.config and
+ * text (FeOptions.mesh); writes the root scope's bindings, Graph.config and
  * Graph.mesh. Key idea: a model parameter is an integer or a float by how
  * its default is written; -D replaces the default; --mesh gives the sizes of
  * the declared axes, by position or by name (then also their order). */
@@ -149,7 +149,7 @@ static void order_mesh(Mesh *m, const int *order, int n, const int *seen)
  * lays the devices out in that order (order_mesh). */
 void fe_bind_mesh(Lower *L)
 {
-    const char *spec = L->c->mesh_spec, *p = spec;
+    const char *spec = L->fo.mesh, *p = spec;
     Mesh *m = &L->g->mesh;
     int by_name = strchr(spec, '=') != NULL, n = 0, seen[IR_MAX_AXES] = {0}, order[IR_MAX_AXES];
     const char *sep = strchr(spec, ',') || by_name ? "," : "x";

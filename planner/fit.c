@@ -6,6 +6,7 @@
 #include "planner/planner.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,15 +31,11 @@ static void layer_stages(const Graph *g, int *ls, int n)
 }
 
 
-int pl_compile_one(Ctx *c, const Options *o, const Probe *pr, OneStep *one)
+int pl_compile_one(Ctx *c, const Options *o, OneStep *one)
 {
     Options q = *o;
     q.dump_after = q.stop_after = NULL;
-    if (pr && pr->set && q.nsets < MAX_SETS)
-        q.sets[q.nsets++] = pr->set;
-    const char *mesh = c->mesh_spec;
     int verbose = c->verbose;
-    c->mesh_spec = pr && pr->mesh ? pr->mesh : mesh;
     c->verbose = 0;
     q.unroll = 0;
     Kernel **kernels;
@@ -48,16 +45,15 @@ int pl_compile_one(Ctx *c, const Options *o, const Probe *pr, OneStep *one)
                      cg_build_plan_local(c, one->g, 0, &one->plan, &kernels, &one->local)
                  ? -1
                  : 0;
-    c->mesh_spec = mesh;
     c->verbose = verbose;
     return rc;
 }
 
-/* The memory model of the step as the options say, plus pr, of one: the
- * step of one microbatch compiled. */
-int pl_model_in(Ctx *c, const Options *o, const Probe *pr, MemoryModel *mm, OneStep *one)
+/* The memory model of the step as the options say, of one: the step of
+ * one microbatch compiled. */
+int pl_model_in(Ctx *c, const Options *o, MemoryModel *mm, OneStep *one)
 {
-    return pl_compile_one(c, o, pr, one) ||
+    return pl_compile_one(c, o, one) ||
                    mem_model(c, one->g, &one->s.train, one->local, &one->plan, drv_on_gpu(o), mm)
                ? -1
                : 0;
@@ -72,17 +68,16 @@ typedef struct ProbeResult {
 
 /* model_in in a context of its own whose diagnostics go nowhere: a lever
  * that does not compile (a mesh that does not divide) is just not offered. */
-static void probe(Ctx *c, const Options *o, const Probe *pr, ProbeResult *r)
+static void probe(Ctx *c, const Options *o, ProbeResult *r)
 {
     FILE *null = fopen("/dev/null", "w");
     Ctx *q = ctx_new(null ? null : stderr);
     for (int i = 0; i < c->defines.len; i++)
         VEC_PUSH(q->arena, q->defines, c->defines.data[i]);
-    q->mesh_spec = c->mesh_spec;
     MemoryModel mm;
     OneStep one;
     memset(r, 0, sizeof *r);
-    r->ok = pl_model_in(q, o, pr, &mm, &one) == 0 && mm.nstages <= 1024;
+    r->ok = pl_model_in(q, o, &mm, &one) == 0 && mm.nstages <= 1024;
     if (r->ok) {
         r->peak = mm.peak, r->nstages = mm.nstages;
         for (int s = 0; s < mm.nstages; s++)
@@ -120,14 +115,33 @@ static const char *deeper_pipeline(Ctx *c, const Mesh *m, int k, int same)
     return intern(c->strings, spec);
 }
 
+/* Another setting or mesh to try: the options with it, and how the
+ * refusal's note names it ("--set zero=2", "--mesh pp=4,dp=2"). */
+typedef struct Lever {
+    Options o;
+    const char *what;
+} Lever;
+
+static Lever *lever(Ctx *c, const Options *o, Lever *l, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char buf[128];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    l->o = *o;
+    l->what = intern(c->strings, buf);
+    return l;
+}
+
 /* The levers that would lower the peak, each tried: recomputation, a ZeRO
  * level, a deeper pipeline on the same devices and on 2, 4 and 8 times as
  * many, a schedule that holds fewer microbatches, smaller microbatches,
  * sequence parallelism. At most 16. */
-static int levers(Ctx *c, const TrainConfig *t, const Graph *g, Probe *out)
+static int levers(Ctx *c, const Options *o, const TrainConfig *t, const Graph *g, Lever *out)
 {
     const TrainConfig tc = *t;
-    char buf[64];
+    const char *mesh;
     int n = 0, data = 0, tensor = 0;
     for (int i = 0; i < g->mesh.naxes; i++) {
         data |= (g->mesh.axes[i].role == ROLE_DATA || g->mesh.axes[i].role == ROLE_FSDP) &&
@@ -135,22 +149,22 @@ static int levers(Ctx *c, const TrainConfig *t, const Graph *g, Probe *out)
         tensor |= g->mesh.axes[i].role == ROLE_TENSOR && g->mesh.axes[i].size > 1;
     }
     if (strcmp(tc.recompute, "selective") && strcmp(tc.recompute, "full"))
-        out[n++] = (Probe){NULL, "recompute=selective"};
+        lever(c, o, &out[n++], "--set recompute=selective")->o.recompute = "selective";
     if (strcmp(tc.recompute, "full"))
-        out[n++] = (Probe){NULL, "recompute=full"};
+        lever(c, o, &out[n++], "--set recompute=full")->o.recompute = "full";
     for (int z = (int)tc.zero + 1; data && z <= 3; z++)
-        snprintf(buf, sizeof buf, "zero=%d", z), out[n++] = (Probe){NULL, intern(c->strings, buf)};
-    if ((out[n].mesh = deeper_pipeline(c, &g->mesh, 2, 1)))
-        out[n++].set = NULL;
+        lever(c, o, &out[n++], "--set zero=%d", z)->o.zero = z;
+    if ((mesh = deeper_pipeline(c, &g->mesh, 2, 1)))
+        lever(c, o, &out[n++], "--mesh %s", mesh)->o.mesh = mesh;
     for (int more = 2; more <= 8; more *= 2) /* more devices */
-        if ((out[n].mesh = deeper_pipeline(c, &g->mesh, more, 0)))
-            out[n++].set = NULL;
+        if ((mesh = deeper_pipeline(c, &g->mesh, more, 0)))
+            lever(c, o, &out[n++], "--mesh %s", mesh)->o.mesh = mesh;
     if (ir_pipeline_stages(&g->mesh) > 1 && sched_kind_of(&tc) == SCHED_GPIPE)
-        out[n++] = (Probe){NULL, "schedule=1f1b"};
-    snprintf(buf, sizeof buf, "microbatches=%lld", (long long)tc.microbatches * 2);
-    out[n++] = (Probe){NULL, intern(c->strings, buf)};
+        lever(c, o, &out[n++], "--set schedule=1f1b")->o.schedule = "1f1b";
+    lever(c, o, &out[n++], "--set microbatches=%lld", (long long)tc.microbatches * 2)
+        ->o.microbatches = tc.microbatches * 2;
     if (tensor && !tc.sequence_parallel)
-        out[n++] = (Probe){NULL, "sequence_parallel=true"};
+        lever(c, o, &out[n++], "--set sequence_parallel=true")->o.sequence_parallel = 1;
     return n;
 }
 
@@ -188,14 +202,13 @@ void pl_refuse(Ctx *c, const Options *o, const TrainConfig *tc, const Graph *g, 
                   mem_cat_name(sm->top[i].cat),
                   size_str(a, sizeof a, sm->top[i].bytes * sm->top[i].count),
                   sm->top[i].count > 1 ? " over the microbatches in flight" : "");
-    Probe lv[24];
-    int n = levers(c, tc, g, lv);
+    Lever lv[24];
+    int n = levers(c, o, tc, g, lv);
     for (int i = 0; i < n; i++) {
         ProbeResult r;
-        probe(c, o, &lv[i], &r);
+        probe(c, &lv[i].o, &r);
         if (r.ok)
-            diag_note(&c->diag, LOC_NONE, "%s%s: peak %s%s", lv[i].mesh ? "--mesh " : "--set ",
-                      lv[i].mesh ? lv[i].mesh : lv[i].set, size_str(a, sizeof a, r.peak),
+            diag_note(&c->diag, LOC_NONE, "%s: peak %s%s", lv[i].what, size_str(a, sizeof a, r.peak),
                       r.peak <= budget ? " (fits)" : "");
     }
 }
@@ -256,7 +269,9 @@ int pl_choose_recompute(Ctx *c, Options *o, double budget)
     Auto a;
     o->recompute_layers = NULL;
     o->nrecompute_layers = 0;
-    probe(c, o, &(Probe){NULL, "recompute=none"}, &r);
+    Options none = *o;
+    none.recompute = "none";
+    probe(c, &none, &r);
     if (!r.ok)
         return -1;
     auto_layers(c, &a, &r);
@@ -270,7 +285,7 @@ int pl_choose_recompute(Ctx *c, Options *o, double budget)
         if (!busy)
             break;
         auto_apply(o, &a, k);
-        probe(c, o, NULL, &r);
+        probe(c, o, &r);
         for (int s = 0; r.ok && s < a.nstages; s++)
             if (lo[s] < hi[s])
                 *(r.stage_peak[s] <= budget ? &hi[s] : &lo[s]) = k[s] + (r.stage_peak[s] > budget);
@@ -322,7 +337,7 @@ int pl_fit_budget(Ctx *c, Options *o, const TrainConfig *tc, const Graph *g)
         return 0;
     MemoryModel mm;
     OneStep one;
-    if (pl_model_in(c, o, NULL, &mm, &one) != 0)
+    if (pl_model_in(c, o, &mm, &one) != 0)
         return -1;
     if (c->verbose)
         fprintf(stderr, "tcc: memory     peak %.2f GiB per device (stage %d) of %.2f GiB\n",

@@ -8,15 +8,9 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-/* Another setting or mesh to try (a lever), or none. */
-typedef struct Probe {
-    const char *mesh; /* a --mesh spec, NULL: as given */
-    const char *set;  /* a --set KEY=VALUE, NULL: none */
-} Probe;
-
 /* The step of one microbatch (the microbatch pass's model mode) compiled in c
- * as the options and the probe pr say: the graph after the passes (*gout),
- * its plan and the per-device graph it was built from. */
+ * as the options say: the graph after the passes, its settings, its plan and
+ * the per-device graph it was built from. */
 typedef struct OneStep {
     Graph *g;
     Settings s; /* its settings */
@@ -24,11 +18,10 @@ typedef struct OneStep {
     const Graph *local;
 } OneStep;
 
-/* The step of one microbatch compiled as o and the probe pr say (pr NULL:
- * as given): the graph after the passes, its plan and per-device graph. */
-int pl_compile_one(Ctx *c, const Options *o, const Probe *pr, OneStep *one);
+/* The step of one microbatch compiled as o says. */
+int pl_compile_one(Ctx *c, const Options *o, OneStep *one);
 /* The memory model of that step, and the step (*one). */
-int pl_model_in(Ctx *c, const Options *o, const Probe *pr, MemoryModel *mm, OneStep *one);
+int pl_model_in(Ctx *c, const Options *o, MemoryModel *mm, OneStep *one);
 /* recompute = auto: the layers to recompute so the step fits budget, into o. */
 int pl_choose_recompute(Ctx *c, Options *o, double budget);
 /* The refusal of a step over the budget, with the levers that would fit it. */

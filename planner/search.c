@@ -40,17 +40,6 @@ static int model_shape(Ctx *c, const Options *o, ModelShape *ms)
     return 0;
 }
 
-/* o with more --set settings (the planner's choices). */
-static Options with_sets(const Options *o, const char *const *sets, int n)
-{
-    Options q = *o;
-    if (q.nsets + n > MAX_SETS)
-        BUG("%d --set settings and %d of the planner's", q.nsets, n); /* check_plan_options */
-    for (int i = 0; i < n; i++)
-        q.sets[q.nsets++] = sets[i];
-    return q;
-}
-
 /* A compile in a context of its own whose diagnostics are kept in why[] (the
  * first line): the step of one microbatch on mesh, its memory and cost. */
 typedef struct Trial {
@@ -62,8 +51,7 @@ typedef struct Trial {
     CostProfile prof;
 } Trial;
 
-static void trial(Ctx *c, const Options *o, const char *mesh, int repeat_limit, const CostDevice *d,
-                  Trial *t)
+static void trial(Ctx *c, const Options *o, const CostDevice *d, Trial *t)
 {
     char *text = NULL;
     size_t len = 0;
@@ -71,18 +59,15 @@ static void trial(Ctx *c, const Options *o, const char *mesh, int repeat_limit, 
     Ctx *q = ctx_new(log ? log : stderr);
     for (int i = 0; i < c->defines.len; i++)
         VEC_PUSH(q->arena, q->defines, c->defines.data[i]);
-    q->mesh_spec = mesh;
-    q->repeat_limit = repeat_limit;
     OneStep one;
     memset(t, 0, sizeof *t);
-    int auto_rc = 0; /* --set recompute=auto: each layer's level chosen first, as fit_budget does */
-    for (int i = 0; i < o->nsets; i++)
-        auto_rc = !strcmp(o->sets[i], "recompute=auto") ? 1 : !strncmp(o->sets[i], "recompute=", 10) ? 0 : auto_rc;
+    /* recompute = auto: each layer's level chosen first, as fit_budget does */
+    int auto_rc = o->recompute && !strcmp(o->recompute, "auto"), profile = o->repeat_limit > 0;
     Options to = *o;
     t->ok = (!auto_rc || pl_choose_recompute(q, &to, pl_budget_of(o)) == 0) &&
-            pl_compile_one(q, &to, NULL, &one) == 0 &&
+            pl_compile_one(q, &to, &one) == 0 &&
             mem_model(q, one.g, &one.s.train, one.local, &one.plan, 1, &t->mm) == 0 &&
-            (repeat_limit ? cost_profile(q, one.g, &one.s.train, one.local, &one.plan, &t->mm, d, &t->prof)
+            (profile ? cost_profile(q, one.g, &one.s.train, one.local, &one.plan, &t->mm, d, &t->prof)
                           : cost_model(q, one.g, &one.s.train, one.local, &one.plan, d, &t->cm)) == 0;
     if (t->ok) { /* the model's stages live in q's arena: keep the numbers only */
         t->saved_layers = t->mm.stage[0].saved_layers;
@@ -107,8 +92,41 @@ static const char *rc_name(int rc)
                                 : "none";
 }
 
-/* The mesh and --set settings of a choice, by name (pipeline, data, tensor:
- * the tensor groups innermost, in a node). */
+static const char *sched_setting(SchedKind k)
+{
+    return k == SCHED_INTERLEAVED ? "interleaved"
+           : k == SCHED_ZB_H1     ? "zb"
+           : k == SCHED_GPIPE     ? "gpipe"
+                                  : "1f1b";
+}
+
+/* o set to a choice: its mesh by name (pipeline, data, tensor: the tensor
+ * groups innermost, in a node) and its train settings. */
+static Options choice_options(Ctx *c, const ModelShape *ms, const PlanChoice *ch, const Options *o)
+{
+    Options q = *o;
+    const char *spec = NULL; /* NULL: a model without mesh axes, one device */
+    const char *names[3] = {ms->axis[ROLE_PIPELINE], ms->axis[ROLE_DATA], ms->axis[ROLE_TENSOR]};
+    int sizes[3] = {ch->pp, ch->dp, ch->tp};
+    for (int i = 0; i < 3; i++)
+        if (names[i])
+            spec = arena_printf(c->arena, "%s%s%s=%d", spec ? spec : "", spec ? "," : "", names[i],
+                                sizes[i]);
+    q.mesh = spec ? intern(c->strings, spec) : NULL;
+    q.microbatches = ch->m;
+    q.recompute = rc_name(ch->rc);
+    q.zero = ch->zero;
+    if (ms->axis[ROLE_TENSOR])
+        q.sequence_parallel = ch->tp > 1;
+    if (ch->pp > 1) {
+        q.schedule = sched_setting(ch->sched);
+        if (ch->sched == SCHED_INTERLEAVED)
+            q.virtual_stages = ch->v;
+    }
+    return q;
+}
+
+/* The mesh and --set settings of a choice as the command line would say them. */
 static void choice_args(Ctx *c, const ModelShape *ms, const PlanChoice *ch, const char **mesh,
                         const char **sets, int *nsets)
 {
@@ -127,11 +145,7 @@ static void choice_args(Ctx *c, const ModelShape *ms, const PlanChoice *ch, cons
     if (ms->axis[ROLE_TENSOR])
         sets[n++] = ch->tp > 1 ? "sequence_parallel=true" : "sequence_parallel=false";
     if (ch->pp > 1) {
-        sets[n++] = arena_printf(c->arena, "schedule=%s",
-                                 ch->sched == SCHED_INTERLEAVED ? "interleaved"
-                                 : ch->sched == SCHED_ZB_H1     ? "zb"
-                                 : ch->sched == SCHED_GPIPE     ? "gpipe"
-                                                                : "1f1b");
+        sets[n++] = arena_printf(c->arena, "schedule=%s", sched_setting(ch->sched));
         if (ch->sched == SCHED_INTERLEAVED)
             sets[n++] = arena_printf(c->arena, "virtual_stages=%d", ch->v);
     }
@@ -308,16 +322,19 @@ int pl_plan_auto(Ctx *c, Options *o)
         if (tp > 1)
             snprintf(mesh + strlen(mesh), sizeof mesh - strlen(mesh), "%s%s=%d", dp > 1 ? "," : "",
                      ms.axis[ROLE_TENSOR], tp);
-        static const char *const modes[3][2] = {
-            {"recompute=none", "zero=0"}, {"recompute=selective", "zero=1"}, {"recompute=full", "zero=0"}};
+        static const char *const rc[3] = {"none", "selective", "full"};
+        static const int zero[3] = {0, 1, 0};
         Trial t[3];
         for (int k = 0; k < 3; k++) {
-            const char *sets[5] = {arena_printf(c->arena, "microbatches=%lld", (long long)ms.batch / dp),
-                                   modes[k][0], dp > 1 ? modes[k][1] : "zero=0",
-                                   tp > 1 ? "sequence_parallel=true" : "sequence_parallel=false",
-                                   "schedule=1f1b"};
-            Options q = with_sets(o, sets, 5);
-            trial(c, &q, *mesh ? intern(c->strings, mesh) : NULL, 1, &d, &t[k]);
+            Options q = *o;
+            q.mesh = *mesh ? intern(c->strings, mesh) : NULL;
+            q.repeat_limit = 1;
+            q.microbatches = ms.batch / dp;
+            q.recompute = rc[k];
+            q.zero = dp > 1 ? zero[k] : 0;
+            q.sequence_parallel = tp > 1;
+            q.schedule = "1f1b";
+            trial(c, &q, &d, &t[k]);
         }
         CostProfile *P = &prof[nprof];
         *P = t[0].prof;
@@ -387,12 +404,9 @@ int pl_plan_auto(Ctx *c, Options *o)
         if (all[i].peak * under > sp.budget || same_layout(all, fitted, i))
             continue;
         tries++;
-        const char *mesh, *sets[8];
-        int nsets;
-        choice_args(c, &ms, &all[i], &mesh, sets, &nsets);
-        Options q = with_sets(o, sets, nsets);
+        Options q = choice_options(c, &ms, &all[i], o);
         Trial t;
-        trial(c, &q, mesh, 0, &d, &t);
+        trial(c, &q, &d, &t);
         if (!t.ok || t.mm.peak > sp.budget) {
             fprintf(stderr, "plan: candidate %d %s when compiled%s%s%s\n", i + 1,
                     t.ok ? "does not fit" : "fails", t.ok ? "" : ": ", t.ok ? "" : t.why,
@@ -421,12 +435,9 @@ int pl_plan_auto(Ctx *c, Options *o)
     if (all[best].rc == RC_SELECTIVE || all[best].rc == RC_FULL) {
         PlanChoice ch = all[best];
         ch.rc = PLAN_RC_AUTO;
-        const char *m2, *s2[8];
-        int n2;
-        choice_args(c, &ms, &ch, &m2, s2, &n2);
-        Options q = with_sets(o, s2, n2);
+        Options q = choice_options(c, &ms, &ch, o);
         Trial t;
-        trial(c, &q, m2, 0, &d, &t);
+        trial(c, &q, &d, &t);
         int better = t.ok && t.mm.peak <= sp.budget && t.cm.step_s < won.cm.step_s;
         fprintf(stderr, "plan: candidate %d with recompute = auto: %s", best + 1,
                 !t.ok ? "fails: " : better ? "step " : "no faster: step ");
@@ -451,8 +462,7 @@ int pl_plan_auto(Ctx *c, Options *o)
                     "%.2f GiB)\n",
             won.cm.step_s, 100 * won.cm.mfu, won.mm.peak / GIB, all[best].step_s,
             all[best].peak / GIB);
-    c->mesh_spec = mesh;
-    *o = with_sets(o, sets, nsets);
+    *o = choice_options(c, &ms, &all[best], o);
     return 0;
 }
 

@@ -78,9 +78,8 @@ static void check_passes(Ctx *c, Graph *g)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     Ctx *c = ctx_new(sink);
-    if (size > 0 && (data[0] & 1))
-        c->mesh_spec = "2x2x2";
-    Graph *g = fe_compile(c, "fuzz.tdl", (const char *)data, size);
+    FeOptions fo = {.mesh = size > 0 && (data[0] & 1) ? "2x2x2" : NULL};
+    Graph *g = fe_compile(c, "fuzz.tdl", (const char *)data, size, &fo);
     if (g) {
         check_graph(c, g);
         check_passes(c, g);

@@ -27,7 +27,7 @@ static Graph *build(Ctx *c, const char *src, const char *define1, const char *de
                     .value = atoll(eq + 1), .fvalue = (double)atoll(eq + 1)};
         VEC_PUSH(c->arena, c->defines, d);
     }
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
     cr_assert_not_null(g, "the test program does not compile");
     cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
     cr_assert_eq(ir_verify(c, g), 0, "the differentiated graph does not verify");
@@ -132,7 +132,7 @@ GRAD_TEST(causal_attention,
 Test(autodiff, rope_rotate_half_is_the_pairs_layout_of_reordered_features)
 {
     Ctx *c = ctx_new(stderr);
-    Graph *g = fe_compile(c, "t.tdl", PROG_ROPE_LAYOUTS, strlen(PROG_ROPE_LAYOUTS));
+    Graph *g = fe_compile(c, "t.tdl", PROG_ROPE_LAYOUTS, strlen(PROG_ROPE_LAYOUTS), NULL);
     cr_assert_not_null(g);
     Interp *in = interp_new(g);
     interp_init(in, 7, 5);
@@ -140,7 +140,7 @@ Test(autodiff, rope_rotate_half_is_the_pairs_layout_of_reordered_features)
     interp_free(in);
     char *src = strdup(PROG_ROPE_LAYOUTS), *at = strstr(src, ", rotate_half = true");
     memmove(at, at + strlen(", rotate_half = true"), strlen(at + strlen(", rotate_half = true")) + 1);
-    Graph *g2 = fe_compile(c, "t.tdl", src, strlen(src));
+    Graph *g2 = fe_compile(c, "t.tdl", src, strlen(src), NULL);
     cr_assert_not_null(g2);
     in = interp_new(g2);
     interp_init(in, 7, 5);
@@ -213,7 +213,7 @@ Test(autodiff, rejects_non_scalar_loss)
     FILE *f = open_memstream(&buf, &len);
     Ctx *c = ctx_new(f);
     const char *src = "param a : f32[3] = ones\nloss = a * 2\n";
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
     cr_assert_not_null(g);
     cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), -1);
     fflush(f);

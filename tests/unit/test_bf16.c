@@ -42,7 +42,7 @@ static void setup(void)
 {
     tmpdir_make(dir, "bf16");
     Ctx *c = ctx_new(stderr);
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
     cr_assert_not_null(g);
     cr_assert_eq(cg_build_plan(c, g, 0, &plan), 0);
     cr_assert_gt(plan.nkernels, 0);

@@ -140,7 +140,7 @@ static void check_step(const char *src, int wide, int optimize, int64_t vocab)
         if (p[3] == '[' || p[3] == ')')
             memcpy(p, "f64", 3);
     Ctx *c = ctx_new(stderr);
-    Graph *g = fe_compile(c, "t.tdl", text, strlen(text));
+    Graph *g = fe_compile(c, "t.tdl", text, strlen(text), NULL);
     cr_assert_not_null(g);
     cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
     if (optimize)
@@ -211,7 +211,7 @@ Test(codegen, dropout_masks_are_independent_streams_of_the_seed_step_call_and_ro
                       "y2 = dropout(x, 0.3)\n"
                       "loss = sum(sum(y1 + y2))\n";
     Ctx *c = ctx_new(stderr);
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
     cr_assert_not_null(g);
     cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
     int ids[2], nd = 0;
@@ -392,7 +392,7 @@ Test(codegen, tiny_gpt_training_is_deterministic_and_learns)
 {
     const char *src = sample("gpt2.tdl", "model gpt2(V = 32, S = 16, D = 32, H = 2, L = 2, B = 8)");
     Ctx *c = ctx_new(stderr);
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
     cr_assert_not_null(g);
     for (const Pass *p = pass_table; p->name; p++)
         cr_assert_eq(p->run(c, g, ts_settings(c, g, 0)), 0, "%s", p->name);
@@ -423,7 +423,7 @@ Test(codegen, issue19_argmax_takes_the_first_maximum_and_skips_nans)
                          1, 5, 5, 0, -1, 5};
     const int32_t want[4] = {2, 0, 0, 1};
     Ctx *c = ctx_new(stderr);
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
     cr_assert_not_null(g);
     Plan plan;
     cr_assert_eq(cg_build_plan(c, g, 0, &plan), 0);
@@ -458,7 +458,7 @@ static DType argmax_ftype(int64_t n)
     Ctx *c = ctx_new(stderr);
     char *src = arena_printf(c->arena, "input x : f32[2, %lld]\nloss = sum(cast(argmax(x), f32))\n",
                              (long long)n);
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
     cr_assert_not_null(g);
     Plan plan;
     Kernel **ks;
@@ -491,7 +491,7 @@ static const PlanWork *kernel_named(const Plan *p, const char *op)
 /* The plan of src in c (its step with gradients and updates when train). */
 static void plan_of(Ctx *c, const char *src, int train, Plan *plan)
 {
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
     cr_assert_not_null(g);
     if (train) {
         cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
@@ -671,7 +671,7 @@ static int bytes_meet(const PlanTensor *x, const PlanTensor *y)
 /* The plan of src after every pass, and its Kernel IR. */
 static void full_plan(Ctx *c, const char *src, Plan *plan, Kernel ***ks)
 {
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
     cr_assert_not_null(g);
     for (const Pass *p = pass_table; p->name; p++)
         cr_assert_eq(p->run(c, g, ts_settings(c, g, 0)), 0, "%s", p->name);

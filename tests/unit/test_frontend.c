@@ -22,14 +22,13 @@ static Run *compile(const char *src, const char *mesh, const char *define)
     Run *r = calloc(1, sizeof(Run));
     r->out = open_memstream(&r->diag, &r->diag_len);
     r->c = ctx_new(r->out);
-    r->c->mesh_spec = mesh;
     if (define) {
         const char *eq = strchr(define, '=');
         Define d = {.name = intern_n(r->c->strings, define, (size_t)(eq - define)),
                     .value = atoll(eq + 1), .fvalue = (double)atoll(eq + 1)};
         VEC_PUSH(r->c->arena, r->c->defines, d);
     }
-    r->g = fe_compile(r->c, "t.tdl", src, strlen(src));
+    r->g = fe_compile(r->c, "t.tdl", src, strlen(src), &(FeOptions){.mesh = mesh});
     fflush(r->out);
     return r;
 }
@@ -258,7 +257,7 @@ Test(frontend, survives_hostile_input)
     Run *r = calloc(1, sizeof(Run));
     r->out = open_memstream(&r->diag, &r->diag_len);
     r->c = ctx_new(r->out);
-    r->g = fe_compile(r->c, "t.tdl", nul, sizeof nul - 1);
+    r->g = fe_compile(r->c, "t.tdl", nul, sizeof nul - 1, NULL);
     cr_assert_null(r->g);
     done(r);
 

@@ -49,8 +49,7 @@ static void build(Built *b, const char *mesh, const char *set)
         snprintf(at, sizeof text - (size_t)(at - text), "%s%s", to[k], rest);
     }
     b->c = ctx_new(stderr);
-    b->c->mesh_spec = mesh;
-    Graph *g = fe_compile(b->c, "t.tdl", text, strlen(text));
+    Graph *g = fe_compile(b->c, "t.tdl", text, strlen(text), &(FeOptions){.mesh = mesh});
     cr_assert_not_null(g);
     for (const Pass *p = pass_table; p->name; p++)
         cr_assert_eq(p->run(b->c, g, ts_settings(b->c, g, 0)), 0, "%s", p->name);

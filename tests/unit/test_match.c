@@ -69,8 +69,7 @@ static void build_as(Built *b, const char *mesh, int microbatches, int loop)
     memset(b, 0, sizeof *b);
     b->out = open_memstream(&b->diag, &b->len);
     b->c = ctx_new(b->out);
-    b->c->mesh_spec = mesh;
-    Graph *g = fe_compile(b->c, "t.tdl", text, strlen(text));
+    Graph *g = fe_compile(b->c, "t.tdl", text, strlen(text), &(FeOptions){.mesh = mesh});
     cr_assert_not_null(g);
     for (const Pass *p = pass_table; p->name; p++)
         cr_assert_eq(p->run(b->c, g, ts_settings(b->c, g, !loop)), 0, "%s", p->name);

@@ -44,7 +44,7 @@ static void setup(Fixture *f, const char *train)
     char src[1024];
     snprintf(src, sizeof src, "%strain {\n%s\n}\n", MODEL, train);
     f->c = ctx_new(stderr);
-    f->g = fe_compile(f->c, "t.tdl", src, strlen(src));
+    f->g = fe_compile(f->c, "t.tdl", src, strlen(src), NULL);
     cr_assert_not_null(f->g);
     cr_assert_eq(pass_autodiff(f->c, f->g, ts_settings(f->c, f->g, 0)), 0);
     cr_assert_eq(pass_optimizer(f->c, f->g, ts_settings(f->c, f->g, 0)), 0);
@@ -192,7 +192,7 @@ Test(optimizer, errors_in_settings_point_at_the_source)
     Ctx *c = ctx_new(out);
     char src[512];
     snprintf(src, sizeof src, "%strain {\n  optimizer = adam(lr = 1)\n}\n", MODEL);
-    cr_assert_null(fe_compile(c, "t.tdl", src, strlen(src)));
+    cr_assert_null(fe_compile(c, "t.tdl", src, strlen(src), NULL));
     fflush(out);
     cr_assert(strstr(buf, "t.tdl:7:15: error: 'optimizer' must be one of sgd, adamw"), "%s", buf);
     ctx_free(c);
@@ -214,7 +214,7 @@ static void run_steps(const char *train, int steps, double *loss, double *params
              "loss = cross_entropy(layernorm(x, g, g) @ w, t)\n"
              "train {\n%s\n}\n", train);
     Ctx *c = ctx_new(stderr);
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
     cr_assert_not_null(g);
     cr_assert_eq(pass_microbatch(c, g, ts_settings(c, g, 1)), 0); /* unrolled: the interpreter runs the whole step */
     cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
@@ -261,7 +261,7 @@ Test(optimizer, microbatches_must_divide_the_batch)
     Ctx *c = ctx_new(out);
     const char *src = "input x : f32[6, 2]\nparam w : f32[2, 3] = ones\nloss = sum(sum(x @ w))\n"
                       "train {\n  microbatches = 4\n}\n";
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src));
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
     cr_assert_not_null(g);
     cr_assert_eq(pass_microbatch(c, g, ts_settings(c, g, 0)), -1);
     fflush(out);

@@ -24,7 +24,7 @@ static Graph *build(Ctx *c, const char *file, const char *model_line)
 {
     const char *src = test_sample(file, model_line);
     cr_assert_not_null(src, "cannot read samples/%s (run the tests from the project root)", file);
-    Graph *g = fe_compile(c, file, src, strlen(src));
+    Graph *g = fe_compile(c, file, src, strlen(src), NULL);
     cr_assert_not_null(g, "the sample does not compile");
     for (int i = 0; i < g->train.len; i++) {
         Attr *a = g->train.data[i];

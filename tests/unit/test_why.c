@@ -32,8 +32,7 @@ static Graph *build(Ctx *c, const char *file, const char *line, const char *last
 {
     const char *src = test_sample(file, line);
     cr_assert_not_null(src, "cannot read samples/%s (run the tests from the project root)", file);
-    c->mesh_spec = "2x2";
-    Graph *g = fe_compile(c, file, src, strlen(src));
+    Graph *g = fe_compile(c, file, src, strlen(src), &(FeOptions){.mesh = "2x2"});
     cr_assert_not_null(g, "the sample does not compile");
     for (int i = 0; sets && sets[i]; i += 2) {
         const char *key = intern(g->strings, sets[i]);
