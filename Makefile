@@ -101,8 +101,8 @@ $(B)/gen/lexer.c $(B)/gen/lexer.h &: frontend/lexer.l $(B)/gen/parser.h | $(DEPS
 	@mkdir -p $(B)/gen
 	flex --header-file=$(B)/gen/lexer.h -o $(B)/gen/lexer.c $<
 
-HDRS := $(wildcard common/*.h ir/*.h ir/*.def frontend/*.h passes/*.h codegen/*.h runtime/*.h \
-          tests/support/*.h) \
+HDRS := $(wildcard common/*.h plan/*.h ir/*.h ir/*.def frontend/*.h passes/*.h codegen/*.h \
+          runtime/*.h tests/support/*.h) \
         $(B)/gen/parser.h $(B)/gen/lexer.h
 
 $(B)/obj/gen/%.o: $(B)/gen/%.c $(HDRS)

@@ -6,7 +6,7 @@
 #define TCC_PASSES_H
 
 #include "../ir/ir.h"
-#include "../runtime/plan.h"
+#include "../plan/plan.h"
 
 typedef struct Pass {
     const char *name;                 /* --dump-after=NAME */

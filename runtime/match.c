@@ -31,7 +31,7 @@
  * for evaluation) are both checked. Not modelled: the cuda device's streams
  * and events (on the device an NCCL send does wait for its recv; the host
  * never waits) and what the data mean. */
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 #include <inttypes.h>
 #include <limits.h>

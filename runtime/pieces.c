@@ -15,7 +15,7 @@
  * sends, as NCCL pairs messages by order: a receive that comes after one
  * whose send is later moves up to just before that one, as the compiler does
  * for a plan without a loop (codegen/plan.c). Depends on libc only. */
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 #include <limits.h>
 #include <stdlib.h>

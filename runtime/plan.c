@@ -9,7 +9,7 @@
  * struct, so a plan built in memory gets the same checks; last the hash, so an
  * edit that leaves a plan valid is refused too. Every message names the field
  * by its path, e.g. "tensors[3].shape". Depends on cJSON and libc only. */
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

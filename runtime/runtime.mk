@@ -18,7 +18,7 @@ $(RT_GPU_SRCS:%.c=$(B)/obj/%.o) $(RT_GPU_SRCS:%.c=$(B)/san/%.o) \
 endif
 RT_OBJS := $(RT_SRCS:%.c=$(B)/obj/%.o)
 RT_SAN_OBJS := $(RT_SRCS:%.c=$(B)/san/%.o)
-RT_HDRS := $(wildcard runtime/*.h runtime/comm/*.h runtime/gpu/*.h)
+RT_HDRS := $(wildcard plan/*.h runtime/*.h runtime/comm/*.h runtime/gpu/*.h)
 RT_LIB := $(B)/libtccrt.a
 RT_SAN_LIB := $(B)/libtccrt-san.a
 # OpenMPI's flags as its compiler wrapper gives them, asked once and only when a recipe

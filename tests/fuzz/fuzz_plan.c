@@ -2,7 +2,7 @@
  * arbitrary bytes as a plan.json file. The loader must refuse bad input with
  * a message, never crash or leak; a plan it accepts must pass plan_check,
  * and write and load back with the same hash. */
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/plan.h"
+#include "plan/plan.h"
 #include "tests/support/tmpdir.h"
 
 static char dir[64], path[128];
