@@ -294,7 +294,7 @@ int plan_check(const Plan *p, char *err, size_t errlen);
 /* plan_check without plan_check_comm. */
 int plan_check_struct(const Plan *p, char *err, size_t errlen);
 
-/* Whether the stages' programs communicate as one (runtime/match.c): on each
+/* Whether the stages' programs communicate as one (plan/comm_match.c): on each
  * channel (an ordered pair of stages) the k-th send and the k-th recv agree in
  * tag, bytes and dtype; the member stages of a group that spans stages issue
  * the same collectives in the same order (kind, dims, sizes, dtype); and no

@@ -1,4 +1,4 @@
-/* pieces.c: the microbatch loop of a plan, made into the program the
+/* expand.c: the microbatch loop of a plan, made into the program the
  * executors run (plan_expand), and its order (plan_expand_order), which the
  * compiler also reads to lay out memory.
  * Reads: a loop plan (Plan.nsched > 0) that passes plan_check: one

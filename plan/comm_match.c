@@ -1,4 +1,4 @@
-/* match.c: the plan's communication proved to match before anything runs
+/* comm_match.c: the plan's communication proved to match before anything runs
  * (plan_check_comm; plan_check ends with it, so the compiler, the loader and
  * rt_open all refuse a plan whose devices would disagree or wait forever).
  * Reads: a Plan that passes plan_check's other rules. Writes: a message.
