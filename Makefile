@@ -44,8 +44,7 @@ GENFLAGS := -Wno-missing-prototypes -Wno-shadow -Wno-sign-compare
 
 # Compiler sources (everything but the driver main).
 # The compiler writes plans with the plan format's room, plan/ (cJSON).
-LIB_SRCS := common/base.c $(sort $(wildcard plan/*.c ir/*.c frontend/*.c passes/*.c codegen/*.c)) \
-            runtime/plan.c
+LIB_SRCS := common/base.c $(sort $(wildcard plan/*.c ir/*.c frontend/*.c passes/*.c codegen/*.c))
 # The rooms above the passes (the compile API, the planner, the reports and
 # --verify): tcc's alone, they run plans (the runtime library).
 DRV_SRCS := $(sort $(wildcard driver/*.c explain/*.c planner/*.c))

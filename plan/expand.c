@@ -251,19 +251,6 @@ out:
     return rc;
 }
 
-int plan_instr_ntensors(const PlanInstr *in)
-{
-    return in->nargs + (in->kind != PI_GEMM ? 0 : in->gemm.epilogue == PE_BIAS ? 4 : 3);
-}
-
-int plan_instr_tensor(const PlanInstr *in, int j)
-{
-    if (j < in->nargs)
-        return in->args[j];
-    const int g[4] = {in->gemm.a, in->gemm.b, in->gemm.c, in->gemm.bias};
-    return g[j - in->nargs];
-}
-
 /* ---- the program ---- */
 
 typedef struct Expand {

@@ -4,7 +4,8 @@
  * memory, the instruction list of the step (kernel launches, GEMMs, copies),
  * the source of the kernels, and a hash. It is stored as JSON (docs/plan.md);
  * the loader refuses a truncated, corrupt or foreign file with a clear message.
- * This header is the only part of the compiler the runtime sees. */
+ * This header is the only part of the compiler the runtime sees; the .c files
+ * of plan/ implement it, and both the compiler and the runtime library hold them. */
 #ifndef TCC_PLAN_H
 #define TCC_PLAN_H
 
