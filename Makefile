@@ -43,9 +43,8 @@ BASEFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -I. -I$(B)/gen
 GENFLAGS := -Wno-missing-prototypes -Wno-shadow -Wno-sign-compare
 
 # Compiler sources (everything but the driver main).
-# The compiler writes plans with the runtime's plan-format module (cJSON).
-LIB_SRCS := common/base.c $(sort $(wildcard ir/*.c frontend/*.c passes/*.c model/*.c codegen/*.c)) \
-            runtime/plan.c runtime/match.c runtime/pieces.c
+# The compiler writes plans with the plan format's room, plan/ (cJSON).
+LIB_SRCS := common/base.c $(sort $(wildcard plan/*.c ir/*.c frontend/*.c passes/*.c model/*.c codegen/*.c))
 # The rooms above the passes (the compile API, the planner, the reports and
 # --verify): tcc's alone, they run plans (the runtime library).
 DRV_SRCS := $(sort $(wildcard driver/*.c explain/*.c planner/*.c))
@@ -101,8 +100,8 @@ $(B)/gen/lexer.c $(B)/gen/lexer.h &: frontend/lexer.l $(B)/gen/parser.h | $(DEPS
 	@mkdir -p $(B)/gen
 	flex --header-file=$(B)/gen/lexer.h -o $(B)/gen/lexer.c $<
 
-HDRS := $(wildcard common/*.h ir/*.h ir/*.def frontend/*.h passes/*.h model/*.h codegen/*.h runtime/*.h \
-          driver/*.h explain/*.h planner/*.h tests/support/*.h) \
+HDRS := $(wildcard common/*.h plan/*.h ir/*.h ir/*.def frontend/*.h passes/*.h model/*.h codegen/*.h \
+          runtime/*.h driver/*.h explain/*.h planner/*.h tests/support/*.h) \
         $(B)/gen/parser.h $(B)/gen/lexer.h
 
 $(B)/obj/gen/%.o: $(B)/gen/%.c $(HDRS)

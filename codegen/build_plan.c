@@ -6,7 +6,7 @@
  * groups and sources (groups.c); writes the Plan's fields and its train hash
  * (train_hash.c).
  * Key idea: every plan built here is proved to communicate as one before it
- * is handed out (cg_check_comm: runtime/match.c), an error at the op's TDL
+ * is handed out (cg_check_comm: plan/comm_match.c), an error at the op's TDL
  * line if not. */
 #include "kgen.h"
 

@@ -11,7 +11,7 @@
 #define TCC_CODEGEN_H
 
 #include "../ir/ir.h"
-#include "../runtime/plan.h"
+#include "../plan/plan.h"
 
 typedef enum { KT_FLOAT, KT_INT } KType; /* the kernel's float type, or int64 */
 

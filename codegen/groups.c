@@ -124,7 +124,7 @@ void cg_kernel_sources(Gen *gen, Plan *p)
  * updates of all parameters, and the squares summed for clipping, are such
  * runs: one region each instead of one per parameter. In a loop plan the
  * kernels of a group are of one piece and run for the same microbatches
- * (one `when`), so runtime/pieces.c keeps them together when it expands the
+ * (one `when`), so plan/expand.c keeps them together when it expands the
  * loop. */
 
 enum { GROUP_MAX = 256 }; /* kernels a group: bounds the pairs checked */

@@ -1116,7 +1116,7 @@ static void attention(Gen *gen, const Op *op)
 }
 
 /* microbatch_sum: x added into the sum, element by element. The runtime
- * runs the first microbatch's as a copy of x (runtime/pieces.c), so the sum
+ * runs the first microbatch's as a copy of x (plan/expand.c), so the sum
  * is ((x_0 + x_1) + x_2) + ..., the unrolled adds' order. */
 static void microbatch_sum(Gen *gen, const Op *op)
 {

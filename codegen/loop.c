@@ -16,7 +16,7 @@
  * one piece to a later one; and the values of the step (sums, what is
  * received once, the prologue's casts). The runs' blocks, the frames and the
  * step values are packed by where they live in the expanded program
- * (runtime/pieces.c), so a frame's memory is reused once its microbatch is
+ * (plan/expand.c), so a frame's memory is reused once its microbatch is
  * done with it, as the schedule allows. */
 #include "kgen.h"
 
@@ -85,7 +85,7 @@ PlanWhen cg_loop_msg_when(const Gen *gen, const Op *maker, const Op *reader, int
 
 /* A piece's reads of an input go through a copy of the microbatch's rows
  * into a temporary of the piece's own: kernels read aligned memory,
- * whatever the offset of the rows in the input (runtime/pieces.c). */
+ * whatever the offset of the rows in the input (plan/expand.c). */
 typedef struct RowsOf {
     int t, stage, piece, rows;
 } RowsOf;

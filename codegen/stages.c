@@ -104,7 +104,7 @@ static int by_channel(const void *x, const void *y)
 
 /* Receive k goes before event before[k]. Each channel (an ordered pair of
  * stages) must deliver its messages in the order they are sent: NCCL pairs a
- * channel's k-th send with its k-th recv whatever the tags (runtime/match.c).
+ * channel's k-th send with its k-th recv whatever the tags (plan/comm_match.c).
  * A receive placed after one its sender sends later moves up to just before
  * that one: it then waits no longer than that one would (its send comes
  * first), so no new wait arises. */
@@ -152,7 +152,7 @@ static void merge_programs(Gen *gen, const Event *ev, int n, const PlanInstr *re
     for (int e = 0; e < n + ns; e++)
         if (all[e].instr < 0)
             sent[-1 - all[e].instr] = e;
-    if (!gen->loop) /* a loop plan's channels are put in order when expanded (runtime/pieces.c) */
+    if (!gen->loop) /* a loop plan's channels are put in order when expanded (plan/expand.c) */
         recvs_in_send_order(gen, recvs, sent, before, ns);
     /* by instruction: its receives, as a list in place order */
     RecvAt *place = arena_alloc(gen->a, sizeof(RecvAt) * (size_t)(ns + 1));

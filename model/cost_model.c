@@ -18,7 +18,7 @@
  * optimizer. docs/cost.md has every formula and constant. */
 #include "model/cost_stage.h"
 
-#include "../runtime/plan.h"
+#include "../plan/plan.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

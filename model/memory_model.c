@@ -18,7 +18,7 @@
  * largest moment, not a sum of maxima. docs/memory.md has the rules. */
 #include "model/model.h"
 
-#include "../runtime/plan.h"
+#include "../plan/plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
 #ifndef TCC_MODEL_H
 #define TCC_MODEL_H
 
-#include "runtime/plan.h"
+#include "plan/plan.h"
 #include "passes/passes.h"
 
 /* ---- devices (model/devices.c) ---- */

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "plan.h"
+#include "plan/plan.h"
 #include "runtime/comm/comm.h"
 
 /* The calling convention of every kernel: args[j] is the first byte of the

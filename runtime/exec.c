@@ -104,7 +104,7 @@ static void free_expanded(Plan *x, const PlanTensor *ts)
     free(x);
 }
 
-/* A loop plan's program (runtime/pieces.c) in a Plan of the runtime's own:
+/* A loop plan's program (plan/expand.c) in a Plan of the runtime's own:
  * its tensors and instructions the heap's, the rest p's. NULL and err. */
 static Plan *expanded(const Plan *p, char *err, size_t n)
 {

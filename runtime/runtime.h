@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "plan.h"
+#include "plan/plan.h"
 
 typedef struct Runtime Runtime;
 

@@ -1,14 +1,15 @@
 # runtime.mk: the runtime, included by the Makefile.
 # Builds build/libtccrt.a (and build/libtccrt-san.a, sanitized) from runtime/*.c
-# except the commands and from runtime/comm/*.c (the collectives: threads and
-# OpenMPI backends), and the commands ./tccrun, ./tccdata and (with the CUDA
+# except the commands, from runtime/comm/*.c (the collectives: threads and
+# OpenMPI backends) and from plan/*.c (the plan format, which the compiler also
+# links), and the commands ./tccrun, ./tccdata and (with the CUDA
 # toolkit) ./tccnvrtc. Unit tests link
 # $(RT_SAN_LIB) $(RT_LIBS). The objects come from the Makefile's pattern rules
 # ($(B)/obj/%.o, $(B)/san/%.o).
 
 # Files with a main(): not in the library.
 RT_CMD_SRCS := runtime/tccrun.c runtime/tccdata.c runtime/tccnvrtc.c
-RT_SRCS := $(filter-out $(RT_CMD_SRCS),$(sort $(wildcard runtime/*.c runtime/comm/*.c)))
+RT_SRCS := $(filter-out $(RT_CMD_SRCS),$(sort $(wildcard plan/*.c runtime/*.c runtime/comm/*.c)))
 # The GPU parts (NVRTC, the cuda backend) need the CUDA toolkit's headers and libraries.
 ifeq ($(HAVE_CUDA),1)
 RT_GPU_SRCS := $(sort $(wildcard runtime/gpu/*.c))
@@ -18,7 +19,7 @@ $(RT_GPU_SRCS:%.c=$(B)/obj/%.o) $(RT_GPU_SRCS:%.c=$(B)/san/%.o) \
 endif
 RT_OBJS := $(RT_SRCS:%.c=$(B)/obj/%.o)
 RT_SAN_OBJS := $(RT_SRCS:%.c=$(B)/san/%.o)
-RT_HDRS := $(wildcard runtime/*.h runtime/comm/*.h runtime/gpu/*.h)
+RT_HDRS := $(wildcard plan/*.h runtime/*.h runtime/comm/*.h runtime/gpu/*.h)
 RT_LIB := $(B)/libtccrt.a
 RT_SAN_LIB := $(B)/libtccrt-san.a
 # OpenMPI's flags as its compiler wrapper gives them, asked once and only when a recipe

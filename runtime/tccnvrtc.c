@@ -20,7 +20,7 @@
 #include <time.h>
 
 #include "runtime/gpu/nvrtc.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 #define MAX_ARCHS 8
 

@@ -276,7 +276,8 @@ def prepare_corpora():
 DICT_SOURCES = {
     'fuzz_tdl': ['frontend/lexer.l', 'frontend/parser.y', 'frontend/*.c', 'ir/ops.def'],
     'fuzz_ir': ['ir/*.c', 'ir/ops.def'],
-    'fuzz_plan': ['runtime/plan.c'],
+    'fuzz_plan': ['plan/json_read.c', 'plan/json_write.c', 'plan/check.c', 'plan/basics.c',
+                  'plan/plan_impl.h'],
     'fuzz_npy': ['runtime/npy.c'],
 }
 # Punctuation, written as libFuzzer's dictionary format spells it.

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../plan.h"
+#include "plan/plan.h"
 
 typedef struct RtWorld RtWorld;
 typedef struct RtComm RtComm;

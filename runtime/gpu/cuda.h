@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "runtime/comm/comm.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 typedef struct CudaDevice CudaDevice;
 

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 /* One operand of cuBLASLt: the column-major matrix as stored (before its op). */
 typedef struct RtLtMatrix {

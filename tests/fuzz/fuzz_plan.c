@@ -1,8 +1,8 @@
-/* fuzz_plan.c: libFuzzer harness for the plan loader (runtime/plan.c). Reads
+/* fuzz_plan.c: libFuzzer harness for the plan loader (plan/json_read.c). Reads
  * arbitrary bytes as a plan.json file. The loader must refuse bad input with
  * a message, never crash or leak; a plan it accepts must pass plan_check,
  * and write and load back with the same hash. */
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>

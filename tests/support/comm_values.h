@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 static inline uint64_t cv_mix(uint64_t x)
 {

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "model/model.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 #define REL(a, b) (fabs((a) - (b)) <= 1e-12 * fabs(b))
 

@@ -1,4 +1,4 @@
-/* test_match.c: the communication check of every plan (runtime/match.c,
+/* test_match.c: the communication check of every plan (plan/comm_match.c,
  * plan_check_comm; codegen's cg_check_comm reports it at the op's location).
  * Real plans are compiled here from samples/gpt2.tdl (2 layers, D = 32) on
  * the meshes 2x2, 2x1x2 and 2x2x2 (dp x tp x pp) and pass. Then a 2x1x2 plan
@@ -55,7 +55,7 @@ typedef struct Built {
 /* The tiny GPT-2 with `microbatches` on mesh (dp x tp x pp), compiled with
  * every microbatch in the graph (a plain program: its instructions are what
  * the devices run), or with loop, one microbatch's pieces and a schedule
- * table (runtime/pieces.c makes the program). */
+ * table (plan/expand.c makes the program). */
 static void build_as(Built *b, const char *mesh, int microbatches, int loop)
 {
     const char *src = test_sample("gpt2.tdl", "model gpt2(V = 96, S = 8, D = 32, H = 2, L = 2, "

@@ -22,7 +22,7 @@
 
 #ifdef TCC_HAVE_CUDA
 #include "runtime/gpu/nvrtc.h"
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 static char dir[64];
 

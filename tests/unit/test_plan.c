@@ -1,4 +1,4 @@
-/* test_plan.c: the plan format (runtime/plan.c): names, the hash, the JSON
+/* test_plan.c: the plan format (plan/): names, the hash, the JSON
  * round trip, and the loader's refusal of every kind of bad file with its
  * message. The plan is built here by hand: a parameter, its optimizer state,
  * two inputs, a step tensor, temporaries, a kernel, a GEMM and a copy. Bad
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/plan.h"
+#include "plan/plan.h"
 #include "tests/support/tmpdir.h"
 
 static char dir[64], path[128];

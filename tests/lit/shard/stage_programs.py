@@ -7,7 +7,7 @@ backward (b) passes, and the number of the optimizer's (scalars of the
 gradient norm, the learning rate). It checks nothing: that every send has its
 receive, in order, of the same size and dtype, and that the stages cannot
 deadlock is proved by tcc itself for every plan it writes (plan_check_comm,
-runtime/match.c; tests/unit/test_match.c).
+plan/comm_match.c; tests/unit/test_match.c).
 """
 import json
 import sys
@@ -22,7 +22,7 @@ for ax in plan["axes"]:
 def program(plan):
     """The instructions each stage runs: a loop plan (docs/plan.md) as its
     schedule table makes them (the prologue, each entry's piece for its
-    microbatch, the epilogue; runtime/pieces.c also puts each channel's
+    microbatch, the epilogue; plan/expand.c also puts each channel's
     receives in the order of its sends, which these schedules need not)."""
     instrs = plan["instrs"]
     if "sched" not in plan:

@@ -1,4 +1,4 @@
-/* pieces.c: the microbatch loop of a plan, made into the program the
+/* expand.c: the microbatch loop of a plan, made into the program the
  * executors run (plan_expand), and its order (plan_expand_order), which the
  * compiler also reads to lay out memory.
  * Reads: a loop plan (Plan.nsched > 0) that passes plan_check: one
@@ -15,7 +15,7 @@
  * sends, as NCCL pairs messages by order: a receive that comes after one
  * whose send is later moves up to just before that one, as the compiler does
  * for a plan without a loop (codegen/plan.c). Depends on libc only. */
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -249,19 +249,6 @@ out:
         plan_errorf(err, errlen, "out of memory expanding the microbatch loop");
     free(o.idx), free(o.groups), free(o.items), free(seq), free(nsent);
     return rc;
-}
-
-int plan_instr_ntensors(const PlanInstr *in)
-{
-    return in->nargs + (in->kind != PI_GEMM ? 0 : in->gemm.epilogue == PE_BIAS ? 4 : 3);
-}
-
-int plan_instr_tensor(const PlanInstr *in, int j)
-{
-    if (j < in->nargs)
-        return in->args[j];
-    const int g[4] = {in->gemm.a, in->gemm.b, in->gemm.c, in->gemm.bias};
-    return g[j - in->nargs];
 }
 
 /* ---- the program ---- */

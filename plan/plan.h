@@ -4,7 +4,8 @@
  * memory, the instruction list of the step (kernel launches, GEMMs, copies),
  * the source of the kernels, and a hash. It is stored as JSON (docs/plan.md);
  * the loader refuses a truncated, corrupt or foreign file with a clear message.
- * This header is the only part of the compiler the runtime sees. */
+ * This header is the only part of the compiler the runtime sees; the .c files
+ * of plan/ implement it, and both the compiler and the runtime library hold them. */
 #ifndef TCC_PLAN_H
 #define TCC_PLAN_H
 
@@ -294,7 +295,7 @@ int plan_check(const Plan *p, char *err, size_t errlen);
 /* plan_check without plan_check_comm. */
 int plan_check_struct(const Plan *p, char *err, size_t errlen);
 
-/* Whether the stages' programs communicate as one (runtime/match.c): on each
+/* Whether the stages' programs communicate as one (plan/comm_match.c): on each
  * channel (an ordered pair of stages) the k-th send and the k-th recv agree in
  * tag, bytes and dtype; the member stages of a group that spans stages issue
  * the same collectives in the same order (kind, dims, sizes, dtype); and no

@@ -1,4 +1,4 @@
-/* match.c: the plan's communication proved to match before anything runs
+/* comm_match.c: the plan's communication proved to match before anything runs
  * (plan_check_comm; plan_check ends with it, so the compiler, the loader and
  * rt_open all refuse a plan whose devices would disagree or wait forever).
  * Reads: a Plan that passes plan_check's other rules. Writes: a message.
@@ -31,7 +31,7 @@
  * for evaluation) are both checked. Not modelled: the cuda device's streams
  * and events (on the device an NCCL send does wait for its recv; the host
  * never waits) and what the data mean. */
-#include "runtime/plan.h"
+#include "plan/plan.h"
 
 #include <inttypes.h>
 #include <limits.h>
