@@ -75,11 +75,7 @@ static void fill_plan(Gen *gen, Plan *p)
     p->lr = output_tensor(gen, "lr", -1);
     p->grad_norm = output_tensor(gen, "grad_norm", -1);
     p->flops = step_flops(gen);
-    TrainConfig tc; /* the train block's steps and seed: the program's defaults */
-    char err[256];
-    p->steps = 0, p->seed = -1;
-    if (ir_train_config(gen->g, &tc, err, sizeof err) == 0)
-        p->steps = tc.steps, p->seed = tc.seed;
+    p->steps = gen->tc.steps, p->seed = gen->tc.seed; /* the program's defaults */
     p->microbatches = 1;
     if (gen->loop) {
         p->microbatches = gen->k, p->ntags = gen->ntags;
@@ -146,24 +142,25 @@ int cg_check_comm(Ctx *c, const Graph *local, const Plan *p)
 
 /* ---- the builder ---- */
 
-int cg_build_plan(Ctx *c, const Graph *global, int flags, Plan *out)
+int cg_build_plan(Ctx *c, const Graph *global, const TrainConfig *tc, int flags, Plan *out)
 {
     Kernel **kernels;
-    return cg_build_plan_ir(c, global, flags, out, &kernels);
+    return cg_build_plan_ir(c, global, tc, flags, out, &kernels);
 }
 
-int cg_build_plan_ir(Ctx *c, const Graph *global, int flags, Plan *out, Kernel ***kernels)
+int cg_build_plan_ir(Ctx *c, const Graph *global, const TrainConfig *tc, int flags, Plan *out,
+                     Kernel ***kernels)
 {
     const Graph *local;
-    return cg_build_plan_local(c, global, flags, out, kernels, &local);
+    return cg_build_plan_local(c, global, tc, flags, out, kernels, &local);
 }
 
-int cg_build_plan_local(Ctx *c, const Graph *global, int flags, Plan *out, Kernel ***kernels,
-                        const Graph **local)
+int cg_build_plan_local(Ctx *c, const Graph *global, const TrainConfig *tc, int flags, Plan *out,
+                        Kernel ***kernels, const Graph **local)
 {
     const Graph *g = cg_localize(c->arena, global);
     *local = g;
-    Gen gen = {.c = c, .g = g, .a = c->arena};
+    Gen gen = {.c = c, .g = g, .a = c->arena, .tc = *tc};
     gen.tensor_of = arena_alloc(c->arena, sizeof(int) * (size_t)(g->values.len + 1));
     for (int i = 0; i < g->values.len; i++)
         gen.tensor_of[i] = -1;

@@ -104,15 +104,16 @@ typedef struct CgMemory {
     double params, grads, state;
     int nparams;
 } CgMemory;
-void cg_memory(const Graph *g, CgMemory *m);
+void cg_memory(const Graph *g, const TrainConfig *tc, CgMemory *m);
 
 /* Build the plan of one training step from a verified graph (after autodiff
- * and the optimizer, or a forward-only graph): tensors at slab offsets, kernels
+ * and the optimizer, or a forward-only graph) and its train settings (tc, as
+ * the driver parsed them): tensors at slab offsets, kernels
  * with their C source, the instruction list. Temporaries whose lifetimes do
  * not overlap share memory unless flags has CG_KEEP_VALUES. Returns 0, or -1
  * after reporting (an op no kernel exists for). Strings and arrays of the plan
  * live in the arena; plan_free must not be called on it. */
-int cg_build_plan(Ctx *c, const Graph *g, int flags, Plan *out);
+int cg_build_plan(Ctx *c, const Graph *g, const TrainConfig *tc, int flags, Plan *out);
 
 /* An executable at path out that trains with plan p: its kernels, the plan and
  * the runtime's training loop, built by the system compiler (the command is
@@ -130,12 +131,13 @@ int cg_check_comm(Ctx *c, const Graph *local, const Plan *p);
 
 /* cg_build_plan, and the plan's kernels in the Kernel IR, in the order of
  * out->kernels (*kernels: an arena array of out->nkernels). */
-int cg_build_plan_ir(Ctx *c, const Graph *g, int flags, Plan *out, Kernel ***kernels);
+int cg_build_plan_ir(Ctx *c, const Graph *g, const TrainConfig *tc, int flags, Plan *out,
+                     Kernel ***kernels);
 
 /* cg_build_plan_ir, and the per-device graph the plan was built from: its
  * tensors' `value` fields index local->values. */
-int cg_build_plan_local(Ctx *c, const Graph *global, int flags, Plan *out, Kernel ***kernels,
-                        const Graph **local);
+int cg_build_plan_local(Ctx *c, const Graph *global, const TrainConfig *tc, int flags, Plan *out,
+                        Kernel ***kernels, const Graph **local);
 
 /* Simplify a built kernel in place (simplify.c): constant folding, common
  * subexpressions, and the loop-invariant nodes hoisted into body[0, npre).

@@ -14,6 +14,7 @@ typedef struct KernelSeen {
 typedef struct Gen {
     Ctx *c;
     const Graph *g;
+    TrainConfig tc;               /* the train settings, parsed by the driver */
     Arena *a;
     VEC(PlanTensor) tensors;
     VEC(PlanInstr) instrs;

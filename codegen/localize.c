@@ -191,12 +191,8 @@ static const Value *kept_gradient(const Value *v, int zero)
     return v;
 }
 
-void cg_memory(const Graph *g, CgMemory *m)
+void cg_memory(const Graph *g, const TrainConfig *tc, CgMemory *m)
 {
-    TrainConfig tc;
-    char err[256];
-    if (ir_train_config(g, &tc, err, sizeof err))
-        tc.zero = 0;
     memset(m, 0, sizeof *m);
     for (int i = 0; i < g->ops.len; i++) {
         const Op *op = g->ops.data[i];
@@ -210,7 +206,7 @@ void cg_memory(const Graph *g, CgMemory *m)
             while (grad->def && ((grad->def->kind == OP_MUL && grad->def->phase == PH_OPT) ||
                                  grad->def->kind == OP_SHARD_SLICE))
                 grad = grad->def->args[grad->def->kind == OP_MUL && grad->def->args[0]->rank == 0];
-            m->grads += local_bytes(g, kept_gradient(grad, (int)tc.zero));
+            m->grads += local_bytes(g, kept_gradient(grad, (int)tc->zero));
         }
     }
 }

@@ -26,12 +26,11 @@
 int cg_loop_find(Gen *gen)
 {
     const Graph *g = gen->g;
-    TrainConfig tc;
-    char err[256];
+    const TrainConfig tc = gen->tc;
     int has = 0;
     for (int i = 0; i < g->ops.len; i++)
         has |= g->ops.data[i]->kind == OP_MB_SUM;
-    if (!has || ir_train_config(g, &tc, err, sizeof err) || tc.microbatches < 2)
+    if (!has || tc.microbatches < 2)
         return 0;
     if (!g->sched.len)
         return diag_error(&gen->c->diag, LOC_NONE,

@@ -44,10 +44,7 @@ static uint64_t tensor_identity(const Graph *g, const PlanTensor *t)
  * mesh of one run. "" when the train block does not read. */
 void cg_train_hash(Gen *gen, Plan *p)
 {
-    TrainConfig tc;
-    char err[256];
-    if (ir_train_config(gen->g, &tc, err, sizeof err))
-        return;
+    const TrainConfig tc = gen->tc;
     uint64_t h = fnv_text(0xcbf29ce484222325ULL, p->model), sum = 0;
     double x[] = {
         tc.optimizer, tc.lr,           tc.momentum, tc.beta1,          tc.beta2,

@@ -144,7 +144,8 @@ int drv_write_plan(Ctx *c, const Options *o, const Graph *g)
     Kernel **kernels;
     const Graph *local;
     double t0 = drv_now_ms();
-    if (cg_build_plan_local(c, g, 0, &plan, &kernels, &local) != 0)
+    Settings s;
+    if (drv_settings(c, o, g, &s) != 0 || cg_build_plan_local(c, g, &s.train, 0, &plan, &kernels, &local) != 0)
         return -1;
     if (c->verbose)
         fprintf(stderr, "tcc: %-10s %8.2f ms  %d kernels, %d instructions, %.1f MiB slab\n",

@@ -46,10 +46,11 @@ int ex_emit_schedule(Ctx *c, const Options *o, const TrainConfig *train, Graph *
 
 /* ---- the memory model and the device's budget (model/memory_model.c) ---- */
 
-static void print_header(FILE *f, const Graph *g, const MemoryModel *mm, const Options *o, double budget)
+static void print_header(FILE *f, const Graph *g, const TrainConfig *tc, const MemoryModel *mm,
+                         const Options *o, double budget)
 {
     CgMemory m;
-    cg_memory(g, &m);
+    cg_memory(g, tc, &m);
     fprintf(f, "memory per device, mesh");
     for (int i = 0; i < g->mesh.naxes; i++)
         fprintf(f, "%s%s=%d", i ? " x " : " ", g->mesh.axes[i].name, g->mesh.axes[i].size);
@@ -92,7 +93,7 @@ int ex_emit_memory(Ctx *c, const Options *o, double budget)
         fputc('\n', f);
         free(text);
     } else {
-        print_header(f, g, &mm, o, budget);
+        print_header(f, g, &one.s.train, &mm, o, budget);
         if (o->recompute_layers)
             pl_print_auto(f, o);
         fprintf(f, "the largest moment of each stage's step:\n");

@@ -44,8 +44,10 @@ static void first_divergence(Ctx *c, const Options *o, Graph *g, Graph *g1, doub
     Plan mesh, one;
     char err[512];
     printf("looking for the first value of step 1 that differs (every value kept)\n");
-    if (cg_build_plan(c, g, CG_KEEP_VALUES, &mesh) != 0 ||
-        cg_build_plan(c, g1, CG_KEEP_VALUES, &one) != 0)
+    Settings sm, s;
+    if (drv_settings(c, o, g, &sm) || drv_settings(c, o, g1, &s) ||
+        cg_build_plan(c, g, &sm.train, CG_KEEP_VALUES, &mesh) != 0 ||
+        cg_build_plan(c, g1, &s.train, CG_KEEP_VALUES, &one) != 0)
         return;
     double *diff = arena_alloc(c->arena, sizeof(double) * (size_t)(one.ntensors + 1));
     double *scale = arena_alloc(c->arena, sizeof(double) * (size_t)(one.ntensors + 1));
@@ -56,10 +58,7 @@ static void first_divergence(Ctx *c, const Options *o, Graph *g, Graph *g1, doub
     }
     /* with data parallelism a microbatch holds other rows on the mesh (its
      * block of each device's rows) than on one device: only their sums compare */
-    Settings s;
     int data = 1, per_mb;
-    if (drv_settings(c, o, g1, &s))
-        return;
     const TrainConfig tc = s.train;
     for (int a = 0; a < g->mesh.naxes; a++)
         if (g->mesh.axes[a].role == ROLE_DATA || g->mesh.axes[a].role == ROLE_FSDP)
@@ -174,18 +173,16 @@ int ex_verify_mesh(Ctx *c, Options *o, Graph *g)
 {
     Plan mesh, one;
     const char *spec = o->mesh;
-    if (cg_build_plan(c, g, 0, &mesh) != 0)
+    Settings sm, s;
+    if (drv_settings(c, o, g, &sm) != 0 || cg_build_plan(c, g, &sm.train, 0, &mesh) != 0)
         return -1;
     char ones[64] = "", err[512];
     for (int i = 0; i < g->mesh.naxes && i < 16; i++)
         strcat(ones, i ? "x1" : "1");
     Graph *g1 = drv_passed(c, o, g->mesh.naxes ? intern(c->strings, ones) : NULL);
-    if (!g1 || cg_build_plan(c, g1, 0, &one) != 0)
+    if (!g1 || drv_settings(c, o, g1, &s) != 0 || cg_build_plan(c, g1, &s.train, 0, &one) != 0)
         return -1;
 
-    Settings s;
-    if (drv_settings(c, o, g1, &s))
-        return -1;
     const TrainConfig tc = s.train;
     int f64 = one.loss >= 0 && one.tensors[one.loss].dtype == PD_F64;
     int bf16 = !strcmp(tc.precision, "bf16");

@@ -42,7 +42,7 @@ int pl_compile_one(Ctx *c, const Options *o, OneStep *one)
     one->g = drv_load(c, &q);
     int rc = !one->g || drv_apply_settings(c, &q, one->g) || drv_verify(c, &q, one->g, "lower") ||
                      drv_run_passes(c, &q, one->g, NULL) || drv_settings(c, &q, one->g, &one->s) ||
-                     cg_build_plan_local(c, one->g, 0, &one->plan, &kernels, &one->local)
+                     cg_build_plan_local(c, one->g, &one->s.train, 0, &one->plan, &kernels, &one->local)
                  ? -1
                  : 0;
     c->verbose = verbose;

@@ -297,117 +297,96 @@ static int same_layout(const PlanChoice *all, const char *fitted, int i)
     return 0;
 }
 
-/* Choose the plan: profiles at each tensor-parallel size, the analytic search,
- * the best checked by compiling it; then c and o say that plan. */
-int pl_plan_auto(Ctx *c, Options *o)
+/* The profile at tensor-parallel size tp (*P; P->ok 0 with why when it does
+ * not compile): two data ranks, so the gradients' shardings are a
+ * data-parallel step's; the step three times: without recomputation and ZeRO
+ * (times, what is held), selective under ZeRO 1 (what is held then), full
+ * (recompute's times). */
+static void profile_at(Ctx *c, const Options *o, const ModelShape *ms, const CostDevice *d, int tp,
+                       CostProfile *P)
 {
-    double t0 = plan_ms();
-    ModelShape ms;
-    CostDevice d;
-    cost_device_of_cluster(&o->cluster_spec, &d);
-    if (model_shape(c, o, &ms) != 0)
-        return -1;
-    CostProfile prof[16];
-    int nprof = 0;
-    for (int tp = 1; tp <= o->gpus && tp <= 2 * d.per_node && nprof < 16; tp *= 2) {
-        if (o->gpus % tp || (tp > 1 && !ms.axis[ROLE_TENSOR]))
-            continue;
-        /* two data ranks, so the gradients' shardings are a data-parallel step's; the
-         * step three times: without recomputation and ZeRO (times, what is held),
-         * selective under ZeRO 1 (what is held then), full (recompute's times) */
-        int dp = ms.axis[ROLE_DATA] && ms.batch % 2 == 0 && o->gpus >= 2 * tp ? 2 : 1;
-        char mesh[128] = "";
-        if (dp > 1)
-            snprintf(mesh, sizeof mesh, "%s=%d", ms.axis[ROLE_DATA], dp);
-        if (tp > 1)
-            snprintf(mesh + strlen(mesh), sizeof mesh - strlen(mesh), "%s%s=%d", dp > 1 ? "," : "",
-                     ms.axis[ROLE_TENSOR], tp);
-        static const char *const rc[3] = {"none", "selective", "full"};
-        static const int zero[3] = {0, 1, 0};
-        Trial t[3];
-        for (int k = 0; k < 3; k++) {
-            Options q = *o;
-            q.mesh = *mesh ? intern(c->strings, mesh) : NULL;
-            q.repeat_limit = 1;
-            q.microbatches = ms.batch / dp;
-            q.recompute = rc[k];
-            q.zero = dp > 1 ? zero[k] : 0;
-            q.sequence_parallel = tp > 1;
-            q.schedule = "1f1b";
-            trial(c, &q, &d, &t[k]);
-        }
-        CostProfile *P = &prof[nprof];
-        *P = t[0].prof;
-        P->tp = tp;
-        P->ok = t[0].ok && t[1].ok && t[2].ok;
-        snprintf(P->why, sizeof P->why, "%s", !t[0].ok ? t[0].why : !t[1].ok ? t[1].why : t[2].why);
-        /* held per microbatch by a layer, by the memory model of each (one layer, one row) */
-        P->act_none = t[0].saved_layers, P->act_sel = t[1].saved_layers, P->act_full = t[2].saved_layers;
-        P->t_r = t[2].prof.t_r, P->t_rsel = t[1].prof.t_r;
-        P->params1 = dp > 1 ? t[1].prof.params : P->params;
-        nprof++;
+    int dp = ms->axis[ROLE_DATA] && ms->batch % 2 == 0 && o->gpus >= 2 * tp ? 2 : 1;
+    char mesh[128] = "";
+    if (dp > 1)
+        snprintf(mesh, sizeof mesh, "%s=%d", ms->axis[ROLE_DATA], dp);
+    if (tp > 1)
+        snprintf(mesh + strlen(mesh), sizeof mesh - strlen(mesh), "%s%s=%d", dp > 1 ? "," : "",
+                 ms->axis[ROLE_TENSOR], tp);
+    static const char *const rc[3] = {"none", "selective", "full"};
+    static const int zero[3] = {0, 1, 0};
+    Trial t[3];
+    for (int k = 0; k < 3; k++) {
+        Options q = *o;
+        q.mesh = *mesh ? intern(c->strings, mesh) : NULL;
+        q.repeat_limit = 1;
+        q.microbatches = ms->batch / dp;
+        q.recompute = rc[k];
+        q.zero = dp > 1 ? zero[k] : 0;
+        q.sequence_parallel = tp > 1;
+        q.schedule = "1f1b";
+        trial(c, &q, d, &t[k]);
     }
-    PlanSpace sp = {.gpus = o->gpus, .layers = ms.layers, .batch = ms.batch, .d = &d,
-                    .budget = pl_budget_of(o), .prof = prof, .nprof = nprof};
-    sp.axes = (ms.axis[ROLE_DATA] ? 1 : 0) | (ms.axis[ROLE_TENSOR] ? 2 : 0) |
-              (ms.axis[ROLE_PIPELINE] ? 4 : 0);
-    PlanChoice *all;
-    int n;
-    pl_search_space(c->arena, &sp, &all, &n);
-    double searched = plan_ms() - t0;
-    int nfit = 0;
-    while (nfit < n && all[nfit].status == PLAN_FITS)
-        nfit++;
-    fprintf(stderr, "plan: %d candidates for %d %s on %d devices in %.0f ms, %d fit %.2f GiB\n", n,
-            ms.layers, ms.layers == 1 ? "layer" : "layers", o->gpus, searched, nfit,
-            sp.budget / GIB);
+    *P = t[0].prof;
+    P->tp = tp;
+    P->ok = t[0].ok && t[1].ok && t[2].ok;
+    snprintf(P->why, sizeof P->why, "%s", !t[0].ok ? t[0].why : !t[1].ok ? t[1].why : t[2].why);
+    /* held per microbatch by a layer, by the memory model of each (one layer, one row) */
+    P->act_none = t[0].saved_layers, P->act_sel = t[1].saved_layers, P->act_full = t[2].saved_layers;
+    P->t_r = t[2].prof.t_r, P->t_rsel = t[1].prof.t_r;
+    P->params1 = dp > 1 ? t[1].prof.params : P->params;
+}
+
+/* Why no candidate is offered: none spreads the devices (n 0), or none fits. */
+static int no_candidate(Ctx *c, const Options *o, const ModelShape *ms, const PlanSpace *sp,
+                        const PlanChoice *all, int n)
+{
     if (!n) {
         diag_error(&c->diag, LOC_NONE, "--plan=auto: no layout spreads %d devices over the "
-                   "model's %s%s%s axis", o->gpus, ms.axis[ROLE_DATA] ? "data" : "(no data)",
-                   ms.axis[ROLE_TENSOR] ? ", tensor" : ", (no tensor)",
-                   ms.axis[ROLE_PIPELINE] ? " and pipeline" : " and (no pipeline)");
+                   "model's %s%s%s axis", o->gpus, ms->axis[ROLE_DATA] ? "data" : "(no data)",
+                   ms->axis[ROLE_TENSOR] ? ", tensor" : ", (no tensor)",
+                   ms->axis[ROLE_PIPELINE] ? " and pipeline" : " and (no pipeline)");
         diag_note(&c->diag, LOC_NONE, "a layout needs tensor x pipeline x data = %d, with the "
                   "batch of %lld rows a multiple of data x rows per microbatch, at most one "
                   "pipeline stage per layer (%d), tensor sizes a power of two up to %d, and every "
-                  "axis at most 65536", o->gpus, (long long)ms.batch, ms.layers, 2 * d.per_node);
+                  "axis at most 65536", o->gpus, (long long)ms->batch, ms->layers, 2 * sp->d->per_node);
         return -1;
     }
-    if (!nfit) {
-        diag_error(&c->diag, LOC_NONE, "--plan=auto: no layout of %d devices fits %.2f GiB",
-                   o->gpus, sp.budget / GIB);
-        const PlanChoice *least = NULL;
-        for (int i = 0; i < n; i++)
-            if (all[i].status == PLAN_OVER && (!least || all[i].peak < least->peak))
-                least = &all[i];
-        if (least)
-            diag_note(&c->diag, LOC_NONE, "the least memory: %.2f GiB (tp %d, pp %d, dp %d)",
-                      least->peak / GIB, least->tp, least->pp, least->dp);
-        return -1;
-    }
-    fprintf(stderr, "the five fastest predicted to fit:\n");
-    for (int i = 0; i < nfit && i < 5; i++)
-        print_choice(stderr, i + 1, &all[i]);
-    /* The fastest that the compiled plan's own models confirm: the first
-     * PLAN_CHECKS distinct layouts predicted to fit are compiled, and the
-     * fastest compiled one that fits wins. A candidate that does not fit when
-     * compiled teaches how far the analytic peak was under for its (tensor,
-     * pipeline) family: the family's next ones must fit with that margin. */
+    diag_error(&c->diag, LOC_NONE, "--plan=auto: no layout of %d devices fits %.2f GiB",
+               o->gpus, sp->budget / GIB);
+    const PlanChoice *least = NULL;
+    for (int i = 0; i < n; i++)
+        if (all[i].status == PLAN_OVER && (!least || all[i].peak < least->peak))
+            least = &all[i];
+    if (least)
+        diag_note(&c->diag, LOC_NONE, "the least memory: %.2f GiB (tp %d, pp %d, dp %d)",
+                  least->peak / GIB, least->tp, least->pp, least->dp);
+    return -1;
+}
+
+/* The fastest that the compiled plan's own models confirm: the first
+ * PLAN_CHECKS distinct layouts predicted to fit are compiled, and the
+ * fastest compiled one that fits wins (*won, its index returned; -1 after
+ * reporting when none does). A candidate that does not fit when compiled
+ * teaches how far the analytic peak was under for its (tensor, pipeline)
+ * family: the family's next ones must fit with that margin. */
+static int check_best(Ctx *c, const Options *o, const ModelShape *ms, const PlanSpace *sp,
+                      const PlanChoice *all, int nfit, Trial *won)
+{
     struct { int tp, pp; double under; } learnt[8];
     int nlearnt = 0, best = -1, checked = 0;
-    char *fitted = arena_alloc(c->arena, (size_t)n + 1); /* zeroed */
-    Trial won = {0};
+    char *fitted = arena_alloc(c->arena, (size_t)nfit + 1); /* zeroed */
     for (int i = 0, tries = 0; i < nfit && tries < 8 && checked < PLAN_CHECKS; i++) {
         double under = 1;
         for (int k = 0; k < nlearnt; k++)
             if (learnt[k].tp == all[i].tp && learnt[k].pp == all[i].pp)
                 under = learnt[k].under;
-        if (all[i].peak * under > sp.budget || same_layout(all, fitted, i))
+        if (all[i].peak * under > sp->budget || same_layout(all, fitted, i))
             continue;
         tries++;
-        Options q = choice_options(c, &ms, &all[i], o);
+        Options q = choice_options(c, ms, &all[i], o);
         Trial t;
-        trial(c, &q, &d, &t);
-        if (!t.ok || t.mm.peak > sp.budget) {
+        trial(c, &q, sp->d, &t);
+        if (!t.ok || t.mm.peak > sp->budget) {
             fprintf(stderr, "plan: candidate %d %s when compiled%s%s%s\n", i + 1,
                     t.ok ? "does not fit" : "fails", t.ok ? "" : ": ", t.ok ? "" : t.why,
                     t.ok ? arena_printf(c->arena, " (%.2f GiB against %.2f predicted)",
@@ -422,46 +401,100 @@ int pl_plan_auto(Ctx *c, Options *o)
         fprintf(stderr, "plan: candidate %d compiled: step %.4g s, peak %.2f GiB (predicted %.4g s, "
                         "%.2f GiB)\n", i + 1, t.cm.step_s, t.mm.peak / GIB, all[i].step_s,
                 all[i].peak / GIB);
-        if (best < 0 || t.cm.step_s < won.cm.step_s)
-            best = i, won = t;
+        if (best < 0 || t.cm.step_s < won->cm.step_s)
+            best = i, *won = t;
     }
-    if (best < 0) {
+    if (best < 0)
         diag_error(&c->diag, LOC_NONE, "--plan=auto: none of the best candidates fits when compiled");
-        return -1;
-    }
-    /* The winner recomputes uniformly: the compiler's per-layer choice
-     * (recompute = auto, from the compiled plan's own memory model) may fit
-     * with less recomputation than the analytic peak allowed. */
-    if (all[best].rc == RC_SELECTIVE || all[best].rc == RC_FULL) {
-        PlanChoice ch = all[best];
-        ch.rc = PLAN_RC_AUTO;
-        Options q = choice_options(c, &ms, &ch, o);
-        Trial t;
-        trial(c, &q, &d, &t);
-        int better = t.ok && t.mm.peak <= sp.budget && t.cm.step_s < won.cm.step_s;
-        fprintf(stderr, "plan: candidate %d with recompute = auto: %s", best + 1,
-                !t.ok ? "fails: " : better ? "step " : "no faster: step ");
-        if (t.ok)
-            fprintf(stderr, "%.4g s, peak %.2f GiB\n", t.cm.step_s, t.mm.peak / GIB);
-        else
-            fprintf(stderr, "%s\n", t.why);
-        if (better)
-            all[best].rc = PLAN_RC_AUTO, won = t;
-    }
+    return best;
+}
+
+/* The winner recomputes uniformly: the compiler's per-layer choice
+ * (recompute = auto, from the compiled plan's own memory model) may fit
+ * with less recomputation than the analytic peak allowed; *ch and *won
+ * take it when it is faster. */
+static void try_auto_recompute(Ctx *c, const Options *o, const ModelShape *ms, const PlanSpace *sp,
+                               int best, PlanChoice *ch, Trial *won)
+{
+    if (ch->rc != RC_SELECTIVE && ch->rc != RC_FULL)
+        return;
+    PlanChoice a = *ch;
+    a.rc = PLAN_RC_AUTO;
+    Options q = choice_options(c, ms, &a, o);
+    Trial t;
+    trial(c, &q, sp->d, &t);
+    int better = t.ok && t.mm.peak <= sp->budget && t.cm.step_s < won->cm.step_s;
+    fprintf(stderr, "plan: candidate %d with recompute = auto: %s", best + 1,
+            !t.ok ? "fails: " : better ? "step " : "no faster: step ");
+    if (t.ok)
+        fprintf(stderr, "%.4g s, peak %.2f GiB\n", t.cm.step_s, t.mm.peak / GIB);
+    else
+        fprintf(stderr, "%s\n", t.why);
+    if (better)
+        ch->rc = PLAN_RC_AUTO, *won = t;
+}
+
+/* The choice, the families' best and (--explain) why it won, as the
+ * command line would say it. */
+static void report_choice(Ctx *c, const Options *o, const ModelShape *ms, const PlanSpace *sp,
+                          const PlanChoice *all, int n, int best, const Trial *won)
+{
     const char *mesh, *sets[8];
     int nsets;
-    choice_args(c, &ms, &all[best], &mesh, sets, &nsets);
-    print_families(stderr, &sp, all, n, &all[best]);
+    choice_args(c, ms, &all[best], &mesh, sets, &nsets);
+    print_families(stderr, sp, all, n, &all[best]);
     if (o->explain)
-        explain(stderr, &sp, all, n, &all[best]);
+        explain(stderr, sp, all, n, &all[best]);
     fprintf(stderr, "plan: chose candidate %d:%s%s", best + 1, mesh ? " --mesh " : "",
             mesh ? mesh : "");
     for (int k = 0; k < nsets; k++)
         fprintf(stderr, " --set %s", sets[k]);
     fprintf(stderr, "\nplan: compiled: step %.4g s, MFU %.1f%%, peak %.2f GiB (predicted %.4g s, "
                     "%.2f GiB)\n",
-            won.cm.step_s, 100 * won.cm.mfu, won.mm.peak / GIB, all[best].step_s,
+            won->cm.step_s, 100 * won->cm.mfu, won->mm.peak / GIB, all[best].step_s,
             all[best].peak / GIB);
+}
+
+/* Choose the plan: profiles at each tensor-parallel size, the analytic search,
+ * the best checked by compiling it; then o says that plan. */
+int pl_plan_auto(Ctx *c, Options *o)
+{
+    double t0 = plan_ms();
+    ModelShape ms;
+    CostDevice d;
+    cost_device_of_cluster(&o->cluster_spec, &d);
+    if (model_shape(c, o, &ms) != 0)
+        return -1;
+    CostProfile prof[16];
+    int nprof = 0;
+    for (int tp = 1; tp <= o->gpus && tp <= 2 * d.per_node && nprof < 16; tp *= 2)
+        if (!(o->gpus % tp || (tp > 1 && !ms.axis[ROLE_TENSOR])))
+            profile_at(c, o, &ms, &d, tp, &prof[nprof++]);
+    PlanSpace sp = {.gpus = o->gpus, .layers = ms.layers, .batch = ms.batch, .d = &d,
+                    .budget = pl_budget_of(o), .prof = prof, .nprof = nprof};
+    sp.axes = (ms.axis[ROLE_DATA] ? 1 : 0) | (ms.axis[ROLE_TENSOR] ? 2 : 0) |
+              (ms.axis[ROLE_PIPELINE] ? 4 : 0);
+    PlanChoice *all;
+    int n;
+    pl_search_space(c->arena, &sp, &all, &n);
+    double searched = plan_ms() - t0;
+    int nfit = 0;
+    while (nfit < n && all[nfit].status == PLAN_FITS)
+        nfit++;
+    fprintf(stderr, "plan: %d candidates for %d %s on %d devices in %.0f ms, %d fit %.2f GiB\n", n,
+            ms.layers, ms.layers == 1 ? "layer" : "layers", o->gpus, searched, nfit,
+            sp.budget / GIB);
+    if (!nfit)
+        return no_candidate(c, o, &ms, &sp, all, n);
+    fprintf(stderr, "the five fastest predicted to fit:\n");
+    for (int i = 0; i < nfit && i < 5; i++)
+        print_choice(stderr, i + 1, &all[i]);
+    Trial won = {0};
+    int best = check_best(c, o, &ms, &sp, all, nfit, &won);
+    if (best < 0)
+        return -1;
+    try_auto_recompute(c, o, &ms, &sp, best, &all[best], &won);
+    report_choice(c, o, &ms, &sp, all, n, best, &won);
     *o = choice_options(c, &ms, &all[best], o);
     return 0;
 }

@@ -72,7 +72,7 @@ static void check_passes(Ctx *c, Graph *g)
     }
     Plan plan;
     c->diag.out = sink;
-    (void)cg_build_plan(c, g, 0, &plan);
+    (void)cg_build_plan(c, g, &s.train, 0, &plan);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

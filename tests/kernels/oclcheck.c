@@ -18,6 +18,7 @@
  * own (CG_KEEP_VALUES), so each op's kernel is checked standalone. */
 #define CL_TARGET_OPENCL_VERSION 120
 #include "codegen/codegen.h"
+#include "passes/passes.h"
 
 #include <CL/cl.h>
 #include <dlfcn.h>
@@ -686,7 +687,9 @@ static int load_plan(Ctx *c, const char *path, int flags, Plan *plan, Kernel ***
         return -1;
     }
     Graph *g = ir_parse(c, path, text, len);
-    if (!g || ir_verify(c, g) != 0 || cg_build_plan_ir(c, g, flags, plan, ks) != 0)
+    Settings s;
+    if (!g || ir_verify(c, g) != 0 || pass_settings(c, g, &s) != 0 ||
+        cg_build_plan_ir(c, g, &s.train, flags, plan, ks) != 0)
         return -1;
     return 0;
 }

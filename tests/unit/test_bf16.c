@@ -16,6 +16,7 @@
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "runtime/runtime.h"
+#include "tests/support/settings.h"
 #include "tests/support/cload.h"
 #include "tests/support/tmpdir.h"
 
@@ -44,7 +45,7 @@ static void setup(void)
     Ctx *c = ctx_new(stderr);
     Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
     cr_assert_not_null(g);
-    cr_assert_eq(cg_build_plan(c, g, 0, &plan), 0);
+    cr_assert_eq(cg_build_plan(c, g, &ts_settings(c, g, 0)->train, 0, &plan), 0);
     cr_assert_gt(plan.nkernels, 0);
     so = cload(dir, plan.kernel_source, wrappers, "-std=c99 -O2 -fopenmp -Wall -Werror");
 }

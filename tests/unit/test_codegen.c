@@ -83,7 +83,7 @@ static int transposes; /* transpose kernels in it */
 static void one_step(Ctx *c, Graph *g, int flags, int wide, int64_t vocab)
 {
     Plan plan;
-    cr_assert_eq(cg_build_plan(c, g, flags, &plan), 0);
+    cr_assert_eq(cg_build_plan(c, g, &ts_settings(c, g, 0)->train, flags, &plan), 0);
     bias_gemms = transposes = 0;
     for (int i = 0; i < plan.ninstrs; i++)
         bias_gemms += plan.instrs[i].kind == PI_GEMM && plan.instrs[i].gemm.epilogue == PE_BIAS;
@@ -222,7 +222,7 @@ Test(codegen, dropout_masks_are_independent_streams_of_the_seed_step_call_and_ro
     make_cache();
     Plan plan;
     char err[512];
-    cr_assert_eq(cg_build_plan(c, g, CG_KEEP_VALUES, &plan), 0);
+    cr_assert_eq(cg_build_plan(c, g, &ts_settings(c, g, 0)->train, CG_KEEP_VALUES, &plan), 0);
     Runtime *rt = rt_open(&plan, cache, err, sizeof err);
     cr_assert_not_null(rt, "%s", err);
     const int64_t n = 64 * 256, row = 256;
@@ -397,7 +397,7 @@ Test(codegen, tiny_gpt_training_is_deterministic_and_learns)
     for (const Pass *p = pass_table; p->name; p++)
         cr_assert_eq(p->run(c, g, ts_settings(c, g, 0)), 0, "%s", p->name);
     Plan plan;
-    cr_assert_eq(cg_build_plan(c, g, 0, &plan), 0); /* with memory reuse */
+    cr_assert_eq(cg_build_plan(c, g, &ts_settings(c, g, 0)->train, 0, &plan), 0); /* with memory reuse */
     make_cache();
     double a[50], b[50];
     train_losses(&plan, a, 50);
@@ -426,7 +426,7 @@ Test(codegen, issue19_argmax_takes_the_first_maximum_and_skips_nans)
     Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
     cr_assert_not_null(g);
     Plan plan;
-    cr_assert_eq(cg_build_plan(c, g, 0, &plan), 0);
+    cr_assert_eq(cg_build_plan(c, g, &ts_settings(c, g, 0)->train, 0, &plan), 0);
     make_cache();
     char err[512];
     Runtime *rt = rt_open(&plan, cache, err, sizeof err);
@@ -462,7 +462,7 @@ static DType argmax_ftype(int64_t n)
     cr_assert_not_null(g);
     Plan plan;
     Kernel **ks;
-    cr_assert_eq(cg_build_plan_ir(c, g, 0, &plan, &ks), 0);
+    cr_assert_eq(cg_build_plan_ir(c, g, &ts_settings(c, g, 0)->train, 0, &plan, &ks), 0);
     DType ft = DT_COUNT;
     for (int i = 0; i < plan.nkernels; i++)
         ft = strstr(plan.kernels[i].name, "argmax") ? ks[i]->ftype : ft;
@@ -497,7 +497,7 @@ static void plan_of(Ctx *c, const char *src, int train, Plan *plan)
         cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
         cr_assert_eq(pass_optimizer(c, g, ts_settings(c, g, 0)), 0);
     }
-    cr_assert_eq(cg_build_plan(c, g, 0, plan), 0);
+    cr_assert_eq(cg_build_plan(c, g, &ts_settings(c, g, 0)->train, 0, plan), 0);
 }
 
 Test(codegen, cpu_work_of_a_kernel_counts_its_rendering)
@@ -675,7 +675,7 @@ static void full_plan(Ctx *c, const char *src, Plan *plan, Kernel ***ks)
     cr_assert_not_null(g);
     for (const Pass *p = pass_table; p->name; p++)
         cr_assert_eq(p->run(c, g, ts_settings(c, g, 0)), 0, "%s", p->name);
-    cr_assert_eq(cg_build_plan_ir(c, g, 0, plan, ks), 0);
+    cr_assert_eq(cg_build_plan_ir(c, g, &ts_settings(c, g, 0)->train, 0, plan, ks), 0);
 }
 
 Test(codegen, independent_kernels_run_in_groups_with_the_same_bits)

@@ -54,7 +54,7 @@ static void build(Built *b, const char *mesh, const char *set)
     for (const Pass *p = pass_table; p->name; p++)
         cr_assert_eq(p->run(b->c, g, ts_settings(b->c, g, 0)), 0, "%s", p->name);
     Kernel **kernels;
-    cr_assert_eq(cg_build_plan_local(b->c, g, 0, &b->p, &kernels, &b->local), 0);
+    cr_assert_eq(cg_build_plan_local(b->c, g, &ts_settings(b->c, g, 0)->train, 0, &b->p, &kernels, &b->local), 0);
     cr_assert_gt(b->p.nsched, 0, "a plan of 4 microbatches has a schedule table");
     cr_assert_eq(b->p.microbatches, 4);
 }

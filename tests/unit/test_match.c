@@ -74,7 +74,7 @@ static void build_as(Built *b, const char *mesh, int microbatches, int loop)
     for (const Pass *p = pass_table; p->name; p++)
         cr_assert_eq(p->run(b->c, g, ts_settings(b->c, g, !loop)), 0, "%s", p->name);
     Kernel **kernels;
-    int rc = cg_build_plan_local(b->c, g, 0, &b->p, &kernels, &b->local);
+    int rc = cg_build_plan_local(b->c, g, &ts_settings(b->c, g, 0)->train, 0, &b->p, &kernels, &b->local);
     fflush(b->out);
     cr_assert_eq(rc, 0, "%s", b->diag);
 }
