@@ -1,8 +1,8 @@
 /* build_plan.c: a verified graph -> the Plan of one step (cg_build_plan).
  * Reads the Graph; runs the builder's steps in order: the per-device graph
- * (localize.c), the microbatch loop (loop.c), fusion (fusion.c), the
+ * (localize.c), the microbatch loop (microbatch_loop.c), fusion (fusion.c), the
  * tensors (tensors.c), each op's instructions (instrs.c), the stages'
- * programs (stages.c), the memory plan (layout.c, or loop.c's), the kernel
+ * programs (stages.c), the memory plan (layout.c, or microbatch_loop.c's), the kernel
  * groups and sources (groups.c); writes the Plan's fields and its train hash
  * (train_hash.c).
  * Key idea: every plan built here is proved to communicate as one before it

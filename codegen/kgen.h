@@ -37,7 +37,7 @@ typedef struct Gen {
     const Op *op;   /* the op being lowered: phase, layer, name */
     VEC(int) owner; /* by instruction: the index of the op it was lowered from */
     double flops;
-    /* the microbatch loop (codegen/loop.c): the graph holds one microbatch of k */
+    /* the microbatch loop (codegen/microbatch_loop.c): the graph holds one microbatch of k */
     int loop, k;
     char *per_mb;   /* by Value.id: a microbatch's own value (not yet summed over them) */
     int ntags;      /* the tags of one microbatch's messages */
@@ -78,7 +78,7 @@ int cg_stage_programs(Gen *gen);
 void cg_bucket_all(Gen *gen);
 
 /* layout.c: the memory plan of a plan without a loop: offsets, the slab and
- * each stage's slab. The rest serves loop.c's memory plan too. */
+ * each stage's slab. The rest serves microbatch_loop.c's memory plan too. */
 void cg_plan_memory(Gen *gen);
 uint64_t cg_aligned(uint64_t n); /* up to PLAN_ALIGN */
 /* Items 0..n-1 of size[k] alive from first[k] to last[k] (inclusive), each at
@@ -104,7 +104,7 @@ void cg_kernel_sources(Gen *gen, Plan *p);
  * the train block does not read). */
 void cg_train_hash(Gen *gen, Plan *p);
 
-/* The loop (loop.c): whether the graph is one microbatch of several, with each
+/* The loop (microbatch_loop.c): whether the graph is one microbatch of several, with each
  * value's kind (gen->per_mb); each instruction's piece and when (after the
  * stage programs); the memory of a loop plan (instead of cg_plan_memory). */
 int cg_loop_find(Gen *gen);

@@ -1,5 +1,5 @@
 /* layout.c: the memory plan of a plan without a microbatch loop, and the
- * lifetimes and packing that loop.c's memory plan uses too. Reads the
+ * lifetimes and packing that microbatch_loop.c's memory plan uses too. Reads the
  * tensors and the instructions; writes every tensor's offset, the slab and
  * each pipeline stage's slab (gen->stage_slab).
  * Key idea: a temporary lives from the first instruction that touches it

@@ -2,7 +2,7 @@
  * (in op order, each with its op in gen->owner) and the pipeline pass's
  * stages and ticks; writes each stage's program into gen->instrs with the
  * sends and receives between stages, then the gradient buckets (buckets.c)
- * and the microbatch loop's pieces (loop.c).
+ * and the microbatch loop's pieces (microbatch_loop.c).
  * Key idea: a tensor computed on one stage and read on another is sent once
  * per step right after the op that computes it and received, into a copy of
  * the reader's own, just before its first reader there; each channel

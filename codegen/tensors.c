@@ -3,7 +3,7 @@
  * (its role, dtype, shape, how its global value is split, its init, the
  * largest id an index input may hold), and the temporaries and
  * hyperparameters that lowering asks for (gen_temp, gen_hyper). Each takes
- * the next aligned offset of the slab; the memory plan (layout.c, loop.c)
+ * the next aligned offset of the slab; the memory plan (layout.c, microbatch_loop.c)
  * packs them unless the plan keeps every value.
  * Key idea: persistent tensors first, so a checkpoint is one range; a reshape
  * shares its operand's tensor, and the optimizer's new value is written

@@ -30,9 +30,7 @@ static uint64_t tensor_identity(const Graph *g, const PlanTensor *t)
     uint64_t h = fnv_text(0xcbf29ce484222325ULL, t->name);
     int64_t v[3 + PLAN_MAX_RANK] = {t->role, t->dtype, t->rank};
     for (int d = 0; d < t->rank; d++) {
-        v[3 + d] = t->shape[d];
-        for (int j = 0; j < t->nsplit[d]; j++)
-            v[3 + d] *= g->mesh.axes[t->split[d][j]].size;
+        v[3 + d] = t->shape[d] * ir_axes_size(&g->mesh, t->split[d], t->nsplit[d]);
     }
     h = fnv(h, v, sizeof(int64_t) * (size_t)(3 + t->rank));
     return fnv(fnv_text(h, t->init), &t->init_arg, sizeof t->init_arg);

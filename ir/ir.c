@@ -358,6 +358,14 @@ int64_t ir_mesh_size(const Mesh *m)
     return n;
 }
 
+int64_t ir_axes_size(const Mesh *m, const int8_t *axes, int n)
+{
+    int64_t s = 1;
+    for (int i = 0; i < n; i++)
+        s *= m->axes[axes[i]].size;
+    return s;
+}
+
 int64_t ir_shard_factor(const Mesh *m, const Sharding *s, int dim)
 {
     int64_t f = 1;

@@ -215,6 +215,8 @@ Attr *ir_attr_ints(Arena *a, const char *key, const int64_t *v, int n); /* LIST 
 /* ---- mesh and sharding ---- */
 int ir_mesh_axis(const Mesh *m, const char *name);        /* index, or -1 */
 int64_t ir_mesh_size(const Mesh *m);                      /* product of axis sizes */
+/* The devices of a group over axes[0..n) of m: the product of their sizes. */
+int64_t ir_axes_size(const Mesh *m, const int8_t *axes, int n);
 /* How many pieces dimension dim is split into (product of its axes' sizes). */
 int64_t ir_shard_factor(const Mesh *m, const Sharding *s, int dim);
 int ir_shard_is_replicated(const Sharding *s, int rank);
@@ -234,7 +236,7 @@ int ir_infer_result(const Op *op, int i, DType *dt, int *rank, int64_t *shape, c
 /* "f32[8,1024,768]" into buf (no sharding). */
 const char *ir_type_str(char *buf, size_t n, DType t, int rank, const int64_t *shape);
 
-/* ---- the train block's meaning (ir/train.c) ---- */
+/* ---- the train block's meaning (ir/train_block.c) ---- */
 typedef enum { OPT_SGD, OPT_ADAMW } OptimizerKind;
 typedef enum { SCHED_CONSTANT, SCHED_COSINE, SCHED_LINEAR } ScheduleKind;
 
@@ -270,7 +272,7 @@ void ir_print_op(FILE *out, const Graph *g, const Op *op);
  * NULL after errors. The result's strings are interned in c->strings. */
 Graph *ir_parse(Ctx *c, const char *name, const char *text, size_t len);
 
-/* ---- verifier (ir/verify.c) ----
+/* ---- verifier (ir/verifier.c) ----
  * Checks every structural invariant (SSA, defs before uses, arity, shapes and
  * dtypes by ir_infer, sharding axes in range and used once, divisibility,
  * partial bits in range, outputs defined). Reports each violation to c->diag

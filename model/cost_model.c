@@ -81,14 +81,6 @@ static CostLink group_link(const Plan *p, const CostDevice *d, const int8_t *axe
     return cost_link(d, span);
 }
 
-static int group_size(const Plan *p, const int8_t *axes, int naxes)
-{
-    int n = 1;
-    for (int i = 0; i < naxes; i++)
-        n *= p->axes[axes[i]].size;
-    return n;
-}
-
 /* Ring and tree algorithms (docs/cost.md): S the bytes of a device's input
  * (all-reduce, reduce-scatter) or output (all-gather), n members. */
 double cost_coll_time(const Plan *p, const CostDevice *d, const PlanInstr *in)
@@ -96,7 +88,7 @@ double cost_coll_time(const Plan *p, const CostDevice *d, const PlanInstr *in)
     if (d->cpu)
         return cost_cpu_coll_time(p, d, in);
     const PlanColl *c = &in->coll;
-    int n = group_size(p, c->axes, c->naxes);
+    int n = (int)plan_axes_size(p, c->axes, c->naxes);
     if (n <= 1 && c->op != PC_SEND && c->op != PC_RECV)
         return 0;
     CostLink l = group_link(p, d, c->axes, c->naxes);

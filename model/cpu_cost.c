@@ -270,14 +270,6 @@ double cost_cpu_compute_time(const Plan *p, const CostDevice *d, const PlanInstr
 
 /* ---- collectives of the threads backend ---- */
 
-static int members(const Plan *p, const PlanColl *c)
-{
-    int n = 1;
-    for (int i = 0; i < c->naxes; i++)
-        n *= p->axes[c->axes[i]].size;
-    return n;
-}
-
 /* Each member copies between the members' buffers on its own thread
  * (runtime/comm/threads.c): a collective is the bytes one member copies (read
  * and written, out of cache), the bytes it sums (the other members' parts
@@ -286,7 +278,7 @@ double cost_cpu_coll_time(const Plan *p, const CostDevice *d, const PlanInstr *i
 {
     const PlanColl *c = &in->coll;
     const CpuSpec *s = d->host;
-    int n = members(p, c);
+    int n = (int)plan_axes_size(p, c->axes, c->naxes);
     if (n <= 1 && c->op != PC_SEND && c->op != PC_RECV && c->op != PC_SLICE)
         return 0;
     double S = 0, out = in->nargs > 1 ? (double)p->tensors[in->args[1]].bytes : 0;

@@ -516,9 +516,9 @@ static double group_buffers(const Plan *p, int s)
         if (in->kind != PI_COLL || !on_stage(p, in, s) || in->coll.op == PC_SLICE || !in->nargs)
             continue;
         uint32_t key = 0;
-        double members = 1, count = 0, k = 0;
+        double members = (double)plan_axes_size(p, in->coll.axes, in->coll.naxes), count = 0, k = 0;
         for (int a = 0; a < in->coll.naxes; a++)
-            key |= 1u << in->coll.axes[a], members *= p->axes[in->coll.axes[a]].size;
+            key |= 1u << in->coll.axes[a];
         const PlanTensor *t = &p->tensors[in->args[0]];
         double es = (double)plan_dtype_size(t->dtype);
         for (int a = 0; a < in->nargs; a += in->nargs > 2 ? 2 : in->nargs)
@@ -756,7 +756,7 @@ static void model_stage(Model *m, int s, int gpu, const Schedule *sc, StageMemor
     top_tensors(m, s, &r, &pk, sm);
 }
 
-/* A loop plan (codegen/loop.c) is the step itself, laid out: what the device
+/* A loop plan (codegen/microbatch_loop.c) is the step itself, laid out: what the device
  * holds is its stage's slab, whatever the moment, plus the buffers beside it
  * (comm, workspace, allowances). The replay above gives the breakdown at the
  * largest moment; the difference the layout makes goes to its transient

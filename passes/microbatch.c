@@ -4,7 +4,7 @@
  * input's first (batch) dimension, and the loss is the mean of the k
  * microbatch losses: a microbatch_sum of this one's, times 1/k. Ops that
  * only read parameters are shared. Key idea: the graph holds one microbatch
- * and the plan runs it k times (its schedule table, codegen/loop.c), the
+ * and the plan runs it k times (its schedule table, codegen/microbatch_loop.c), the
  * j-th time at rows [j B/k, (j+1) B/k); autodiff sums each shared value's
  * gradient the same way (a microbatch_sum where the microbatch's part is
  * made), so compiling costs the same for any k. When the loss is a mean

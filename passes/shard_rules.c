@@ -446,14 +446,6 @@ int shard_same(const Sharding *a, const Sharding *b, int rank)
     return 1;
 }
 
-static int64_t axes_size(const Mesh *m, const int8_t *axes, int n)
-{
-    int64_t s = 1;
-    for (int i = 0; i < n; i++)
-        s *= m->axes[axes[i]].size;
-    return s;
-}
-
 double shard_local_bytes(const Mesh *m, const Value *v, const Sharding *s)
 {
     double b = (double)ir_dtype_size(v->dtype);
@@ -512,7 +504,7 @@ static void add_cand(Search *s, int fac, const int8_t *axes, int n, int own)
             s->cand[fac][i].own &= own; /* proposed by another too */
             return;
         }
-    if (!factor_fits(s, fac, axes_size(&s->g->mesh, axes, n)) ||
+    if (!factor_fits(s, fac, ir_axes_size(&s->g->mesh, axes, n)) ||
         s->ncand[fac] >= SH_MAXARGS + 4)
         return;
     Cand *c = &s->cand[fac][s->ncand[fac]++];
@@ -888,7 +880,7 @@ void shard_axis_from(const Op *op, const Strategy *st, int r, int ax, AxisFrom *
 
 static double ring(const Mesh *m, const int8_t *axes, int n, double bytes)
 {
-    double k = (double)axes_size(m, axes, n);
+    double k = (double)ir_axes_size(m, axes, n);
     return bytes * (k - 1) / k;
 }
 

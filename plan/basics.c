@@ -71,6 +71,14 @@ int64_t plan_mesh_size(const Plan *p)
     return n;
 }
 
+int64_t plan_axes_size(const Plan *p, const int8_t *axes, int naxes)
+{
+    int64_t n = 1;
+    for (int i = 0; i < naxes; i++)
+        n *= p->axes[axes[i]].size;
+    return n;
+}
+
 int plan_stages(const Plan *p)
 {
     int64_t n = 1;

@@ -437,14 +437,6 @@ static int check_axes(const Plan *p, const int8_t *axes, int na, uint32_t *used,
     return 0;
 }
 
-static int64_t axes_size(const Plan *p, const int8_t *axes, int na)
-{
-    int64_t s = 1;
-    for (int j = 0; j < na; j++)
-        s *= p->axes[axes[j]].size;
-    return s;
-}
-
 static int check_tensor_split(const Plan *p, int i, char *err, size_t n)
 {
     const PlanTensor *t = &p->tensors[i];
@@ -520,7 +512,7 @@ static int check_coll(const Plan *p, int i, char *err, size_t n)
                                i, j / 2);
     }
     const PlanTensor *a = &p->tensors[in->args[0]], *b = &p->tensors[in->args[1]];
-    int64_t k = axes_size(p, c->axes, c->naxes);
+    int64_t k = plan_axes_size(p, c->axes, c->naxes);
     if (a->dtype != b->dtype || a->rank != b->rank)
         return plan_errorf(err, n, "instrs[%d]: %s between tensors of another dtype or rank", i,
                            plan_coll_names[c->op]);

@@ -14,7 +14,7 @@
  * channel (an ordered pair of stages) must then receive in the order it
  * sends, as NCCL pairs messages by order: a receive that comes after one
  * whose send is later moves up to just before that one, as the compiler does
- * for a plan without a loop (codegen/plan.c). Depends on libc only. */
+ * for a plan without a loop (codegen/stages.c). Depends on libc only. */
 #include "plan/plan.h"
 
 #include <limits.h>

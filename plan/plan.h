@@ -254,6 +254,9 @@ const char *plan_coll_name(PlanCollKind k); /* "all_reduce" */
 const char *plan_instr_label(const Plan *p, int i, char *buf, size_t n);
 /* The devices of the mesh: the product of the axis sizes (1 without axes). */
 int64_t plan_mesh_size(const Plan *p);
+/* The devices of a group over axes[0..naxes) (indices into p->axes): the
+ * product of their sizes (1 for none). */
+int64_t plan_axes_size(const Plan *p, const int8_t *axes, int naxes);
 /* The pipeline stages: the product of the sizes of the axes whose role is
  * "pipeline" (1 without; INT_MAX when larger). A device's stage is its block
  * index over those axes, major to minor. */

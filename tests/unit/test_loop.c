@@ -1,4 +1,4 @@
-/* test_loop.c: the microbatch loop of a plan (codegen/loop.c, plan/expand.c).
+/* test_loop.c: the microbatch loop of a plan (codegen/microbatch_loop.c, plan/expand.c).
  * A tiny GPT-2 compiled with 4 microbatches holds one microbatch's
  * instructions and a schedule table; its JSON round trip keeps them, and the
  * loader expands them into the program (each piece once per entry). The

@@ -1,4 +1,4 @@
-/* loop.c: the microbatch loop of a plan. The graph holds one microbatch's
+/* microbatch_loop.c: the microbatch loop of a plan. The graph holds one microbatch's
  * step (passes/microbatch.c: its loss and each gradient a microbatch_sum);
  * the pipeline pass left every stage's schedule table (Graph.sched). Reads
  * the lowered instructions; writes when each runs, the piece it belongs to,
