@@ -330,7 +330,7 @@ static int parse_build_arg(Ctx *c, Options *o, int argc, char **argv, int *i)
     } else if (!strcmp(a, "--calibrate-cpu")) {
         o->calibrate_cpu = 1;
     } else if (!strcmp(a, "-v")) {
-        c->verbose = 1;
+        o->verbose = 1;
     } else if ((v = opt_value(argc, argv, i, "--mesh"))) {
         o->mesh = v;
     } else if ((v = opt_value(argc, argv, i, "--zero"))) {

@@ -107,7 +107,6 @@ typedef struct Ctx {
     Interner *strings;
     Diag diag;
     VEC(Define) defines;
-    int verbose;
 } Ctx;
 
 /* A fresh context writing diagnostics to `out`; ctx_free releases everything. */

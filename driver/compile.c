@@ -47,7 +47,7 @@ double drv_now_ms(void)
 /* After stage `name`: report it with -v, dump it if asked. */
 static void after(Ctx *c, const Options *o, const Graph *g, const char *name, double t0)
 {
-    if (c->verbose)
+    if (o->verbose)
         fprintf(stderr, "tcc: %-10s %8.2f ms  %d ops, %d values\n", name, drv_now_ms() - t0,
                 g->ops.len, g->values.len);
     if (o->dump_after && (!strcmp(o->dump_after, "all") || !strcmp(o->dump_after, name))) {
@@ -147,7 +147,7 @@ int drv_write_plan(Ctx *c, const Options *o, const Graph *g)
     Settings s;
     if (drv_settings(c, o, g, &s) != 0 || cg_build_plan_local(c, g, &s.train, 0, &plan, &kernels, &local) != 0)
         return -1;
-    if (c->verbose)
+    if (o->verbose)
         fprintf(stderr, "tcc: %-10s %8.2f ms  %d kernels, %d instructions, %.1f MiB slab\n",
                 "codegen", drv_now_ms() - t0, plan.nkernels, plan.ninstrs,
                 (double)plan.slab_bytes / 1048576.0);
@@ -188,6 +188,7 @@ int drv_settings(Ctx *c, const Options *o, const Graph *g, Settings *s)
     s->nrecompute_layers = o->nrecompute_layers;
     s->unroll = o->unroll;
     s->keep_grads = o->verify != 0; /* both of --verify's plans */
+    s->verbose = o->verbose;
     return 0;
 }
 
@@ -215,19 +216,25 @@ int drv_run_passes(Ctx *c, const Options *o, Graph *g, const PassHook *hook)
     return 0;
 }
 
-/* --verify: the plan for the mesh against the same model compiled for one
- * device (every mesh axis of size 1), run side by side on random inputs. */
-/* The model through every pass again, on mesh (a --mesh spec). */
-Graph *drv_passed(Ctx *c, Options *o, const char *mesh)
+int drv_compile(Ctx *c, const Options *o, int plan, Compiled *out)
+{
+    memset(out, 0, sizeof *out);
+    Graph *g = out->g = drv_load(c, o);
+    if (!g || drv_apply_settings(c, o, g) != 0 || drv_verify(c, o, g, "lower") != 0 ||
+        drv_run_passes(c, o, g, NULL) != 0 || drv_settings(c, o, g, &out->s) != 0)
+        return -1;
+    return plan ? cg_build_plan_local(c, g, &out->s.train, 0, &out->plan, &out->kernels, &out->local)
+                : 0;
+}
+
+/* The model through every pass again, on mesh (a --mesh spec), quietly. */
+Graph *drv_passed(Ctx *c, const Options *o, const char *mesh)
 {
     Options quiet = *o;
     quiet.dump_after = quiet.stop_after = NULL;
     quiet.mesh = mesh;
-    Graph *g = drv_load(c, &quiet);
-    if (!g || drv_apply_settings(c, o, g) != 0 || drv_verify(c, &quiet, g, "lower") != 0 ||
-        drv_run_passes(c, &quiet, g, NULL) != 0)
-        return NULL;
-    return g;
+    Compiled k;
+    return drv_compile(c, &quiet, 0, &k) == 0 ? k.g : NULL;
 }
 
 

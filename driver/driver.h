@@ -24,6 +24,7 @@ typedef struct Options {
     const char *dump_after; /* a pass name, "all" or NULL */
     const char *stop_after; /* a pass name or NULL */
     int print_commands;
+    int verbose;            /* -v: each stage's time and size on stderr */
     int portable; /* --portable: the executable runs on any x86-64 (no -march=native) */
     const char *mesh;       /* --mesh SPEC; NULL: the model's own */
     int repeat_limit;       /* the planner's profile: each repeat lowered at most this often (0: all) */
@@ -85,8 +86,21 @@ int drv_settings(Ctx *c, const Options *o, const Graph *g, Settings *s);
 /* The graph passes in order, each verified, up to --stop-after; hook (or
  * NULL) after each. */
 int drv_run_passes(Ctx *c, const Options *o, Graph *g, const PassHook *hook);
-/* The model through every pass again, on mesh (a --mesh spec). */
-Graph *drv_passed(Ctx *c, Options *o, const char *mesh);
+/* One compile: the graph after the passes, its settings, and (when asked)
+ * its plan, kernels and the per-device graph the plan was built from. */
+typedef struct Compiled {
+    Graph *g;
+    Settings s;
+    Plan plan;
+    Kernel **kernels;
+    const Graph *local;
+} Compiled;
+/* The compile API: the model of o loaded, its settings applied and checked,
+ * every pass run (--dump-after, --stop-after as o says), and with plan its
+ * plan built. 0, or -1 after reporting. */
+int drv_compile(Ctx *c, const Options *o, int plan, Compiled *out);
+/* The model through every pass again, on mesh (a --mesh spec), quietly. */
+Graph *drv_passed(Ctx *c, const Options *o, const char *mesh);
 /* A stage of the pipeline or "all"? */
 int drv_known_pass(const char *name);
 double drv_now_ms(void);

@@ -24,6 +24,7 @@ typedef struct Settings {
     /* --verify: the optimizer also keeps each parameter's gradient, before
      * clipping, as the state "NAME:grad" (passes/optimizer.c) */
     int keep_grads;
+    int verbose; /* -v: passes say what they did (recompute's layers) */
 } Settings;
 /* g's train block parsed into s->train, the choices 0; or -1 after reporting
  * what is wrong with it. The one place the passes' settings are read. */

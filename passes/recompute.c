@@ -251,7 +251,7 @@ static void report(const RC *r, const char *label)
             fwd > 0 ? 100 * extra / fwd : 0.0);
 }
 
-static int apply(Ctx *c, Graph *g, const signed char *mode, int nmode, const char *label)
+static int apply(Ctx *c, Graph *g, const signed char *mode, int nmode, const char *label, int verbose)
 {
     RC r = {.c = c, .g = g, .mode = mode, .nmode = nmode, .n0 = g->ops.len, .nmb = 1};
     int nlayers = 0, bwd = 0;
@@ -283,14 +283,14 @@ static int apply(Ctx *c, Graph *g, const signed char *mode, int nmode, const cha
         rewrite(&r);
         place(&r);
     }
-    if (c->verbose)
+    if (verbose)
         report(&r, label);
     return 0;
 }
 
 int pass_recompute_with(Ctx *c, Graph *g, const signed char *mode_by_layer, int nlayers)
 {
-    return apply(c, g, mode_by_layer, mode_by_layer ? nlayers : 0, "per layer");
+    return apply(c, g, mode_by_layer, mode_by_layer ? nlayers : 0, "per layer", 0);
 }
 
 int pass_recompute(Ctx *c, Graph *g, const Settings *s)
@@ -302,7 +302,7 @@ int pass_recompute(Ctx *c, Graph *g, const Settings *s)
                               "recompute = auto needs a device budget (--gpu NAME or "
                               "--device-memory SIZE)"),
                    -1;
-        return apply(c, g, s->recompute_layers, s->nrecompute_layers, "auto");
+        return apply(c, g, s->recompute_layers, s->nrecompute_layers, "auto", s->verbose);
     }
     RecomputeMode m = !strcmp(tc.recompute, "full")        ? RC_FULL
                       : !strcmp(tc.recompute, "selective") ? RC_SELECTIVE
@@ -314,5 +314,5 @@ int pass_recompute(Ctx *c, Graph *g, const Settings *s)
         nlayers = g->ops.data[i]->layer + 1 > nlayers ? g->ops.data[i]->layer + 1 : nlayers;
     signed char *mode = arena_alloc(g->arena, (size_t)nlayers + 1);
     memset(mode, m, (size_t)nlayers + 1);
-    return apply(c, g, mode, nlayers, tc.recompute);
+    return apply(c, g, mode, nlayers, tc.recompute, s->verbose);
 }

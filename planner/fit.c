@@ -35,18 +35,8 @@ int pl_compile_one(Ctx *c, const Options *o, OneStep *one)
 {
     Options q = *o;
     q.dump_after = q.stop_after = NULL;
-    int verbose = c->verbose;
-    c->verbose = 0;
-    q.unroll = 0;
-    Kernel **kernels;
-    one->g = drv_load(c, &q);
-    int rc = !one->g || drv_apply_settings(c, &q, one->g) || drv_verify(c, &q, one->g, "lower") ||
-                     drv_run_passes(c, &q, one->g, NULL) || drv_settings(c, &q, one->g, &one->s) ||
-                     cg_build_plan_local(c, one->g, &one->s.train, 0, &one->plan, &kernels, &one->local)
-                 ? -1
-                 : 0;
-    c->verbose = verbose;
-    return rc;
+    q.verbose = q.unroll = 0;
+    return drv_compile(c, &q, 1, one);
 }
 
 /* The memory model of the step as the options say, of one: the step of
@@ -339,7 +329,7 @@ int pl_fit_budget(Ctx *c, Options *o, const TrainConfig *tc, const Graph *g)
     OneStep one;
     if (pl_model_in(c, o, &mm, &one) != 0)
         return -1;
-    if (c->verbose)
+    if (o->verbose)
         fprintf(stderr, "tcc: memory     peak %.2f GiB per device (stage %d) of %.2f GiB\n",
                 mm.peak / GIB, mm.peak_stage, budget / GIB);
     return mm.peak > budget ? (pl_refuse(c, o, tc, one.g, &mm, budget), -1) : 0;

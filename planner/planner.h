@@ -11,12 +11,7 @@
 /* The step of one microbatch (the microbatch pass's model mode) compiled in c
  * as the options say: the graph after the passes, its settings, its plan and
  * the per-device graph it was built from. */
-typedef struct OneStep {
-    Graph *g;
-    Settings s; /* its settings */
-    Plan plan;
-    const Graph *local;
-} OneStep;
+typedef Compiled OneStep;
 
 /* The step of one microbatch compiled as o says. */
 int pl_compile_one(Ctx *c, const Options *o, OneStep *one);
