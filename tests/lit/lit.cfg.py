@@ -6,6 +6,7 @@
 #   %tccnvrtc   the project's ./tccnvrtc (built with the CUDA toolkit only)
 #   %FileCheck  llvm-14's FileCheck (plain `FileCheck` and `not` work too)
 #   %samples    the absolute path of samples/
+#   %root       the project's root (scripts/, build/)
 #   %oclcheck   build/oclcheck (tests/kernels/oclcheck.c); feature `opencl` when an
 #               OpenCL platform is installed (an ICD file in /etc/OpenCL/vendors)
 #   %numpy      a python3 that imports NumPy (Debian's python3-numpy, scripts/deps.sh),
@@ -52,6 +53,7 @@ config.substitutions.append(('%tccnvrtc', os.path.join(root, 'tccnvrtc')))
 config.substitutions.append(('%tcc', tcc))
 config.substitutions.append(('%FileCheck', os.path.join(llvm_bin, 'FileCheck')))
 config.substitutions.append(('%samples', os.path.join(root, 'samples')))
+config.substitutions.append(('%root', root))
 config.substitutions.append(('%oclcheck', os.path.join(root, 'build', 'oclcheck')))
 if glob.glob('/etc/OpenCL/vendors/*.icd'):
     config.available_features.add('opencl')
