@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """house.py OBJDIR: the house's rules, checked on the tree and its objects.
 
-Reads every .c and .h of the project (not tests/, bench/, build/) and the
-objects the build made of them (OBJDIR, e.g. build/obj). Checks:
+Reads every .c and .h of the compiler and the runtime (not tests/, bench/,
+build/) and the objects the build made of them (OBJDIR, e.g. build/obj);
+the tests' and benchmarks' .c files for their sizes. Checks:
 
-  size    no .c file over MAX_FILE lines;
+  size    no .c file over MAX_FILE lines (tests and benchmarks too);
   length  no function over MAX_FUNC lines (a function is a signature at
-          column 0 and a body from '{' to '}' at column 0: the house style);
+          column 0 and a body from '{' to '}' at column 0: the house style;
+          tests and benchmarks too);
   floors  no folder includes a header of a folder on a floor above it, and
           no object calls a function defined in a folder above it;
   circles no two .c files need each other, directly or through a chain:
@@ -186,6 +188,16 @@ def main():
                 for d in s[0]:
                     definer.setdefault(d, f)
                 uses[f] = s[1]
+    for d in ("tests", "bench"):
+        for top, _, names in os.walk(d):
+            for name in sorted(names):
+                if name.endswith(".c"):
+                    f = os.path.join(top, name)
+                    with open(f, encoding="utf-8", errors="replace") as fh:
+                        lines = fh.read().split("\n")
+                    if len(lines) - 1 > MAX_FILE:
+                        breaches.append("%s: %d lines (at most %d)" % (f, len(lines) - 1, MAX_FILE))
+                    breaches += long_functions(f, lines)
     for f, used in uses.items():
         for u in used:
             g = definer.get(u)

@@ -17,146 +17,9 @@
 
 #include "plan/plan.h"
 #include "tests/support/tmpdir.h"
-
-static char dir[64], path[128];
-
-static void make_dir(void)
-{
-    tmpdir_make(dir, "plan");
-    snprintf(path, sizeof path, "%s/plan.json", dir);
-}
-
-static void remove_dir(void)
-{
-    tmpdir_remove(dir);
-}
+#include "tests/support/plan_sample.h"
 
 TestSuite(plan, .init = make_dir, .fini = remove_dir);
-
-/* ---- the hand-built plan ---- */
-
-static const char *SOURCE = "void k0(char *const *a)\n"
-                            "{\n"
-                            "    float *loss = (float *)a[0];\n"
-                            "    const float *y = (const float *)a[1];\n"
-                            "    float s = 0;\n"
-                            "    for (int i = 0; i < 20; i++)\n"
-                            "        s += y[i];\n"
-                            "    *loss = s; /* \"quoted\" \\ backslash */\n"
-                            "}\n";
-
-static void tensor(Plan *p, int i, const char *name, PlanDType dt, PlanRole role, int rank,
-                   const int64_t *shape, uint64_t offset)
-{
-    PlanTensor *t = &p->tensors[i];
-    int64_t n = 1;
-    t->name = strdup(name);
-    t->dtype = dt;
-    t->role = role;
-    t->rank = rank;
-    for (int d = 0; d < rank; d++)
-        n *= t->shape[d] = shape[d];
-    t->bytes = (uint64_t)n * plan_dtype_size(dt);
-    t->offset = offset;
-    t->init = strdup("");
-    t->layer = -1;
-    t->value = i;
-    t->stage = -1;
-}
-
-static int *ints(int n, const int *v)
-{
-    int *a = malloc(sizeof(int) * (size_t)n);
-    memcpy(a, v, sizeof(int) * (size_t)n);
-    return a;
-}
-
-/*   0 w    param f32[3,5] normal(0.02)    4 step  step  f32[]
- *   1 x    input f32[4,3]                 5 loss  temp  f32[]
- *   2 y    temp  f32[4,5]                 6 w.m   state f32[3,5]
- *   3 tok  input i32[4], ids < 10
- * instrs: y = x @ w (gemm); loss = k0(y); w.m = w (copy). */
-static Plan *sample(void)
-{
-    Plan *p = calloc(1, sizeof *p);
-    p->version = PLAN_VERSION;
-    p->model = strdup("sample");
-    p->naxes = 1;
-    p->axes = calloc(1, sizeof *p->axes);
-    p->axes[0] = (PlanAxis){strdup("dp"), strdup("data"), 1};
-    p->slab_bytes = 512;
-    p->ntensors = 7;
-    p->tensors = calloc(7, sizeof *p->tensors);
-    tensor(p, 0, "w", PD_F32, PT_PARAM, 2, (int64_t[]){3, 5}, 0);
-    free(p->tensors[0].init);
-    p->tensors[0].init = strdup("normal");
-    p->tensors[0].init_arg = 0.02;
-    tensor(p, 1, "x", PD_F32, PT_INPUT, 2, (int64_t[]){4, 3}, 64);
-    tensor(p, 2, "", PD_F32, PT_TEMP, 2, (int64_t[]){4, 5}, 128);
-    tensor(p, 3, "tok", PD_I32, PT_INPUT, 1, (int64_t[]){4}, 256);
-    p->tensors[3].limit = 10;
-    tensor(p, 4, "step", PD_F32, PT_STEP, 0, NULL, 320);
-    tensor(p, 5, "loss", PD_F32, PT_TEMP, 0, NULL, 384);
-    tensor(p, 6, "w.m", PD_F32, PT_STATE, 2, (int64_t[]){3, 5}, 448);
-    p->tensors[6].layer = 2;
-    p->nkernels = 1;
-    p->kernels = calloc(1, sizeof *p->kernels);
-    p->kernels[0] = (PlanKernel){strdup("k0"), 2, 1, 4, 256};
-    p->ninstrs = 3;
-    p->instrs = calloc(3, sizeof *p->instrs);
-    p->instrs[0].kind = PI_GEMM;
-    p->instrs[0].gemm = (PlanGemm){.a = 1,
-                                   .b = 0,
-                                   .c = 2,
-                                   .m = 4,
-                                   .n = 5,
-                                   .k = 3,
-                                   .lda = 3,
-                                   .ldb = 5,
-                                   .ldc = 5,
-                                   .batch = 1,
-                                   .alpha = 1,
-                                   .beta = 0};
-    p->instrs[0].layer = -1;
-    p->instrs[1] = (PlanInstr){.kind = PI_KERNEL,
-                               .kernel = 0,
-                               .nargs = 2,
-                               .args = ints(2, (int[]){5, 2}),
-                               .phase = 1,
-                               .layer = 0};
-    p->instrs[2] = (PlanInstr){
-        .kind = PI_COPY, .nargs = 2, .args = ints(2, (int[]){6, 0}), .phase = 3, .layer = -1};
-    p->kernel_source = strdup(SOURCE);
-    p->loss = 5;
-    p->lr = -1;
-    p->grad_norm = -1;
-    p->flops = 120;
-    return p;
-}
-
-static void write_ok(Plan *p)
-{
-    char err[512] = "";
-    cr_assert_eq(plan_write(path, p, err, sizeof err), 0, "%s", err);
-}
-
-/* The message of loading path, which must fail; it names the file. */
-static const char *load_error(void)
-{
-    static char err[1024];
-    err[0] = 0;
-    Plan *p = plan_load(path, err, sizeof err);
-    cr_assert_null(p, "the plan should have been refused");
-    cr_assert(!strncmp(err, path, strlen(path)), "message does not name the file: %s", err);
-    cr_assert(!strchr(err, '\n'), "message is not one line: %s", err);
-    return err;
-}
-
-static void expect_error(const char *want)
-{
-    const char *err = load_error();
-    cr_assert(strstr(err, want), "want \"%s\" in: %s", want, err);
-}
 
 /* ---- names ---- */
 
@@ -176,88 +39,6 @@ Test(plan, dtype_and_role_names)
 }
 
 /* ---- round trip ---- */
-
-static void same_tensor(const PlanTensor *a, const PlanTensor *b, int i)
-{
-    cr_assert_str_eq(a->name, b->name, "tensors[%d].name", i);
-    cr_assert_eq(a->dtype, b->dtype, "tensors[%d].dtype", i);
-    cr_assert_eq(a->rank, b->rank, "tensors[%d].rank", i);
-    for (int d = 0; d < PLAN_MAX_RANK; d++)
-        cr_assert_eq(a->shape[d], b->shape[d], "tensors[%d].shape[%d]", i, d);
-    cr_assert_eq(a->offset, b->offset, "tensors[%d].offset", i);
-    cr_assert_eq(a->bytes, b->bytes, "tensors[%d].bytes", i);
-    cr_assert_eq(a->role, b->role, "tensors[%d].role", i);
-    cr_assert_str_eq(a->init, b->init, "tensors[%d].init", i);
-    cr_assert_eq(a->init_arg, b->init_arg, "tensors[%d].init_arg", i);
-    cr_assert_eq(a->layer, b->layer, "tensors[%d].layer", i);
-    cr_assert_eq(a->limit, b->limit, "tensors[%d].limit", i);
-    cr_assert_eq(a->value, b->value, "tensors[%d].value", i);
-    cr_assert_eq(a->stage, b->stage, "tensors[%d].stage", i);
-}
-
-static void same_instr(const PlanInstr *a, const PlanInstr *b, int i)
-{
-    cr_assert_eq(a->kind, b->kind, "instrs[%d].kind", i);
-    cr_assert_eq(a->kernel, b->kernel, "instrs[%d].kernel", i);
-    cr_assert_eq(a->nargs, b->nargs, "instrs[%d].nargs", i);
-    for (int j = 0; j < a->nargs; j++)
-        cr_assert_eq(a->args[j], b->args[j], "instrs[%d].args[%d]", i, j);
-    const PlanGemm *x = &a->gemm, *y = &b->gemm;
-    int64_t xs[] = {x->a,   x->b,   x->c,   x->trans_a, x->trans_b,  x->m,        x->n,       x->k,
-                    x->lda, x->ldb, x->ldc, x->batch,   x->stride_a, x->stride_b, x->stride_c};
-    int64_t ys[] = {y->a,   y->b,   y->c,   y->trans_a, y->trans_b,  y->m,        y->n,       y->k,
-                    y->lda, y->ldb, y->ldc, y->batch,   y->stride_a, y->stride_b, y->stride_c};
-    for (int j = 0; j < 15; j++)
-        cr_assert_eq(xs[j], ys[j], "instrs[%d].gemm field %d", i, j);
-    cr_assert_eq(x->alpha, y->alpha, "instrs[%d].gemm.alpha", i);
-    cr_assert_eq(x->beta, y->beta, "instrs[%d].gemm.beta", i); /* -0 == 0 */
-    cr_assert_eq(a->phase, b->phase, "instrs[%d].phase", i);
-    cr_assert_eq(a->layer, b->layer, "instrs[%d].layer", i);
-    cr_assert_eq(a->stage, b->stage, "instrs[%d].stage", i);
-    cr_assert_eq(a->group, b->group, "instrs[%d].group", i);
-    if (a->kind == PI_COLL) {
-        cr_assert_eq(a->coll.op, b->coll.op, "instrs[%d].coll.op", i);
-        cr_assert_eq(a->coll.naxes, b->coll.naxes, "instrs[%d].coll.naxes", i);
-        for (int j = 0; j < a->coll.naxes; j++)
-            cr_assert_eq(a->coll.axes[j], b->coll.axes[j], "instrs[%d].coll.axes[%d]", i, j);
-        cr_assert_eq(a->coll.peer, b->coll.peer, "instrs[%d].coll.peer", i);
-        cr_assert_eq(a->coll.tag, b->coll.tag, "instrs[%d].coll.tag", i);
-    }
-}
-
-static void same_plan(const Plan *a, const Plan *b)
-{
-    cr_assert_eq(a->version, b->version);
-    cr_assert_str_eq(a->model, b->model);
-    cr_assert_eq(a->naxes, b->naxes);
-    for (int i = 0; i < a->naxes; i++) {
-        cr_assert_str_eq(a->axes[i].name, b->axes[i].name);
-        cr_assert_str_eq(a->axes[i].role, b->axes[i].role);
-        cr_assert_eq(a->axes[i].size, b->axes[i].size);
-    }
-    cr_assert_eq(a->slab_bytes, b->slab_bytes);
-    for (int s = 0; s < plan_stages(a); s++)
-        cr_assert_eq(plan_stage_slab(a, s), plan_stage_slab(b, s), "stage %d", s);
-    cr_assert_str_eq(a->train_hash, b->train_hash);
-    cr_assert_eq(a->ntensors, b->ntensors);
-    for (int i = 0; i < a->ntensors; i++)
-        same_tensor(&a->tensors[i], &b->tensors[i], i);
-    cr_assert_eq(a->ninstrs, b->ninstrs);
-    for (int i = 0; i < a->ninstrs; i++)
-        same_instr(&a->instrs[i], &b->instrs[i], i);
-    cr_assert_eq(a->nkernels, b->nkernels);
-    for (int i = 0; i < a->nkernels; i++) {
-        cr_assert_str_eq(a->kernels[i].name, b->kernels[i].name);
-        cr_assert_eq(a->kernels[i].nargs, b->kernels[i].nargs);
-        cr_assert_eq(a->kernels[i].pattern, b->kernels[i].pattern);
-    }
-    cr_assert_str_eq(a->kernel_source, b->kernel_source);
-    cr_assert_eq(a->loss, b->loss);
-    cr_assert_eq(a->lr, b->lr);
-    cr_assert_eq(a->grad_norm, b->grad_norm);
-    cr_assert_eq(a->flops, b->flops);
-    cr_assert_str_eq(a->hash, b->hash);
-}
 
 Test(plan, write_then_load_gives_every_field_back)
 {
@@ -306,93 +87,13 @@ Test(plan, the_json_has_format_version_and_hash_first)
 
 /* ---- the hash ---- */
 
-/* Change field `which` of p; 0 once there are no more fields. */
-static int mutate(Plan *p, int which)
+/* Change field `which` (28 on) of p's instructions and what follows; 0 once
+ * there are no more fields. */
+static int mutate_late(Plan *p, int which)
 {
     PlanTensor *t = &p->tensors[3];
     PlanGemm *g = &p->instrs[0].gemm;
     switch (which) {
-    case 1:
-        p->version++;
-        break;
-    case 2:
-        p->model[0] = 'S';
-        break;
-    case 3:
-        p->axes[0].name[0] = 'x';
-        break;
-    case 4:
-        p->axes[0].role[0] = 'x';
-        break;
-    case 5:
-        p->axes[0].size = 2;
-        break;
-    case 6:
-        p->slab_bytes += 64;
-        break;
-    case 7:
-        t->name[0] = 'T';
-        break;
-    case 8:
-        t->dtype = PD_F32;
-        break;
-    case 9:
-        t->rank = 2, t->shape[1] = 1;
-        break;
-    case 10:
-        t->shape[0] = 5;
-        break;
-    case 11:
-        t->offset = 0;
-        break;
-    case 12:
-        t->bytes = 20;
-        break;
-    case 13:
-        t->role = PT_TEMP;
-        break;
-    case 14:
-        free(t->init), t->init = strdup("ones");
-        break;
-    case 15:
-        t->init_arg = 1e-300;
-        break;
-    case 16:
-        t->layer = 7;
-        break;
-    case 17:
-        t->limit = 11;
-        break;
-    case 18:
-        t->value = 99;
-        break;
-    case 19:
-        p->instrs[1].kind = PI_COPY;
-        break;
-    case 20:
-        p->instrs[1].kernel = 1;
-        break;
-    case 21:
-        p->instrs[1].args[1] = 1;
-        break;
-    case 22:
-        p->instrs[1].nargs = 1;
-        break;
-    case 23:
-        p->instrs[1].phase = 2;
-        break;
-    case 24:
-        p->instrs[1].layer = 3;
-        break;
-    case 25:
-        g->a = 2;
-        break;
-    case 26:
-        g->b = 2;
-        break;
-    case 27:
-        g->c = 1;
-        break;
     case 28:
         g->trans_a = 1;
         break;
@@ -479,6 +180,101 @@ static int mutate(Plan *p, int which)
         break;
     case 56:
         p->instrs[1].group = 2;
+        break;
+    default:
+        return 0;
+    }
+    return 1;
+}
+
+/* Change field `which` of p; 0 once there are no more fields. */
+static int mutate(Plan *p, int which)
+{
+    PlanTensor *t = &p->tensors[3];
+    PlanGemm *g = &p->instrs[0].gemm;
+    if (which >= 28)
+        return mutate_late(p, which);
+    switch (which) {
+    case 1:
+        p->version++;
+        break;
+    case 2:
+        p->model[0] = 'S';
+        break;
+    case 3:
+        p->axes[0].name[0] = 'x';
+        break;
+    case 4:
+        p->axes[0].role[0] = 'x';
+        break;
+    case 5:
+        p->axes[0].size = 2;
+        break;
+    case 6:
+        p->slab_bytes += 64;
+        break;
+    case 7:
+        t->name[0] = 'T';
+        break;
+    case 8:
+        t->dtype = PD_F32;
+        break;
+    case 9:
+        t->rank = 2, t->shape[1] = 1;
+        break;
+    case 10:
+        t->shape[0] = 5;
+        break;
+    case 11:
+        t->offset = 0;
+        break;
+    case 12:
+        t->bytes = 20;
+        break;
+    case 13:
+        t->role = PT_TEMP;
+        break;
+    case 14:
+        free(t->init), t->init = strdup("ones");
+        break;
+    case 15:
+        t->init_arg = 1e-300;
+        break;
+    case 16:
+        t->layer = 7;
+        break;
+    case 17:
+        t->limit = 11;
+        break;
+    case 18:
+        t->value = 99;
+        break;
+    case 19:
+        p->instrs[1].kind = PI_COPY;
+        break;
+    case 20:
+        p->instrs[1].kernel = 1;
+        break;
+    case 21:
+        p->instrs[1].args[1] = 1;
+        break;
+    case 22:
+        p->instrs[1].nargs = 1;
+        break;
+    case 23:
+        p->instrs[1].phase = 2;
+        break;
+    case 24:
+        p->instrs[1].layer = 3;
+        break;
+    case 25:
+        g->a = 2;
+        break;
+    case 26:
+        g->b = 2;
+        break;
+    case 27:
+        g->c = 1;
         break;
     default:
         return 0;
@@ -732,8 +528,6 @@ Test(plan, a_field_given_twice_is_refused)
 
 /* ---- refusals: plans whose meaning is wrong (written with a correct hash) ---- */
 
-typedef void (*Breaker)(Plan *p);
-
 static void refused(Breaker breaker, const char *want)
 {
     Plan *p = sample();
@@ -877,273 +671,6 @@ Test(plan, plans_with_a_wrong_meaning_are_refused_with_the_field)
     refused(group_of_one, "instrs[1].group: 1 is not a group of the instructions that follow");
     refused(group_past_the_end, "instrs[1].group: 3 is not a group of the instructions that follow");
     refused(group_over_a_copy, "instrs[1].group: instrs[2] is not a kernel of its stage");
-}
-
-/* ---- pipeline stages ---- */
-
-static void p2p(PlanInstr *in, PlanCollKind op, int t, int stage, int peer, int tag)
-{
-    *in =
-        (PlanInstr){.kind = PI_COLL, .nargs = 1, .args = ints(1, &t), .layer = -1, .stage = stage};
-    in->coll = (PlanColl){.op = op, .naxes = 1, .axes = {0}, .dim = -1, .dim2 = -1, .bytes = 16};
-    in->coll.peer = peer;
-    in->coll.tag = tag;
-}
-
-/* Mesh pp=2 (pipeline).  0 x input f32[4] (every stage)   2 r    temp f32[4], stage 1
- *                         1 h temp  f32[4], stage 0       3 loss temp f32[],  stage 1
- * instrs: h = x (copy, stage 0); send h to stage 1 (tag 7); recv r from stage 0
- * (tag 7, stage 1); loss = k0(r) (stage 1). Each stage its own slab: x at 0 and
- * loss (an output: broadcast to every stage) at 64 on both, then h at 128 on
- * stage 0 (slab 192) and r at 128 on stage 1 (slab 256: one spare block). */
-static Plan *two_stages(void)
-{
-    Plan *p = calloc(1, sizeof *p);
-    p->version = PLAN_VERSION;
-    p->model = strdup("pipe");
-    p->naxes = 1;
-    p->axes = calloc(1, sizeof *p->axes);
-    p->axes[0] = (PlanAxis){strdup("pp"), strdup("pipeline"), 2};
-    p->slab_bytes = 256;
-    p->stage_slab_bytes = malloc(2 * sizeof *p->stage_slab_bytes);
-    p->stage_slab_bytes[0] = 192;
-    p->stage_slab_bytes[1] = 256;
-    p->ntensors = 4;
-    p->tensors = calloc(4, sizeof *p->tensors);
-    tensor(p, 0, "x", PD_F32, PT_INPUT, 1, (int64_t[]){4}, 0);
-    tensor(p, 1, "", PD_F32, PT_TEMP, 1, (int64_t[]){4}, 128);
-    tensor(p, 2, "", PD_F32, PT_TEMP, 1, (int64_t[]){4}, 128);
-    tensor(p, 3, "loss", PD_F32, PT_TEMP, 0, NULL, 64);
-    p->tensors[1].stage = 0;
-    p->tensors[2].stage = p->tensors[3].stage = 1;
-    p->nkernels = 1;
-    p->kernels = calloc(1, sizeof *p->kernels);
-    p->kernels[0] = (PlanKernel){strdup("k0"), 2, 1, 4, 256};
-    p->ninstrs = 4;
-    p->instrs = calloc(4, sizeof *p->instrs);
-    p->instrs[0] =
-        (PlanInstr){.kind = PI_COPY, .nargs = 2, .args = ints(2, (int[]){1, 0}), .layer = -1};
-    p2p(&p->instrs[1], PC_SEND, 1, 0, 1, 7);
-    p2p(&p->instrs[2], PC_RECV, 2, 1, 0, 7);
-    p->instrs[3] = (PlanInstr){
-        .kind = PI_KERNEL, .nargs = 2, .args = ints(2, (int[]){3, 2}), .layer = -1, .stage = 1};
-    p->kernel_source = strdup(SOURCE);
-    p->loss = 3;
-    p->lr = p->grad_norm = -1;
-    return p;
-}
-
-Test(plan, stages_peer_and_tag_survive_a_round_trip)
-{
-    char err[512] = "";
-    Plan *p = two_stages();
-    cr_assert_eq(plan_stages(p), 2);
-    cr_assert_str_eq(plan_coll_name(PC_SEND), "send");
-    cr_assert_str_eq(plan_coll_name(PC_RECV), "recv");
-    cr_assert_eq(plan_check(p, err, sizeof err), 0, "%s", err);
-    char *text = plan_to_json(p, err, sizeof err);
-    cr_assert_not_null(text, "%s", err);
-    Plan *q = plan_parse("mem", text, strlen(text), err, sizeof err);
-    cr_assert_not_null(q, "%s", err);
-    same_plan(p, q);
-    /* a default is not written: stage -1 of a tensor, stage 0 of an instruction */
-    cJSON *root = cJSON_Parse(text);
-    cJSON *tensors = cJSON_GetObjectItem(root, "tensors"),
-          *instrs = cJSON_GetObjectItem(root, "instrs");
-    cr_assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(tensors, 0), "stage"));
-    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(tensors, 2), "stage")->valueint, 1);
-    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(tensors, 1), "stage")->valueint, 0);
-    cr_assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(instrs, 1), "stage"));
-    cr_assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(instrs, 0), "peer"));
-    cJSON *recv = cJSON_GetArrayItem(instrs, 2);
-    cr_assert_str_eq(cJSON_GetObjectItem(recv, "op")->valuestring, "recv");
-    cr_assert_eq(cJSON_GetObjectItem(recv, "stage")->valueint, 1);
-    cr_assert_eq(cJSON_GetObjectItem(recv, "peer")->valueint, 0);
-    cr_assert_eq(cJSON_GetObjectItem(recv, "tag")->valueint, 7);
-    cJSON_Delete(root);
-    /* every new field is in the hash */
-    char h[17];
-    for (int which = 0; which < 4; which++) {
-        int *f[] = {&q->tensors[2].stage, &q->instrs[3].stage, &q->instrs[1].coll.peer,
-                    &q->instrs[1].coll.tag};
-        int old = *f[which];
-        *f[which] = old + 1;
-        plan_hash(q, h);
-        cr_assert_str_neq(h, p->hash, "field %d is not hashed", which);
-        *f[which] = old;
-    }
-    q->stage_slab_bytes[0] += 64;
-    plan_hash(q, h);
-    cr_assert_str_neq(h, p->hash, "stage_slab_bytes is not hashed");
-    q->stage_slab_bytes[0] -= 64;
-    /* stage_slab_bytes NULL: every stage's slab is slab_bytes, hashed as such */
-    free(p->stage_slab_bytes);
-    p->stage_slab_bytes = NULL;
-    plan_hash(p, h);
-    cr_assert_eq(plan_stage_slab(p, 1), 256);
-    q->stage_slab_bytes[0] = 256;
-    plan_hash(q, p->hash);
-    cr_assert_str_eq(h, p->hash);
-    free(text);
-    plan_free(p);
-    plan_free(q);
-}
-
-/* A one-stage plan's JSON has no "stage", "peer" or "tag" at all. */
-Test(plan, a_one_stage_plan_writes_no_stage)
-{
-    char err[512] = "";
-    Plan *p = sample();
-    cr_assert_eq(plan_stages(p), 1);
-    char *text = plan_to_json(p, err, sizeof err);
-    cr_assert_not_null(text, "%s", err);
-    cr_assert_null(strstr(text, "\"stage\""), "%s", text);
-    cr_assert_null(strstr(text, "\"peer\""), "%s", text);
-    free(text);
-    plan_free(p);
-}
-
-/* plan_check on the two-stage plan after breaker: the message, which names the field. */
-static void check_refuses(Breaker breaker, const char *want)
-{
-    char err[512] = "";
-    Plan *p = two_stages();
-    breaker(p);
-    cr_assert_eq(plan_check(p, err, sizeof err), -1, "want \"%s\": the plan passed", want);
-    cr_assert(strstr(err, want), "want \"%s\" in: %s", want, err);
-    plan_free(p);
-}
-
-static void peer_out_of_range(Plan *p)
-{
-    p->instrs[1].coll.peer = 2;
-}
-static void peer_is_own_stage(Plan *p)
-{
-    p->instrs[2].coll.peer = 1;
-}
-static void instr_stage_out_of_range(Plan *p)
-{
-    p->instrs[3].stage = 2;
-}
-static void instr_stage_negative(Plan *p)
-{
-    p->instrs[0].stage = -1;
-}
-static void tensor_stage_out_of_range(Plan *p)
-{
-    p->tensors[2].stage = 2;
-}
-static void tensor_stage_below_minus_one(Plan *p)
-{
-    p->tensors[0].stage = -2;
-}
-static void send_of_two_tensors(Plan *p)
-{
-    free(p->instrs[1].args);
-    p->instrs[1].args = ints(2, (int[]){1, 2});
-    p->instrs[1].nargs = 2;
-}
-static void tag_too_large(Plan *p)
-{
-    p->instrs[1].coll.tag = 32768;
-}
-static void tag_negative(Plan *p)
-{
-    p->instrs[2].coll.tag = -1;
-}
-static void send_over_no_axes(Plan *p)
-{
-    p->instrs[1].coll.naxes = 0;
-}
-static void outside_its_stage_slab(Plan *p)
-{
-    p->stage_slab_bytes[1] = 128; /* r at 128 */
-    p->stage_slab_bytes[0] = 256;
-}
-static void output_outside_a_stage_slab(Plan *p)
-{
-    p->tensors[3].offset = 192; /* inside stage 1's, not stage 0's */
-}
-static void largest_stage_slab_is_not_the_slab(Plan *p)
-{
-    p->stage_slab_bytes[1] = 192;
-}
-static void stage_slab_beyond_the_slab(Plan *p)
-{
-    p->stage_slab_bytes[0] = 320;
-}
-static void touches_another_stages_tensor(Plan *p)
-{
-    p->instrs[3].args[1] = 1; /* h lives on stage 0 only */
-}
-static void stage_tensor_split_over_pp(Plan *p)
-{
-    p->tensors[1].nsplit[0] = 1;
-    p->tensors[1].split[0][0] = 0;
-}
-
-Test(plan, bad_stages_peers_tags_and_sends_are_refused_with_the_field)
-{
-    check_refuses(peer_out_of_range, "instrs[1].coll.peer: 2 is outside [0, 2)");
-    check_refuses(peer_is_own_stage, "instrs[2].coll.peer: 1 is the instruction's own stage");
-    check_refuses(instr_stage_out_of_range, "instrs[3].stage: 2 is outside [0, 2)");
-    check_refuses(instr_stage_negative, "instrs[0].stage: -1 is outside [0, 2)");
-    check_refuses(tensor_stage_out_of_range, "tensors[2].stage: 2 is outside [-1, 2)");
-    check_refuses(tensor_stage_below_minus_one, "tensors[0].stage: -2 is outside [-1, 2)");
-    check_refuses(send_of_two_tensors, "instrs[1].args: a send takes 1 tensor, not 2");
-    check_refuses(tag_too_large, "instrs[1].coll.tag: 32768 is outside [0, 32767]");
-    check_refuses(tag_negative, "instrs[2].coll.tag: -1 is outside [0, 32767]");
-    check_refuses(send_over_no_axes, "instrs[1].coll.axes: a send runs over the pipeline axes");
-    check_refuses(stage_tensor_split_over_pp,
-                  "tensors[1].split: a tensor of stage 0 is split over the pipeline axis 0");
-    check_refuses(outside_its_stage_slab, "tensors[2].offset: bytes [128, 144) lie outside the "
-                                          "slab (128 bytes on its stage)");
-    check_refuses(output_outside_a_stage_slab, "tensors[3].offset: bytes [192, 196) lie outside "
-                                               "the slab (192 bytes on some stage)");
-    check_refuses(largest_stage_slab_is_not_the_slab,
-                  "slab_bytes: 256, but the largest stage slab is 192");
-    check_refuses(stage_slab_beyond_the_slab,
-                  "stage_slab_bytes[0]: 320 is more than slab_bytes 256");
-    check_refuses(touches_another_stages_tensor,
-                  "instrs[3]: an instruction of stage 1 touches tensors[1] of stage 0");
-}
-
-/* A one-stage plan has stage 0 only; its instructions cannot name another. */
-Test(plan, a_one_stage_plan_refuses_stage_1)
-{
-    char err[512] = "";
-    Plan *p = sample();
-    p->instrs[2].stage = 1;
-    cr_assert_eq(plan_check(p, err, sizeof err), -1);
-    cr_assert(strstr(err, "instrs[2].stage: 1 is outside [0, 1)"), "%s", err);
-    plan_free(p);
-}
-
-/* peer and tag: required on a send or recv, unknown on any other collective. */
-Test(plan, peer_and_tag_belong_to_send_and_recv_only)
-{
-    char err[512] = "", *text;
-    for (int c = 0; c < 2; c++) {
-        Plan *p = two_stages();
-        cr_assert_not_null(text = plan_to_json(p, err, sizeof err), "%s", err);
-        plan_free(p);
-        cJSON *root = cJSON_Parse(text),
-              *send = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "instrs"), 1);
-        free(text);
-        if (c == 0)
-            cJSON_DeleteItemFromObject(send, "tag");
-        else
-            cJSON_ReplaceItemInObject(send, "op", cJSON_CreateString("all_reduce"));
-        text = cJSON_Print(root);
-        cJSON_Delete(root);
-        cr_assert_null(plan_parse("mem", text, strlen(text), err, sizeof err));
-        cr_assert(strstr(err, c == 0 ? "mem: instrs[1].tag: missing"
-                                     : "mem: instrs[1]: unknown field \"peer\" (only send and "
-                                       "recv have it)"),
-                  "%s", err);
-        free(text);
-    }
 }
 
 /* ---- the writer refuses what JSON cannot hold ---- */
