@@ -57,6 +57,7 @@ typedef enum {
     S_RETURN,  /* return value */
     S_TRAIN,   /* train { S_ASSIGN* } */
     S_OUTPUT,  /* output name */
+    S_IF,      /* if value { body } [else orelse]: orelse a body holder or an S_IF */
 } StmtKind;
 
 typedef struct Stmt {
@@ -74,6 +75,7 @@ typedef struct Stmt {
     VEC(const char *) params;  /* S_BLOCK formal parameters; S_ASSIGN `a, b, c = e`: b and c
                                   (a is `name`) */
     VEC(Loc) param_locs;
+    struct Stmt *orelse;       /* S_IF: the else branch, or NULL */
 } Stmt;
 
 struct Ast {

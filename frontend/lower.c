@@ -15,6 +15,7 @@ enum { MAX_REPEAT = 100000, MAX_CALL_DEPTH = 64 };
 /* ---- statements ---- */
 
 static void lower_items(Lower *L, Stmt *holder, int top);
+static void lower_if(Lower *L, Stmt *s);
 
 /* name = v: rebinding walks out to the enclosing block or model scope. */
 static void assign(Lower *L, const char *name, Loc loc, Val v)
@@ -198,7 +199,7 @@ static void lower_output(Lower *L, Stmt *s)
 static void lower_stmt(Lower *L, Stmt *s, const Stmt *holder, int top, int last)
 {
     static const char *names[] = {"model", "mesh", "axis", "input", "param", "assign",
-                                  "repeat", "block", "return", "train", "output"};
+                                  "repeat", "block", "return", "train", "output", "if"};
     switch (s->kind) {
     case S_INPUT:
         if (top)
@@ -209,6 +210,7 @@ static void lower_stmt(Lower *L, Stmt *s, const Stmt *holder, int top, int last)
     case S_PARAM: fe_lower_param(L, s); return;
     case S_ASSIGN: lower_assign(L, s); return;
     case S_REPEAT: lower_repeat(L, s); return;
+    case S_IF: lower_if(L, s); return;
     case S_MODEL:
     case S_MESH:
     case S_BLOCK:
@@ -236,6 +238,34 @@ static void lower_items(Lower *L, Stmt *holder, int top)
 {
     for (int i = 0; i < holder->body.len && !L->too_big; i++)
         lower_stmt(L, holder->body.data[i], holder, top, i == holder->body.len - 1);
+}
+
+/* if COND { ... } else { ... }: COND is known when the model is lowered (a
+ * comparison of integers: a repeat's index, model parameters), and only the
+ * branch it chooses is lowered, in the enclosing scope (what it binds is
+ * bound after it). A repeat whose copies choose differently is still one
+ * run of layers. */
+static void lower_if(Lower *L, Stmt *s)
+{
+    for (; s; s = s->orelse && s->orelse->kind == S_IF ? s->orelse : NULL) {
+        Val c = fe_eval(L, s->value);
+        if (c.k == V_ERR)
+            return;
+        if (c.k != V_BOOL) {
+            fe_err(L, s->value->loc, "the condition of 'if' must be a flag known when the model "
+                   "is lowered (a comparison of integers, such as i %% 2 == 0), got %s",
+                   fe_kind_name(c.k));
+            return;
+        }
+        if (c.i) {
+            lower_items(L, s, 0);
+            return;
+        }
+        if (s->orelse && s->orelse->kind != S_IF) {
+            lower_items(L, s->orelse, 0);
+            return;
+        }
+    }
 }
 
 /* ---- entry points ---- */

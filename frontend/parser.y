@@ -65,10 +65,11 @@ static Stmt *stmt(Parser *p, StmtKind k, TdlLoc l)
 %token NL "end of line"
 %token MODEL "'model'" MESH "'mesh'" INPUT "'input'" PARAM "'param'" REPEAT "'repeat'"
 %token AS "'as'" BLOCK "'block'" RETURN "'return'" TRAIN "'train'" OUTPUT "'output'"
+%token IF "'if'" ELSE "'else'"
 %token LE "'<='" GE "'>='" EQ "'=='" NE "'!='"
 
 %type <expr> expr dexpr dterm dfactor primary arg args exprs
-%type <stmt> stmt items body model_params axes block_params
+%type <stmt> stmt items body model_params axes block_params if_stmt
 %type <type> type dims
 %type <dim> dim
 
@@ -140,6 +141,16 @@ stmt
                                   $4->args.data[0] = $2; }
     | TRAIN body                { $$ = $2; $$->kind = S_TRAIN; $$->loc = L(p, @1); }
     | OUTPUT NAME               { $$ = stmt(p, S_OUTPUT, @1); $$->name = $2; $$->name_loc = L(p, @2); }
+    | if_stmt
+    ;
+
+/* if COND { ... } [else { ... } | else if ...]: the branch chosen when lowering. */
+if_stmt
+    : IF expr body              { $$ = $3; $$->kind = S_IF; $$->loc = L(p, @1); $$->value = $2; }
+    | IF expr body ELSE body    { $$ = $3; $$->kind = S_IF; $$->loc = L(p, @1); $$->value = $2;
+                                  $$->orelse = $5; }
+    | IF expr body ELSE if_stmt { $$ = $3; $$->kind = S_IF; $$->loc = L(p, @1); $$->value = $2;
+                                  $$->orelse = $5; }
     ;
 
 model_params
