@@ -8,7 +8,9 @@
  * stop before the update and go on after a look at the loss and gradient
  * norm (rt_step_begin, rt_step_end; where to stop: guard.c). On the cuda
  * device the walk queues the instructions on its streams; the host mirror of
- * the slab is synced around the step (host_slab.c). */
+ * the slab is synced around the step (host_slab.c). rt_step_blame's walk is
+ * here too, with the guard looking before each instruction: the executor
+ * calls the guard, the mesh and host_slab.c, and none of them calls it. */
 #include "runtime/exec.h"
 
 #include <inttypes.h>
@@ -270,7 +272,9 @@ static int run_cpu(Runtime *rt, int i, char *err, size_t n)
     }
 }
 
-int rt_run_instr(Runtime *rt, int i, int hook, char *err, size_t n)
+/* Instruction i on this device, after the test hooks when hook is set and they
+ * are due (guard.c); an error names the step and the instruction. 0 or -1. */
+static int run_instr(Runtime *rt, int i, int hook, char *err, size_t n)
 {
     char msg[640], what[160];
     if (hook && rt_guard_due(rt, i) && rt_guard_poison(rt, msg, sizeof msg))
@@ -343,7 +347,7 @@ static int walk(Runtime *rt, int from, int to, int fwd_only, char *err, size_t n
             i += g - 1;
             continue;
         }
-        if (rt_run_instr(rt, i, 1, err, n))
+        if (run_instr(rt, i, 1, err, n))
             return -1;
     }
     return 0;
@@ -376,6 +380,22 @@ int rt_step_end(Runtime *rt, int apply, char *err, size_t n)
     if (apply && walk(rt, rt->split[rt->stage], rt->p->ninstrs, 0, err, n))
         return -1;
     return epilogue(rt, 1, err, n);
+}
+
+/* The step's first part again, with no hook and no profile, the guard looking
+ * at the gradients before each instruction (rt_guard_blame_at). */
+int rt_step_blame(Runtime *rt, int *param, char *err, size_t n)
+{
+    const Plan *p = rt->p;
+    RtBlame b = {-1, 0};
+    int end = rt->split[rt->stage];
+    for (int i = 0; i < end; i++) {
+        if (p->instrs[i].stage != rt->stage)
+            continue;
+        if (rt_guard_blame_at(rt, &b, i, err, n) || run_instr(rt, i, 0, err, n))
+            return -1;
+    }
+    return rt_guard_blame_end(rt, &b, param, err, n);
 }
 
 /* rt_step_begin and rt_step_end(rt, 1) in one walk: no stop in between. */

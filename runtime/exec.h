@@ -99,11 +99,6 @@ int rt_mesh_outputs(Runtime *rt, char *err, size_t n);
  * (collective when attached; nothing on one device). 0, or -1 with a message. */
 int rt_mesh_agree(Runtime *rt, int32_t *v, size_t count, char *err, size_t n);
 
-/* Instruction i on this device, after the test hook when hook is set and the
- * hook is due (runtime/guard.c); an error names the step and the instruction.
- * 0 or -1. */
-int rt_run_instr(Runtime *rt, int i, int hook, char *err, size_t n);
-
 /* ---- guard.c ---- */
 /* The split of the step and the gradient table, from the plan and the
  * TCC_TEST_NAN_GRAD hook (rt_open_device); their memory (rt_close). */
@@ -121,10 +116,21 @@ int rt_guard_stall(Runtime *rt, char *err, size_t n);
  * that never ends before instruction INSTR of step STEP, for the watchdog to
  * find; refused on the CPU device (cuda: 0) and for an INSTR out of range. */
 int rt_guard_gpu_hang(Runtime *rt, int cuda, char *err, size_t n);
+/* rt_step_blame's place in its walk (exec.c): the first parameter found with a
+ * non-finite gradient (-1: none yet) and the next entry of the gradient table. */
+typedef struct RtBlame {
+    int first, g;
+} RtBlame;
+/* Before instruction i of the walk: the test hook when due, then each gradient
+ * the optimizer first reads at or before i. 0, or -1 with a message. */
+int rt_guard_blame_at(Runtime *rt, RtBlame *b, int i, char *err, size_t n);
+/* After the walk: the gradients read only after the split, then the first
+ * parameter agreed over the mesh into *param (-1: none). 0, or -1 with a message. */
+int rt_guard_blame_end(Runtime *rt, RtBlame *b, int *param, char *err, size_t n);
 
 /* ---- profile.c ----
  * TCC_PROFILE's instruction times (on the cuda device each instruction is
- * waited for: rt_run_instr). _add counts seconds of instruction i in the current
+ * waited for: exec.c). _add counts seconds of instruction i in the current
  * step (the first step of the run is left out); _close writes the file (world
  * rank 0) and frees. */
 int rt_profile_open(Runtime *rt, RtDeviceKind kind, char *err, size_t n);
