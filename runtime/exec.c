@@ -420,50 +420,6 @@ int rt_forward(Runtime *rt, char *err, size_t n)
     return epilogue(rt, 1, err, n);
 }
 
-/* ---- a runtime built without the CUDA toolkit ---- */
-#ifndef TCC_HAVE_CUDA
-static int no_cuda(char *err, size_t n)
-{
-    return plan_errorf(err, n, "built without CUDA");
-}
-
-int rt_cuda_count(char *err, size_t n)
-{
-    no_cuda(err, n);
-    return 0;
-}
-
-CudaDevice *rt_cuda_open(const Plan *p, int ordinal, const char *cache_dir, char *err, size_t n)
-{
-    no_cuda(err, n);
-    return NULL;
-}
-
-void rt_cuda_close(CudaDevice *d) {}
-
-int rt_cuda_put(CudaDevice *d, const char *host, uint64_t off, uint64_t bytes, char *err, size_t n)
-{
-    return no_cuda(err, n);
-}
-
-int rt_cuda_get(CudaDevice *d, char *host, uint64_t off, uint64_t bytes, char *err, size_t n)
-{
-    return no_cuda(err, n);
-}
-
-int rt_cuda_sync(CudaDevice *d, char *err, size_t n) { return no_cuda(err, n); }
-int rt_cuda_hang(CudaDevice *d, char *err, size_t n) { return no_cuda(err, n); }
-int rt_cuda_run(CudaDevice *d, int i, char *err, size_t n) { return no_cuda(err, n); }
-int rt_cuda_group(CudaDevice *d, int slot, RtComm *c, char *err, size_t n)
-{
-    return no_cuda(err, n);
-}
-int rt_cuda_coll(CudaDevice *d, int i, int slot, int64_t blk, char *err, size_t n)
-{
-    return no_cuda(err, n);
-}
-#endif
-
 int rt_cuda_devices(char *err, size_t n)
 {
     return rt_cuda_count(err, n);

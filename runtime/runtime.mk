@@ -11,12 +11,17 @@
 RT_CMD_SRCS := runtime/tccrun.c runtime/tccdata.c runtime/tccnvrtc.c
 RT_SRCS := $(filter-out $(RT_CMD_SRCS),$(sort $(wildcard plan/*.c runtime/*.c runtime/comm/*.c)))
 # The GPU parts (NVRTC, the cuda backend) need the CUDA toolkit's headers and libraries.
+# Without the toolkit, runtime/gpu/no_cuda.c stands in for them: the cuda device's
+# calls fail with "built without CUDA".
+RT_NO_CUDA_SRCS := runtime/gpu/no_cuda.c
 ifeq ($(HAVE_CUDA),1)
-RT_GPU_SRCS := $(sort $(wildcard runtime/gpu/*.c))
-RT_SRCS += $(RT_GPU_SRCS)
+RT_GPU_SRCS := $(filter-out $(RT_NO_CUDA_SRCS),$(sort $(wildcard runtime/gpu/*.c)))
 $(RT_GPU_SRCS:%.c=$(B)/obj/%.o) $(RT_GPU_SRCS:%.c=$(B)/san/%.o) \
     $(RT_GPU_SRCS:%.c=$(B)/fuzz/obj/%.o): BASEFLAGS += $(CUDA_CFLAGS)
+else
+RT_GPU_SRCS := $(RT_NO_CUDA_SRCS)
 endif
+RT_SRCS += $(RT_GPU_SRCS)
 RT_OBJS := $(RT_SRCS:%.c=$(B)/obj/%.o)
 RT_SAN_OBJS := $(RT_SRCS:%.c=$(B)/san/%.o)
 RT_HDRS := $(wildcard plan/*.h runtime/*.h runtime/comm/*.h runtime/gpu/*.h)
