@@ -8,11 +8,12 @@
  * stop before the update and go on after a look at the loss and gradient
  * norm (rt_step_begin, rt_step_end; where to stop: guard.c). On the cuda
  * device the walk queues the instructions on its streams; the host mirror of
- * the slab is synced around the step (see "host mirror" below). */
+ * the slab is synced around the step (host_slab.c). rt_step_blame's walk is
+ * here too, with the guard looking before each instruction: the executor
+ * calls the guard, the mesh and host_slab.c, and none of them calls it. */
 #include "runtime/exec.h"
 
 #include <inttypes.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,11 +160,6 @@ Runtime *rt_open_device(const Plan *p, RtKernel const *kernels, RtDeviceKind kin
     return rt;
 }
 
-int rt_holds(const Runtime *rt, int t)
-{
-    return rt->nstages <= 1 || plan_stage_holds(rt->p, rt->stage, t);
-}
-
 void rt_close(Runtime *rt)
 {
     if (!rt)
@@ -180,148 +176,6 @@ void rt_close(Runtime *rt)
     free((void *)rt->gargs);
     free_expanded(rt->own, NULL);
     free(rt);
-}
-
-const Plan *rt_plan(const Runtime *rt)
-{
-    return rt->p;
-}
-
-int rt_find_tensor(const Plan *p, const char *name)
-{
-    for (int i = 0; i < p->ntensors; i++)
-        if (p->tensors[i].name && !strcmp(p->tensors[i].name, name))
-            return i;
-    return -1;
-}
-
-const char *rt_device_name(const Runtime *rt)
-{
-    return rt->gpu ? "cuda" : "cpu";
-}
-
-char *rt_host(Runtime *rt, int t)
-{
-    return rt->dev.slab + rt->p->tensors[t].offset;
-}
-
-/* ---- the host mirror (cuda device) ----
- * The host slab mirrors the device's. Before a step the device gets the whole
- * mirror when the host may have written it (dev_stale: after init, a load, any
- * rt_tensor_data), else only the tensors the host writes each step (inputs,
- * step, hyperparameters, coordinates); after a step the host gets the outputs
- * (loss, lr, grad_norm) and knows the rest is stale until the next
- * rt_tensor_data or rt_sync_host downloads the whole slab. */
-
-static int per_step_tensor(PlanRole r);
-
-/* The host holds the newer value of the tensors it writes before each step
- * (inputs, step, hyperparameters, coordinates) and of the step's outputs (on
- * a pipeline, broadcast into the host copy from their stage). */
-static int host_owned(const Plan *p, int t)
-{
-    return per_step_tensor(p->tensors[t].role) || t == p->loss || t == p->lr || t == p->grad_norm;
-}
-
-int rt_sync_host(Runtime *rt, char *err, size_t n)
-{
-    if (!rt->gpu || !rt->host_stale)
-        return 0;
-    const Plan *p = rt->p;
-    size_t keep = 0;
-    for (int t = 0; t < p->ntensors; t++)
-        keep += host_owned(p, t) ? p->tensors[t].bytes : 0;
-    char *saved = malloc(keep + 1), *at = saved;
-    if (!saved)
-        return plan_errorf(err, n, "malloc: out of memory");
-    for (int t = 0; t < p->ntensors; t++)
-        if (host_owned(p, t))
-            at = (char *)memcpy(at, rt_host(rt, t), p->tensors[t].bytes) + p->tensors[t].bytes;
-    int rc = rt_cuda_get(rt->gpu, rt->dev.slab, 0, rt->dev.slab_bytes, err, n) ||
-             rt_cuda_sync(rt->gpu, err, n);
-    at = saved;
-    for (int t = 0; t < p->ntensors; t++) /* put them back over the device's copies */
-        if (host_owned(p, t)) {
-            memcpy(rt_host(rt, t), at, p->tensors[t].bytes);
-            at += p->tensors[t].bytes;
-        }
-    free(saved);
-    if (rc)
-        return -1;
-    rt->host_stale = 0;
-    return 0;
-}
-
-void *rt_tensor_data(Runtime *rt, int tensor)
-{
-    if (tensor < 0 || tensor >= rt->p->ntensors || !rt_holds(rt, tensor))
-        return NULL;
-    if (rt->gpu) {
-        char msg[400];
-        if (rt_sync_host(rt, msg, sizeof msg) && !rt->sticky[0])
-            snprintf(rt->sticky, sizeof rt->sticky, "downloading the slab: %s", msg);
-        rt->dev_stale = 1;
-    }
-    return rt_host(rt, tensor);
-}
-
-static int per_step_tensor(PlanRole r)
-{
-    return r == PT_INPUT || r == PT_STEP || r == PT_HYPER || r == PT_COORD;
-}
-
-static int upload(Runtime *rt, char *err, size_t n)
-{
-    const Plan *p = rt->p;
-    if (rt->sticky[0])
-        return plan_errorf(err, n, "%s", rt->sticky);
-    if (rt_cuda_sync(rt->gpu, err, n)) /* idle already, unless the last step failed midway */
-        return -1;
-    if (rt->dev_stale) {
-        if (rt_cuda_put(rt->gpu, rt->dev.slab, 0, rt->dev.slab_bytes, err, n))
-            return -1;
-        rt->dev_stale = 0;
-        return 0;
-    }
-    for (int t = 0; t < p->ntensors; t++)
-        if (per_step_tensor(p->tensors[t].role) &&
-            rt_cuda_put(rt->gpu, rt->dev.slab, p->tensors[t].offset, p->tensors[t].bytes, err, n))
-            return -1;
-    return 0;
-}
-
-static int download_outputs(Runtime *rt, char *err, size_t n)
-{
-    const Plan *p = rt->p;
-    int outs[] = {p->loss, p->lr, p->grad_norm};
-    for (int j = 0; j < 3; j++)
-        if (outs[j] >= 0 && rt_cuda_get(rt->gpu, rt->dev.slab, p->tensors[outs[j]].offset,
-                                        p->tensors[outs[j]].bytes, err, n))
-            return -1;
-    if (rt_cuda_sync(rt->gpu, err, n))
-        return -1;
-    rt->host_stale = 1;
-    return 0;
-}
-
-/* "kernel k12_layernorm", "gemm", "all_reduce": what instruction i is, for messages. */
-double rt_scalar(Runtime *rt, int tensor)
-{
-    if (tensor < 0 || tensor >= rt->p->ntensors || rt->p->tensors[tensor].rank != 0)
-        return NAN;
-    const Plan *p = rt->p; /* the outputs are downloaded after each step: no whole-slab sync */
-    int out = tensor == p->loss || tensor == p->lr || tensor == p->grad_norm;
-    const void *x = out ? rt_host(rt, tensor) : rt_tensor_data(rt, tensor);
-    if (!x)
-        return NAN;
-    switch (rt->p->tensors[tensor].dtype) {
-    case PD_F32:
-        return *(const float *)x;
-    case PD_F64:
-        return *(const double *)x;
-    default:
-        return NAN;
-    }
 }
 
 /* The first id outside [0, limit), or -1. data may be unaligned. */
@@ -418,7 +272,9 @@ static int run_cpu(Runtime *rt, int i, char *err, size_t n)
     }
 }
 
-int rt_run_instr(Runtime *rt, int i, int hook, char *err, size_t n)
+/* Instruction i on this device, after the test hooks when hook is set and they
+ * are due (guard.c); an error names the step and the instruction. 0 or -1. */
+static int run_instr(Runtime *rt, int i, int hook, char *err, size_t n)
 {
     char msg[640], what[160];
     if (hook && rt_guard_due(rt, i) && rt_guard_poison(rt, msg, sizeof msg))
@@ -449,7 +305,7 @@ static int prologue(Runtime *rt, char *err, size_t n)
                            "the plan has %d pipeline stages, each on its own devices, "
                            "but no mesh was attached (rt_attach)",
                            rt->nstages);
-    if (rt->gpu && upload(rt, msg, sizeof msg))
+    if (rt->gpu && rt_mirror_upload(rt, msg, sizeof msg))
         return plan_errorf(err, n, "step %" PRId64 ", the upload: %s", rt->step_now, msg);
     return 0;
 }
@@ -491,7 +347,7 @@ static int walk(Runtime *rt, int from, int to, int fwd_only, char *err, size_t n
             i += g - 1;
             continue;
         }
-        if (rt_run_instr(rt, i, 1, err, n))
+        if (run_instr(rt, i, 1, err, n))
             return -1;
     }
     return 0;
@@ -502,7 +358,7 @@ static int walk(Runtime *rt, int from, int to, int fwd_only, char *err, size_t n
 static int epilogue(Runtime *rt, int mesh, char *err, size_t n)
 {
     char msg[400];
-    if (rt->gpu && download_outputs(rt, msg, sizeof msg))
+    if (rt->gpu && rt_mirror_download(rt, msg, sizeof msg))
         return plan_errorf(err, n, "step %" PRId64 ", the outputs: %s", rt->step_now, msg);
     if (mesh && rt_mesh_outputs(rt, msg, sizeof msg))
         return plan_errorf(err, n, "step %" PRId64 ", the outputs: %s", rt->step_now, msg);
@@ -526,6 +382,22 @@ int rt_step_end(Runtime *rt, int apply, char *err, size_t n)
     return epilogue(rt, 1, err, n);
 }
 
+/* The step's first part again, with no hook and no profile, the guard looking
+ * at the gradients before each instruction (rt_guard_blame_at). */
+int rt_step_blame(Runtime *rt, int *param, char *err, size_t n)
+{
+    const Plan *p = rt->p;
+    RtBlame b = {-1, 0};
+    int end = rt->split[rt->stage];
+    for (int i = 0; i < end; i++) {
+        if (p->instrs[i].stage != rt->stage)
+            continue;
+        if (rt_guard_blame_at(rt, &b, i, err, n) || run_instr(rt, i, 0, err, n))
+            return -1;
+    }
+    return rt_guard_blame_end(rt, &b, param, err, n);
+}
+
 /* rt_step_begin and rt_step_end(rt, 1) in one walk: no stop in between. */
 int rt_step(Runtime *rt, int64_t step, char *err, size_t n)
 {
@@ -547,50 +419,6 @@ int rt_forward(Runtime *rt, char *err, size_t n)
         return -1;
     return epilogue(rt, 1, err, n);
 }
-
-/* ---- a runtime built without the CUDA toolkit ---- */
-#ifndef TCC_HAVE_CUDA
-static int no_cuda(char *err, size_t n)
-{
-    return plan_errorf(err, n, "built without CUDA");
-}
-
-int rt_cuda_count(char *err, size_t n)
-{
-    no_cuda(err, n);
-    return 0;
-}
-
-CudaDevice *rt_cuda_open(const Plan *p, int ordinal, const char *cache_dir, char *err, size_t n)
-{
-    no_cuda(err, n);
-    return NULL;
-}
-
-void rt_cuda_close(CudaDevice *d) {}
-
-int rt_cuda_put(CudaDevice *d, const char *host, uint64_t off, uint64_t bytes, char *err, size_t n)
-{
-    return no_cuda(err, n);
-}
-
-int rt_cuda_get(CudaDevice *d, char *host, uint64_t off, uint64_t bytes, char *err, size_t n)
-{
-    return no_cuda(err, n);
-}
-
-int rt_cuda_sync(CudaDevice *d, char *err, size_t n) { return no_cuda(err, n); }
-int rt_cuda_hang(CudaDevice *d, char *err, size_t n) { return no_cuda(err, n); }
-int rt_cuda_run(CudaDevice *d, int i, char *err, size_t n) { return no_cuda(err, n); }
-int rt_cuda_group(CudaDevice *d, int slot, RtComm *c, char *err, size_t n)
-{
-    return no_cuda(err, n);
-}
-int rt_cuda_coll(CudaDevice *d, int i, int slot, int64_t blk, char *err, size_t n)
-{
-    return no_cuda(err, n);
-}
-#endif
 
 int rt_cuda_devices(char *err, size_t n)
 {

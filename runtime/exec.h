@@ -1,5 +1,7 @@
-/* exec.h: private to the runtime: the Runtime object that exec.c, mesh.c and
- * init.c share. Not part of the public API (runtime.h is). */
+/* exec.h: private to the runtime: the Runtime object that the runtime's files
+ * share (exec.c opens and runs it, host_slab.c holds its tensors' accessors,
+ * guard.c, mesh.c, profile.c and init.c work on it). Not part of the public
+ * API (runtime.h is). */
 #ifndef TCC_EXEC_H
 #define TCC_EXEC_H
 
@@ -56,6 +58,7 @@ struct Runtime {
     RtProfile *prof; /* TCC_PROFILE: instruction times (profile.c); NULL when not asked */
 };
 
+/* ---- host_slab.c: the tensors on the host, the host mirror ---- */
 /* Whether this device's slab holds tensor t: always on one stage; on a
  * pipeline, the tensors of its own stage and those of every stage. */
 int rt_holds(const Runtime *rt, int t);
@@ -63,6 +66,15 @@ int rt_holds(const Runtime *rt, int t);
 /* The first byte of tensor t in the host slab (the mirror on the cuda device),
  * with no transfer: for the tensors the executor moves itself each step. */
 char *rt_host(Runtime *rt, int t);
+/* The cuda device only, before a step: the whole mirror to the device when the
+ * host may have written it since (dev_stale), else the per-step tensors
+ * (inputs, step, hyperparameters, coordinates). 0, or -1 with a message. */
+int rt_mirror_upload(Runtime *rt, char *err, size_t n);
+/* The cuda device only, after a step: the outputs (loss, lr, grad_norm) to the
+ * host, the rest of the mirror marked stale. 0, or -1 with a message. */
+int rt_mirror_download(Runtime *rt, char *err, size_t n);
+
+/* ---- mesh.c ---- */
 /* The group slot of the group along axes (mesh.c), or -1 when there is none. */
 int rt_group_slot(Runtime *rt, const int8_t *axes, int naxes);
 
@@ -87,21 +99,10 @@ int rt_mesh_outputs(Runtime *rt, char *err, size_t n);
  * (collective when attached; nothing on one device). 0, or -1 with a message. */
 int rt_mesh_agree(Runtime *rt, int32_t *v, size_t count, char *err, size_t n);
 
-/* Instruction i on this device, after the test hook when hook is set and the
- * hook is due (runtime/guard.c); an error names the step and the instruction.
- * 0 or -1. */
-int rt_run_instr(Runtime *rt, int i, int hook, char *err, size_t n);
-/* guard.c: the split of the step and the gradient table, from the plan and the
+/* ---- guard.c ---- */
+/* The split of the step and the gradient table, from the plan and the
  * TCC_TEST_NAN_GRAD hook (rt_open_device); their memory (rt_close). */
 int rt_guard_open(Runtime *rt, char *err, size_t n);
-/* profile.c: TCC_PROFILE's instruction times (on the cuda device each
- * instruction is waited for: rt_run_instr).
- * _add counts seconds of instruction i in the current step (the first step
- * of the run is left out); _close writes the file (world rank 0) and frees. */
-int rt_profile_open(Runtime *rt, RtDeviceKind kind, char *err, size_t n);
-void rt_profile_add(Runtime *rt, int i, double seconds);
-void rt_profile_close(Runtime *rt);
-double rt_profile_now(void);
 void rt_guard_close(Runtime *rt);
 /* The test hook: whether it is due before instruction i of this step; a NaN
  * into element 0 of the gradient poison_tensor. 0 or -1. */
@@ -115,5 +116,26 @@ int rt_guard_stall(Runtime *rt, char *err, size_t n);
  * that never ends before instruction INSTR of step STEP, for the watchdog to
  * find; refused on the CPU device (cuda: 0) and for an INSTR out of range. */
 int rt_guard_gpu_hang(Runtime *rt, int cuda, char *err, size_t n);
+/* rt_step_blame's place in its walk (exec.c): the first parameter found with a
+ * non-finite gradient (-1: none yet) and the next entry of the gradient table. */
+typedef struct RtBlame {
+    int first, g;
+} RtBlame;
+/* Before instruction i of the walk: the test hook when due, then each gradient
+ * the optimizer first reads at or before i. 0, or -1 with a message. */
+int rt_guard_blame_at(Runtime *rt, RtBlame *b, int i, char *err, size_t n);
+/* After the walk: the gradients read only after the split, then the first
+ * parameter agreed over the mesh into *param (-1: none). 0, or -1 with a message. */
+int rt_guard_blame_end(Runtime *rt, RtBlame *b, int *param, char *err, size_t n);
+
+/* ---- profile.c ----
+ * TCC_PROFILE's instruction times (on the cuda device each instruction is
+ * waited for: exec.c). _add counts seconds of instruction i in the current
+ * step (the first step of the run is left out); _close writes the file (world
+ * rank 0) and frees. */
+int rt_profile_open(Runtime *rt, RtDeviceKind kind, char *err, size_t n);
+void rt_profile_add(Runtime *rt, int i, double seconds);
+void rt_profile_close(Runtime *rt);
+double rt_profile_now(void);
 
 #endif

@@ -12,7 +12,8 @@
  * at the loss and the norm, and rt_step_end can apply the update or drop it;
  * rt_step_blame can even run that part again to look at each gradient where
  * the optimizer first reads it (temporaries share memory, so the gradients
- * are not all there at the split). The split is safe when the loss and the
+ * are not all there at the split; exec.c walks the instructions, this file
+ * looks before each: rt_guard_blame_at). The split is safe when the loss and the
  * norm are computed before it and no message between stages crosses it (a
  * send before the split whose recv comes after it would be left unreceived by
  * a dropped update); otherwise the whole step is its first part (held = 0). */
@@ -482,26 +483,26 @@ static int look(Runtime *rt, int g, int *first, char *err, size_t n)
     return bad < 0 ? -1 : 0;
 }
 
-int rt_step_blame(Runtime *rt, int *param, char *err, size_t n)
+/* ---- rt_step_blame's looks (its walk, which runs the instructions: exec.c) ---- */
+
+int rt_guard_blame_at(Runtime *rt, RtBlame *b, int i, char *err, size_t n)
+{
+    char msg[400];
+    if (rt_guard_due(rt, i) && rt_guard_poison(rt, msg, sizeof msg))
+        return plan_errorf(err, n, "TCC_TEST_NAN_GRAD: %s", msg);
+    for (; b->g < rt->ngrads && rt->grad_at[b->g] <= i; b->g++)
+        if (look(rt, b->g, &b->first, err, n))
+            return -1;
+    return 0;
+}
+
+int rt_guard_blame_end(Runtime *rt, RtBlame *b, int *param, char *err, size_t n)
 {
     const Plan *p = rt->p;
-    int first = -1, g = 0, end = rt->split[rt->stage];
-    char msg[400];
-    for (int i = 0; i < end; i++) {
-        if (p->instrs[i].stage != rt->stage)
-            continue;
-        if (rt_guard_due(rt, i) && rt_guard_poison(rt, msg, sizeof msg))
-            return plan_errorf(err, n, "TCC_TEST_NAN_GRAD: %s", msg);
-        for (; g < rt->ngrads && rt->grad_at[g] <= i; g++)
-            if (look(rt, g, &first, err, n))
-                return -1;
-        if (rt_run_instr(rt, i, 0, err, n))
+    for (; b->g < rt->ngrads; b->g++) /* read only after the split: still intact there */
+        if (look(rt, b->g, &b->first, err, n))
             return -1;
-    }
-    for (; g < rt->ngrads; g++) /* read only after the split: still intact there */
-        if (look(rt, g, &first, err, n))
-            return -1;
-    int32_t v = first >= 0 ? p->ntensors - first : 0; /* the largest: the first parameter */
+    int32_t v = b->first >= 0 ? p->ntensors - b->first : 0; /* the largest: the first parameter */
     if (rt_mesh_agree(rt, &v, 1, err, n))
         return -1;
     *param = v ? p->ntensors - v : -1;

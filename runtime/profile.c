@@ -6,7 +6,7 @@
  * Key idea: the CPU device runs an instruction to its end before the next
  * starts (collectives too), so a clock read around each call is its time;
  * on the cuda device the runtime waits for the GPU before and after each
- * instruction (rt_run_instr), so a time holds its launch and the wait too
+ * instruction (exec.c's run_instr), so a time holds its launch and the wait too
  * (some microseconds) and the profiled step runs slower than an unprofiled one;
  * the cost model predicts the same instructions under the same labels
  * (plan_instr_label; bench/cost_cpu.sh puts the two side by side). The

@@ -1,22 +1,27 @@
 # runtime.mk: the runtime, included by the Makefile.
-# Builds build/libtccrt.a (and build/libtccrt-san.a, sanitized) from runtime/*.c
-# except the commands, from runtime/comm/*.c (the collectives: threads and
-# OpenMPI backends) and from plan/*.c (the plan format, which the compiler also
-# links), and the commands ./tccrun, ./tccdata and (with the CUDA
-# toolkit) ./tccnvrtc. Unit tests link
+# Builds build/libtccrt.a (and build/libtccrt-san.a, sanitized) from runtime/*.c,
+# from runtime/comm/*.c (the collectives: threads and OpenMPI backends), from
+# runtime/gpu/ (the cuda device) and from plan/*.c (the plan format, which the
+# compiler also links), and the commands of tools/: ./tccrun, ./tccdata and (with
+# the CUDA toolkit) ./tccnvrtc, built in the repository's root. Unit tests link
 # $(RT_SAN_LIB) $(RT_LIBS). The objects come from the Makefile's pattern rules
 # ($(B)/obj/%.o, $(B)/san/%.o).
 
-# Files with a main(): not in the library.
-RT_CMD_SRCS := runtime/tccrun.c runtime/tccdata.c runtime/tccnvrtc.c
-RT_SRCS := $(filter-out $(RT_CMD_SRCS),$(sort $(wildcard plan/*.c runtime/*.c runtime/comm/*.c)))
+# The commands, each a file with a main(): not in the library.
+RT_CMD_SRCS := tools/tccrun.c tools/tccdata.c tools/tccnvrtc.c
+RT_SRCS := $(sort $(wildcard plan/*.c runtime/*.c runtime/comm/*.c))
 # The GPU parts (NVRTC, the cuda backend) need the CUDA toolkit's headers and libraries.
+# Without the toolkit, runtime/gpu/no_cuda.c stands in for them: the cuda device's
+# calls fail with "built without CUDA".
+RT_NO_CUDA_SRCS := runtime/gpu/no_cuda.c
 ifeq ($(HAVE_CUDA),1)
-RT_GPU_SRCS := $(sort $(wildcard runtime/gpu/*.c))
-RT_SRCS += $(RT_GPU_SRCS)
+RT_GPU_SRCS := $(filter-out $(RT_NO_CUDA_SRCS),$(sort $(wildcard runtime/gpu/*.c)))
 $(RT_GPU_SRCS:%.c=$(B)/obj/%.o) $(RT_GPU_SRCS:%.c=$(B)/san/%.o) \
     $(RT_GPU_SRCS:%.c=$(B)/fuzz/obj/%.o): BASEFLAGS += $(CUDA_CFLAGS)
+else
+RT_GPU_SRCS := $(RT_NO_CUDA_SRCS)
 endif
+RT_SRCS += $(RT_GPU_SRCS)
 RT_OBJS := $(RT_SRCS:%.c=$(B)/obj/%.o)
 RT_SAN_OBJS := $(RT_SRCS:%.c=$(B)/san/%.o)
 RT_HDRS := $(wildcard plan/*.h runtime/*.h runtime/comm/*.h runtime/gpu/*.h)
@@ -45,10 +50,10 @@ $(RT_SAN_LIB): $(RT_SAN_OBJS)
 	@mkdir -p $(dir $@) && rm -f $@
 	$(AR) rcs $@ $^
 
-tccrun: $(B)/obj/runtime/tccrun.o $(RT_LIB)
+tccrun: $(B)/obj/tools/tccrun.o $(RT_LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(RT_LIBS)
 
-tccdata: $(B)/obj/runtime/tccdata.o $(RT_LIB)
+tccdata: $(B)/obj/tools/tccdata.o $(RT_LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(RT_LIBS)
 
 all: tccrun tccdata $(RT_LIB)
@@ -56,7 +61,7 @@ all: tccrun tccdata $(RT_LIB)
 # ./tccnvrtc compiles a plan's CUDA kernels with NVRTC and reports their registers and
 # spills: only with the CUDA toolkit. tests/unit/test_nvrtc needs it there, for lit.
 ifeq ($(HAVE_CUDA),1)
-tccnvrtc: $(B)/obj/runtime/tccnvrtc.o $(RT_LIB)
+tccnvrtc: $(B)/obj/tools/tccnvrtc.o $(RT_LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(RT_LIBS)
 
 all: tccnvrtc

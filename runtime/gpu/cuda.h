@@ -7,7 +7,8 @@
  * communicator and stream per ordered pair of stages. The host keeps a mirror
  * of the slab (the CPU device's): exec.c moves bytes between the two
  * (docs/runtime.md).
- * Built without the CUDA toolkit, every call fails with "built without CUDA".
+ * Built without the CUDA toolkit, every call fails with "built without CUDA"
+ * (no_cuda.c).
  * Every call returns 0, or -1 with "CALL: the library's text" in err. */
 #ifndef TCC_CUDA_H
 #define TCC_CUDA_H
@@ -61,15 +62,7 @@ int rt_cuda_group(CudaDevice *d, int slot, RtComm *c, char *err, size_t n);
  * communicator (the sender makes the unique id and sends it to the receiver
  * over c) and a stream. Collective over the pairs: each member of the group
  * calls it once for the same axes. Nothing where the group has no sends. */
-#ifdef TCC_HAVE_CUDA
 int rt_cuda_channels(CudaDevice *d, const int8_t *axes, int naxes, RtComm *c, char *err, size_t n);
-#else /* there is never a device to call it on (rt_cuda_open fails) */
-static inline int rt_cuda_channels(CudaDevice *d, const int8_t *axes, int naxes, RtComm *c,
-                                   char *err, size_t n)
-{
-    return plan_errorf(err, n, "built without CUDA");
-}
-#endif
 /* Queue collective i (a PI_COLL) on the communication stream with the
  * communicator of group slot (-1 for a slice); a send or recv on the stream
  * and communicator of its channel instead. blk: this device's block index in
