@@ -100,19 +100,25 @@ static const char *sched_setting(SchedKind k)
                                   : "1f1b";
 }
 
-/* o set to a choice: its mesh by name (pipeline, data, tensor: the tensor
- * groups innermost, in a node) and its train settings. */
-static Options choice_options(Ctx *c, const ModelShape *ms, const PlanChoice *ch, const Options *o)
+/* A choice's mesh by name (pipeline, data, tensor: the tensor groups
+ * innermost, in a node); NULL for a model without mesh axes (one device). */
+static const char *choice_mesh(Ctx *c, const ModelShape *ms, const PlanChoice *ch)
 {
-    Options q = *o;
-    const char *spec = NULL; /* NULL: a model without mesh axes, one device */
+    const char *spec = NULL;
     const char *names[3] = {ms->axis[ROLE_PIPELINE], ms->axis[ROLE_DATA], ms->axis[ROLE_TENSOR]};
     int sizes[3] = {ch->pp, ch->dp, ch->tp};
     for (int i = 0; i < 3; i++)
         if (names[i])
             spec = arena_printf(c->arena, "%s%s%s=%d", spec ? spec : "", spec ? "," : "", names[i],
                                 sizes[i]);
-    q.mesh = spec ? intern(c->strings, spec) : NULL;
+    return spec ? intern(c->strings, spec) : NULL;
+}
+
+/* o set to a choice: its mesh and its train settings. */
+static Options choice_options(Ctx *c, const ModelShape *ms, const PlanChoice *ch, const Options *o)
+{
+    Options q = *o;
+    q.mesh = choice_mesh(c, ms, ch);
     q.microbatches = ch->m;
     q.recompute = rc_name(ch->rc);
     q.zero = ch->zero;
@@ -130,14 +136,7 @@ static Options choice_options(Ctx *c, const ModelShape *ms, const PlanChoice *ch
 static void choice_args(Ctx *c, const ModelShape *ms, const PlanChoice *ch, const char **mesh,
                         const char **sets, int *nsets)
 {
-    const char *spec = NULL; /* NULL: a model without mesh axes, one device */
-    const char *names[3] = {ms->axis[ROLE_PIPELINE], ms->axis[ROLE_DATA], ms->axis[ROLE_TENSOR]};
-    int sizes[3] = {ch->pp, ch->dp, ch->tp};
-    for (int i = 0; i < 3; i++)
-        if (names[i])
-            spec = arena_printf(c->arena, "%s%s%s=%d", spec ? spec : "", spec ? "," : "", names[i],
-                                sizes[i]);
-    *mesh = spec ? intern(c->strings, spec) : NULL;
+    *mesh = choice_mesh(c, ms, ch);
     int n = 0;
     sets[n++] = arena_printf(c->arena, "microbatches=%d", ch->m);
     sets[n++] = arena_printf(c->arena, "recompute=%s", rc_name(ch->rc));
