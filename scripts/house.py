@@ -5,6 +5,7 @@ Reads every .c and .h of the compiler and the runtime (not tests/, bench/,
 build/) and the objects the build made of them (OBJDIR, e.g. build/obj);
 the tests' and benchmarks' .c files for their sizes. Checks:
 
+  names   no two source files (.c or .h) share a name;
   size    no .c file over MAX_FILE lines (tests and benchmarks too);
   length  no function over MAX_FUNC lines (a function is a signature at
           column 0 and a body from '{' to '}' at column 0: the house style;
@@ -205,6 +206,12 @@ def main():
                 graph[f].add(g)
                 if floor_breach(folder(f), folder(g)):
                     breaches.append("%s: calls %s of %s, a floor above" % (f, u, g))
+    seen = {}
+    for f in files:
+        seen.setdefault(os.path.basename(f), []).append(f)
+    for name, where in sorted(seen.items()):
+        if len(where) > 1:
+            breaches.append("%s: one name for %d files (%s)" % (name, len(where), ", ".join(where)))
     for comp in circles(graph) + circles(headers):
         if all(c.startswith(CIRCLE_OK) for c in comp):
             continue

@@ -11,6 +11,8 @@ FILES = {
     # a lower floor that includes and calls a higher one
     'ir/low.c': '#include "passes/p.h"\nint p(void);\nint low(void)\n{\n    return p();\n}\n',
     'passes/p.c': 'int p(void)\n{\n    return 1;\n}\n',
+    # two files of one name
+    'codegen/p.c': 'int cp(void)\n{\n    return 2;\n}\n',
     # two headers that include each other (guarded)
     'passes/p.h': '#ifndef P_H\n#define P_H\n#include "passes/q.h"\n#endif\n',
     'passes/q.h': '#ifndef Q_H\n#define Q_H\n#include "passes/p.h"\n#endif\n',
