@@ -1,7 +1,7 @@
 /* lower_train.c: the train block, kept as Attrs on the Graph and acted on
  * by later passes. Reads the block's settings; writes Graph.train.
  * Key idea: a setting's value is kept as written (a name, a call, a list or a
- * number), checked by ir_train_set one at a time and by ir_train_config
+ * number), checked by ir_train_set one at a time and by ir_train_finish
  * all together. */
 #include "lower_impl.h"
 
@@ -55,6 +55,8 @@ void fe_lower_train(Lower *L, Stmt *s)
     }
     Scope *saved = L->scope;
     L->scope = L->root; /* settings see model parameters, not tensors */
+    TrainConfig all; /* every setting, for the checks across them */
+    ir_train_defaults(&all);
     for (int i = 0; i < s->body.len; i++) {
         Stmt *t = s->body.data[i];
         if (t->kind != S_ASSIGN || t->type) {
@@ -82,12 +84,13 @@ void fe_lower_train(Lower *L, Stmt *s)
             fe_err(L, t->value->loc, "%s", msg);
             a = NULL;
         }
-        if (a)
+        if (a) {
             VEC_PUSH(L->c->arena, L->g->train, a);
+            ir_train_set(&all, a, msg, sizeof msg);
+        }
     }
     L->scope = saved;
-    TrainConfig tc;
     char msg[256];
-    if (L->c->diag.nerrors == 0 && ir_train_config(L->g, &tc, msg, sizeof msg) != 0)
+    if (L->c->diag.nerrors == 0 && ir_train_finish(&all, msg, sizeof msg) != 0)
         fe_err(L, s->loc, "%s", msg);
 }

@@ -261,6 +261,9 @@ int ir_train_set(TrainConfig *tc, const Attr *a, char *err, size_t n);
 /* Every setting of g->train over the defaults, then the cross-checks
  * (a cosine schedule needs a step count, ...). */
 int ir_train_config(const Graph *g, TrainConfig *tc, char *err, size_t n);
+/* The settings applied so far (ir_train_set) made whole: the top-level lr and
+ * weight_decay over the optimizer's, the schedule's steps, the cross-checks. */
+int ir_train_finish(TrainConfig *tc, char *err, size_t n);
 
 /* ---- text form (ir/print.c, ir/parse.c; docs/ir.md) ---- */
 void ir_print(FILE *out, const Graph *g);

@@ -192,6 +192,11 @@ int ir_train_config(const Graph *g, TrainConfig *tc, char *err, size_t n)
     for (int i = 0; i < g->train.len; i++)
         if (ir_train_set(tc, g->train.data[i], err, n) != 0)
             return -1;
+    return ir_train_finish(tc, err, n);
+}
+
+int ir_train_finish(TrainConfig *tc, char *err, size_t n)
+{
     if (tc->lr_override > 0)
         tc->lr = tc->lr_override;
     if (tc->wd_override >= 0)
