@@ -74,6 +74,7 @@ typedef struct KAttention {
     int64_t heads_whole; /* ALiBi: the global head count the slopes are of */
     int hoff;       /* ALiBi: the argument holding the first column of this device's heads in
                        the whole q (heads split over devices); -1: 0 */
+    double softcap; /* the scaled scores s become softcap tanh(s / softcap) (Gemma 2); 0: none */
 } KAttention;
 
 typedef struct Kernel {

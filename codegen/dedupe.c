@@ -72,6 +72,8 @@ static uint64_t ir_hash(const Kernel *k)
     h = MIX(h, at->batch), h = MIX(h, at->seq), h = MIX(h, at->heads);
     h = MIX(h, at->kv_heads), h = MIX(h, at->head_dim), h = MIX(h, at->causal);
     h = MIX(h, at->window), h = MIX(h, at->mask);
+    if (at->softcap != 0) /* without one, the hash of before */
+        h = MIX(h, at->softcap);
     return MIX(h, at->scale);
 }
 
@@ -96,7 +98,8 @@ static int same_ir(const Kernel *x, const Kernel *y)
         memcmp(x->arg_dtype, y->arg_dtype, sizeof(DType) * (size_t)x->nargs) ||
         p->batch != q->batch || p->seq != q->seq || p->heads != q->heads ||
         p->kv_heads != q->kv_heads || p->head_dim != q->head_dim || p->causal != q->causal ||
-        !same_bits(p->scale, q->scale) || p->window != q->window || p->mask != q->mask)
+        !same_bits(p->scale, q->scale) || p->window != q->window || p->mask != q->mask ||
+        !same_bits(p->softcap, q->softcap))
         return 0;
     for (int i = 0; i < x->nodes.len; i++)
         if (!same_node(&x->nodes.data[i], &y->nodes.data[i]))

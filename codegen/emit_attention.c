@@ -2,7 +2,8 @@
  * kernels. Reads one Kernel of pattern attention or attention backward;
  * writes its body and says how it is launched. Key idea: templates whose
  * $NAME words are filled per language, type and options (causal, window,
- * mask, ALiBi, grouped heads), so one text serves both languages.
+ * mask, ALiBi, grouped heads, the scores' soft cap), so one text serves
+ * both languages.
  *
  * Two algorithms:
  * - scalar: a block per (batch, head, 4 query rows), a warp per row, keys
@@ -110,6 +111,7 @@ static const char *att_common =
     "    enum { B = $B, S = $S, H = $H, KV = $KV, DH = $DH, CAUSAL = $CAUSAL, ROWS = $ROWS,\n"
     "           KT = $KT, NA = (DH + 31) / 32 };\n"
     "    const $T scale = $SCALE;\n"
+    "$CAPDECL"
     "    const int tid = TCC_TID, lane = tid & 31, w = tid >> 5;\n"
     "    const tcc_i64 nqb = (S + ROWS - 1) / ROWS, blk = TCC_BID;\n"
     "    const tcc_i64 qb = blk % nqb, h = blk / nqb % H, b = blk / nqb / H, kh = h / (H / KV);\n"
@@ -137,7 +139,7 @@ static const char *att_common =
     "            $T dot = 0;\n"
     "            for (int d = 0; d < DH; d++)\n"
     "                dot += Qs[w][d] * Ks[lane][d];\n"
-    "            s = dot * scale$ALIBI;\n"
+    "            s = $CAPLdot * scale$CAPR$ALIBI;\n"
     "        }\n"
     "        const $T nm = $FMAX(m, $RMAX(s));\n"
     "        const $T p = s == -$INF ? 0 : $EXP(s - nm), corr = m == -$INF ? 0 : $EXP(m - nm);\n"
@@ -180,8 +182,9 @@ static const char *att_bwd_tail =
     "                s += Qs[w][d] * Ks[lane][d];\n"
     "                dp += DOs[w][d] * Vs[lane][d];\n"
     "            }\n"
-    "            p = $EXP(s * scale$ALIBI - lse);\n"
-    "            ds = p * (dp - dot_o) * scale;\n"
+    "$CAPT"
+    "            p = $EXP($SCORE$ALIBI - lse);\n"
+    "            ds = p * (dp - dot_o)$DCAP * scale;\n"
     "        }\n"
     "        Ps[w][lane] = p;\n"
     "        Red[w][lane] = ds;\n"
@@ -267,6 +270,7 @@ static const char *mma_common =
     "           BQ = NW * 16, ROWS = BQ, KT = $KT, ND = DH / 8, KD = DH / 16, NT = KT / 8,\n"
     "           KP = KT / 16, PAD = 8 };\n"
     "    const float scale = $SCALE;\n"
+    "$CAPDECL"
     "    const int tid = TCC_TID, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;\n"
     "    const tcc_i64 nqb = (S + BQ - 1) / BQ, blk = TCC_BID;\n"
     "    const tcc_i64 qb = blk % nqb, h = blk / nqb % H, b = blk / nqb / H, kh = h / (H / KV);\n"
@@ -301,7 +305,7 @@ static const char *mma_common =
     "                const tcc_i64 i = r0 + 8 * (e >> 1), j = j0 + nt * 8 + 2 * t + (e & 1);\n"
     "                float v = -TCC_INF_F;\n"
     "                if (i < S && j < S && $SEEN)\n"
-    "                    v = s[nt][e] * scale$ALIBI;\n"
+    "                    v = $CAPLs[nt][e] * scale$CAPR$ALIBI;\n"
     "                s[nt][e] = v;\n"
     "                mx[e >> 1] = $FMAX(mx[e >> 1], v);\n"
     "            }\n"
@@ -433,8 +437,9 @@ static const char *mma_bwd_tail =
     "                const tcc_i64 i = r0 + 8 * (e >> 1), j = j0 + nt * 8 + 2 * t + (e & 1);\n"
     "                float p = 0, ds = 0;\n"
     "                if (i < S && j < S && $SEEN) {\n"
-    "                    p = TCC_BF($EXP(s[nt][e] * scale$ALIBI - m[e >> 1])) / l[e >> 1];\n"
-    "                    ds = p * (dp[nt][e] - dsum[e >> 1]) * scale;\n"
+    "$CAPT"
+    "                    p = TCC_BF($EXP($SCORE$ALIBI - m[e >> 1])) / l[e >> 1];\n"
+    "                    ds = p * (dp[nt][e] - dsum[e >> 1])$DCAP * scale;\n"
     "                }\n"
     "                const int row = w * 16 + g + 8 * (e >> 1), col = nt * 8 + 2 * t + (e & 1);\n"
     "                Pd[0][row][col] = tcc_f2bf(p);\n"
@@ -532,6 +537,27 @@ static int mma_shape(const Kernel *k, int *kt)
 
 /* The kernel's body: the tensor-core templates with nw warps and kt keys a
  * tile (nw > 0), else the scalar ones. */
+/* The soft cap's words (KAttention.softcap; "" without one but SCORE): the
+ * constant cap, the forward's cap tanh(score / cap) around a scaled score
+ * (CAPL, CAPR), and the backward's tc = tanh(score / cap) (CAPT), the score
+ * as capped (SCORE) and the cap's derivative 1 - tc^2 (DCAP). */
+static void softcap_subs(At *g, Arena *a, int nw, Sub *subs)
+{
+    const KAttention *at = &g->k->attn;
+    int on = at->softcap > 0;
+    char cap[48];
+    fmt_double(cap, sizeof cap, at->softcap);
+    const char *s = nw ? "s[nt][e]" : "s";
+    subs[0] = (Sub){"CAPDECL", on ? arena_printf(a, "    const %s cap = %s%s;\n", nw ? "float" : ft(g), cap,
+                                                 nw || g->f32 ? "f" : "") : ""};
+    subs[1] = (Sub){"CAPL", on ? arena_printf(a, "cap * %s(", mf(g, a, "tanh")) : ""};
+    subs[2] = (Sub){"CAPR", on ? " / cap)" : ""};
+    subs[3] = (Sub){"CAPT", on ? arena_printf(a, "%*sconst %s tc = %s(%s * scale / cap);\n", nw ? 20 : 12, "",
+                                              nw ? "float" : ft(g), mf(g, a, "tanh"), s) : ""};
+    subs[4] = (Sub){"SCORE", on ? "cap * tc" : arena_printf(a, "%s * scale", s)};
+    subs[5] = (Sub){"DCAP", on ? " * (1 - tc * tc)" : ""};
+}
+
 static void attention_body(At *g, Arena *a, int nw, int kt)
 {
     const Kernel *k = g->k;
@@ -599,8 +625,10 @@ static void attention_body(At *g, Arena *a, int nw, int kt)
         {"DOSLOAD", bwd ? "        DOs[e / DH][e % DH] = r < S ? $LD3(a3[(b * S + r) * QC + h * DH + e % DH]) : 0;\n" : ""},
         {"LD3", ld_of(g, a, 3)},
         {"TILE", nw ? mma_tile_load : att_tile_load},
+        {0}, {0}, {0}, {0}, {0}, {0}, /* softcap_subs */
     };
     int nsubs = (int)(sizeof subs / sizeof subs[0]);
+    softcap_subs(g, a, nw, subs + nsubs - 6);
     /* Twice: "$DOSLOAD", "$TILE" and "$SCORES" bring words of their own. */
     for (int part = 0; part < 2; part++) {
         char *once = NULL;

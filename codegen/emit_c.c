@@ -363,7 +363,11 @@ int cg_c_workshared(const Kernel *k) { return cg_pattern_workshared((int)k->patt
  * functions' suffix, $M and $E the prelude's max and exp (codegen/groups.c; the
  * C library's for f64 exp), and per argument n its storage type $Sn, the widening
  * load $Ln(x) and the rounding store $Wn(x) (tcc_bf2f / tcc_f2bf for bf16, a
- * cast otherwise). Storage is bf16, f32 or f64; arithmetic is $T. */
+ * cast otherwise). Storage is bf16, f32 or f64; arithmetic is $T.
+ * The soft cap (KAttention.softcap; all empty without one): $C and $D around
+ * a scaled score, cap tanh(score / cap); in the backward $V the line of
+ * tc = tanh(score / cap), $O the score as capped, $J the cap's derivative
+ * 1 - tc^2 in the score's gradient. */
 
 /* $R: the tiles of keys a block of query rows i0 .. i0 + ni - 1 reads, from
  * the one at `first` to the one holding `last`: the causal or windowed
@@ -379,6 +383,24 @@ static const char *attention_range =
  * window or a mask the compiler drops every test of it. */
 static const char *attention_tile, *attention_keys, *attention_bwd_pass, *attention_bwd_kv, *attention_bwd_grad,
     *attention_bwd_dq;
+
+/* The soft cap's word w ($C, $D, $V, $O, $J above); `at` is its column. */
+static void softcap_word(Out *o, char w, int at)
+{
+    const char *tanh_f = o->f32 ? "tcc_tanhf" : "tanh";
+    if (w == 'O')
+        fputs(o->k->attn.softcap > 0 ? "cap * tc" : "s[j] * scale", o->f);
+    else if (o->k->attn.softcap <= 0)
+        return;
+    else if (w == 'C')
+        fprintf(o->f, "cap * %s(", tanh_f);
+    else if (w == 'D')
+        fputs(" / cap)", o->f);
+    else if (w == 'V')
+        fprintf(o->f, "const %s tc = %s(s[j] * scale / cap);\n%*s", ftype(o), tanh_f, at, "");
+    else
+        fputs(" * (1 - tc * tc)", o->f);
+}
 
 /* tmpl filled into the kernel; every line after the first indented by
  * `indent` more spaces (a fragment set in at a word's column). */
@@ -435,6 +457,10 @@ static void attention_fill(Out *o, const char *tmpl, int indent)
                         (long long)at->heads_whole);
             continue;
         }
+        if (w == 'C' || w == 'D' || w == 'V' || w == 'O' || w == 'J') {
+            softcap_word(o, w, indent + column - 2);
+            continue;
+        }
         if (w == 'T' || w == 'X') {
             fputs(w == 'T' ? ftype(o) : o->f32 ? "f" : "", o->f);
             continue;
@@ -477,6 +503,11 @@ static void attention_consts(Out *o, int full)
     fprintf(o->f, "    const int64_t QC = H * DH, KC = KV * DH;\n    const %s scale = ", ftype(o));
     literal(o, a->scale);
     fputs(";\n", o->f);
+    if (a->softcap > 0) {
+        fprintf(o->f, "    const %s cap = ", ftype(o));
+        literal(o, a->softcap);
+        fputs(";\n", o->f);
+    }
 }
 
 /* In both templates a loop over the head is not unrolled whole (GCC unroll
@@ -508,7 +539,7 @@ static const char *attention_tile =
     "}\n"
     "$T tm = -INFINITY;\n"
     "for (int64_t j = 0; j < nr; j++) {\n"
-    "    s[j] = s[j] * scale$A;\n"
+    "    s[j] = $Cs[j] * scale$D$A;\n"
     "    if (HIDE && ($H))\n"
     "        s[j] = -INFINITY;\n"
     "    tm = $M(tm, s[j]);\n"
@@ -730,8 +761,8 @@ static const char *attention_bwd_grad =
     "    for (int64_t j = 0; j < nr; j++) s[j] += x * kt[d][j], dp[j] += y * vt[d][j];\n"
     "}\n"
     "for (int64_t j = 0; j < nr; j++) {\n"
-    "    const $T p = HIDE && ($H) ? 0 : $E(s[j] * scale$A - lse[r]);\n"
-    "    s[j] = p, dp[j] = p * (dp[j] - dot_o[r]) * scale;\n"
+    "    $Vconst $T p = HIDE && ($H) ? 0 : $E($O$A - lse[r]);\n"
+    "    s[j] = p, dp[j] = p * (dp[j] - dot_o[r])$J * scale;\n"
     "}\n";
 
 /* $Q: the block's dq stored. */
@@ -916,9 +947,12 @@ static PlanWork attention_work(const Kernel *k)
                     .divs = dh * rows,
                     .vops = pairs * (4 * dh + EXPF_OPS) + tiles * dh + 2 * dh * rows,
                     .chain_len = len};
+    double cap = a->softcap > 0 ? TANHF_OPS + 2 : 0; /* a score's tanh, divide and multiply */
+    fwd.ops += cap * pairs, fwd.vops += cap * pairs, fwd.divs += cap > 0 ? pairs : 0;
     if (k->pattern == KP_ATTENTION)
         return fwd;
     fwd.ops += 4 * pairs + 2 * tr, fwd.vops += pairs * (4 * dh + EXPF_OPS + 4 + 11 * dh) + 4 * dh * rows;
+    fwd.ops += cap * pairs, fwd.vops += cap * pairs, fwd.divs += cap > 0 ? pairs : 0;
     return fwd;
 }
 

@@ -1087,7 +1087,8 @@ static void attention(Gen *gen, const Op *op)
                            (int)ir_op_attr_int(op, "causal", 0),
                            ir_op_attr_float(op, "scale", 1 / sqrt((double)Dh)),
                            ir_op_attr_int(op, "window", 0), -1,
-                           (int)ir_op_attr_int(op, "alibi", 0), ir_op_attr_int(op, "alibi_heads", H), -1};
+                           (int)ir_op_attr_int(op, "alibi", 0), ir_op_attr_int(op, "alibi_heads", H), -1,
+                           ir_op_attr_float(op, "softcap", 0)};
     int nq = op->kind == OP_ATTENTION ? 3 : 4; /* q, k, v (dout): the mask comes last */
     for (int i = 0; i < nq; i++)
         k->args[k->nargs] = T(gen, op->args[i]), k->arg_dtype[k->nargs++] = op->args[i]->dtype;

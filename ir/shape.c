@@ -555,6 +555,9 @@ static int infer_attention(Infer *in)
     double scale = ir_op_attr_float(in->op, "scale", 1); /* the scores' factor; 1/sqrt(Dh) */
     if (!(scale > 0 && scale < 1e30))
         return fail(in, "'scale' must be a positive number, got %g", scale);
+    double cap = ir_op_attr_float(in->op, "softcap", 1); /* the scores' cap: c tanh(s / c) */
+    if (!(cap > 0 && cap < 1e30))
+        return fail(in, "'softcap' must be a positive number, got %g", cap);
     int nq = in->op->kind == OP_ATTENTION_GRAD ? 4 : 3, masks = 0, offsets = 0;
     if (attr_bool(in, "alibi"))
         return -1;

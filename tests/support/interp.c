@@ -431,8 +431,16 @@ static double alibi_bias(const Op *op, int64_t h, int64_t i, int64_t j)
     return -slope * (double)(i > j ? i - j : j - i);
 }
 
+/* A scaled score s soft-capped (attr softcap c: c tanh(s / c)); as it is without. */
+static double softcap(const Op *op, double s)
+{
+    double c = ir_op_attr_float(op, "softcap", 0);
+    return c > 0 ? c * tanh(s / c) : s;
+}
+
 /* softmax(q k^T / sqrt(Dh)) v per head over the keys the query sees (a row
- * that sees none gives 0); query head h reads kv head h / (H/KV). */
+ * that sees none gives 0); query head h reads kv head h / (H/KV). The
+ * scores: scaled, soft-capped, then ALiBi's bias. */
 static void run_attention(Interp *in, const Op *op)
 {
     const Value *q = op->args[0], *k = op->args[1];
@@ -452,7 +460,7 @@ static void run_attention(Interp *in, const Op *op)
                     p[j] = 0;
                     for (int64_t d = 0; d < Dh; d++)
                         p[j] += qi[d] * kj[d] * scale;
-                    p[j] += alibi_bias(op, h, i, j);
+                    p[j] = softcap(op, p[j]) + alibi_bias(op, h, i, j);
                     if (!sees(in, op, 3, S, b, i, j))
                         p[j] = -INFINITY;
                     m = fmax(m, p[j]);
@@ -656,7 +664,9 @@ static void run_embed_grad(Interp *in, const Op *op)
             OUT[(int64_t)ARG(0)[i] * D + d] += ARG(1)[i * D + d];
 }
 
-/* Recompute the attention probabilities row by row, then push dout back. */
+/* Recompute the attention probabilities row by row, then push dout back;
+ * the soft cap's derivative 1 - tanh(s / c)^2 = 1 - (capped / c)^2 (kept in
+ * dc) scales each score's gradient. */
 static void run_attention_grad(Interp *in, const Op *op)
 {
     const Value *q = op->args[0], *k = op->args[1];
@@ -664,8 +674,8 @@ static void run_attention_grad(Interp *in, const Op *op)
     int64_t KV = ir_op_attr_int(op, "kv_heads", H), Dh = q->shape[2] / H;
     int64_t qc = q->shape[2], kc = k->shape[2];
     int causal = (int)ir_op_attr_int(op, "causal", 0);
-    double scale = ir_op_attr_float(op, "scale", 1 / sqrt((double)Dh)), *p = malloc(sizeof(double) * (size_t)(2 * S));
-    double *dp = p + S;
+    double scale = ir_op_attr_float(op, "scale", 1 / sqrt((double)Dh)), *p = malloc(sizeof(double) * (size_t)(3 * S));
+    double *dp = p + S, *dc = p + 2 * S, cap = ir_op_attr_float(op, "softcap", 0);
     for (int i = 0; i < 3; i++)
         memset(RES(i), 0, sizeof(double) * (size_t)interp_numel(op->res[i]));
     for (int64_t b = 0; b < B; b++)
@@ -678,6 +688,8 @@ static void run_attention_grad(Interp *in, const Op *op)
                     p[j] = 0;
                     for (int64_t d = 0; d < Dh; d++)
                         p[j] += ARG(0)[qo + d] * ARG(1)[(b * S + j) * kc + kh * Dh + d] * scale;
+                    p[j] = softcap(op, p[j]);
+                    dc[j] = cap > 0 ? 1 - (p[j] / cap) * (p[j] / cap) : 1;
                     p[j] += alibi_bias(op, h, i, j);
                     if (!sees(in, op, 4, S, b, i, j))
                         p[j] = -INFINITY;
@@ -699,7 +711,7 @@ static void run_attention_grad(Interp *in, const Op *op)
                 }
                 for (int64_t j = 0; j <= last; j++) {
                     int64_t ko = (b * S + j) * kc + kh * Dh;
-                    double ds = p[j] * (dp[j] - dot) * scale;
+                    double ds = p[j] * (dp[j] - dot) * dc[j] * scale;
                     for (int64_t d = 0; d < Dh; d++) {
                         RES(0)[qo + d] += ds * ARG(1)[ko + d];
                         RES(1)[ko + d] += ds * ARG(0)[qo + d];

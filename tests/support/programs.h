@@ -178,9 +178,6 @@
     "u, j = topk(relu(h - 0.8), k = 3)\n" \
     "loss = sum(sum(sum(w * r * (cast(i, f32) + 1.0)))) + sum(sum(u * cast(j, f32))) * 0.1\n"
 
-/* ALiBi (issue 19): 3 heads (the slopes of the largest power of 2 below,
- * then one of the odd sequence), causal and bidirectional with a window,
- * over S = 70: two key tiles of 64. */
 /* attention's scale (issue 38): T5 scales its scores by 1, not 1/sqrt(d);
  * a small scale as well, both causal and not, over two key tiles. */
 #define PROG_ATTENTION_SCALE \
@@ -191,6 +188,21 @@
     "loss = sum(sum(sum(attention(q, k, v, heads = 3, causal, scale = 1.0) * r)))\n" \
     "loss = loss + sum(sum(sum(attention(q, k, v, heads = 3, scale = 0.125) * r)))\n"
 
+/* attention's soft cap (Gemma 2): the scaled scores s become c tanh(s / c).
+ * Scores of a few units (scale 1 over heads of 4) against c = 2, half
+ * saturated; then c = 1.5 under ALiBi's bias (after the cap) and a window,
+ * over two key tiles. */
+#define PROG_ATTENTION_SOFTCAP \
+    "input r : f32[2, 70, 12]\n" \
+    "param q : f32[2, 70, 12] = normal(1)\n" \
+    "param k : f32[2, 70, 12] = normal(1)\n" \
+    "param v : f32[2, 70, 12] = normal(1)\n" \
+    "loss = sum(sum(sum(attention(q, k, v, heads = 3, causal, scale = 1.0, softcap = 2.0) * r)))\n" \
+    "loss = loss + sum(sum(sum(attention(q, k, v, heads = 3, alibi, window = 20, softcap = 1.5) * r)))\n"
+
+/* ALiBi (issue 19): 3 heads (the slopes of the largest power of 2 below,
+ * then one of the odd sequence), causal and bidirectional with a window,
+ * over S = 70: two key tiles of 64. */
 #define PROG_ALIBI \
     "input r : f32[2, 70, 12]\n" \
     "param q : f32[2, 70, 12] = normal(1)\n" \

@@ -105,6 +105,7 @@ GRAD_TEST(dropout, PROG_DROPOUT)
 /* 40 elements of each operand, spread: the scores are quadratic in S = 70 */
 Test(autodiff, alibi) { check_grads(PROG_ALIBI, 5, 40, NULL, NULL); }
 Test(autodiff, attention_scale) { check_grads(PROG_ATTENTION_SCALE, 5, 40, NULL, NULL); }
+Test(autodiff, attention_softcap) { check_grads(PROG_ATTENTION_SOFTCAP, 5, 40, NULL, NULL); }
 
 GRAD_TEST(matmul_shared_and_batched, PROG_MATMUL_SHARED_AND_BATCHED)
 
