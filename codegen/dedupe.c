@@ -74,6 +74,8 @@ static uint64_t ir_hash(const Kernel *k)
     h = MIX(h, at->window), h = MIX(h, at->mask);
     if (at->softcap != 0) /* without one, the hash of before */
         h = MIX(h, at->softcap);
+    if (at->alibi) /* likewise */
+        h = MIX(h, at->alibi), h = MIX(h, at->heads_whole), h = MIX(h, at->hoff);
     return MIX(h, at->scale);
 }
 
@@ -99,7 +101,8 @@ static int same_ir(const Kernel *x, const Kernel *y)
         p->batch != q->batch || p->seq != q->seq || p->heads != q->heads ||
         p->kv_heads != q->kv_heads || p->head_dim != q->head_dim || p->causal != q->causal ||
         !same_bits(p->scale, q->scale) || p->window != q->window || p->mask != q->mask ||
-        !same_bits(p->softcap, q->softcap))
+        !same_bits(p->softcap, q->softcap) || p->alibi != q->alibi ||
+        p->heads_whole != q->heads_whole || p->hoff != q->hoff)
         return 0;
     for (int i = 0; i < x->nodes.len; i++)
         if (!same_node(&x->nodes.data[i], &y->nodes.data[i]))

@@ -211,6 +211,17 @@
     "loss = sum(sum(sum(attention(q, k, v, heads = 3, causal, alibi) * r)))\n" \
     "loss = loss + sum(sum(sum(attention(q, k, v, heads = 3, alibi, window = 20) * r)))\n"
 
+/* Two attentions alike but for ALiBi: each needs a kernel of its own (the
+ * plan's kernels were shared by their shapes, ALiBi not compared: the
+ * forward without ALiBi served both). */
+#define PROG_ALIBI_AND_NOT \
+    "input r : f32[2, 20, 12]\n" \
+    "param q : f32[2, 20, 12] = normal(1)\n" \
+    "param k : f32[2, 20, 12] = normal(1)\n" \
+    "param v : f32[2, 20, 12] = normal(1)\n" \
+    "loss = sum(sum(sum(attention(q, k, v, heads = 3, causal) * r)))\n" \
+    "loss = loss + sum(sum(sum(attention(q, k, v, heads = 3, causal, alibi) * r)))\n"
+
 /* dropout (issue 19): at p = 0.3 on a parameter and at 0.6 after a matmul,
  * each element's mask fixed by its row's key, the step and the call, so the
  * finite differences see the mask autodiff's backward applies. */
