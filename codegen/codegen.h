@@ -68,13 +68,14 @@ typedef struct KAttention {
     int causal;
     double scale;
     int64_t window; /* a query sees the keys less than window positions away; 0: all */
-    int mask;       /* the argument of the mask [B][S] (key j of row b seen where nonzero), the
+    int mask;       /* the argument of the mask [B][seq_k] (key j of row b seen where nonzero), the
                        kernel's last; -1: none */
     int alibi;      /* ALiBi: each score gets -slope(head) |i - j| (tcc_alibi_slope) */
     int64_t heads_whole; /* ALiBi: the global head count the slopes are of */
     int hoff;       /* ALiBi: the argument holding the first column of this device's heads in
                        the whole q (heads split over devices); -1: 0 */
     double softcap; /* the scaled scores s become softcap tanh(s / softcap) (Gemma 2); 0: none */
+    int64_t seq_k;  /* the keys' and values' length (and the mask's): seq but in cross-attention */
 } KAttention;
 
 typedef struct Kernel {

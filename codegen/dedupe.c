@@ -74,6 +74,8 @@ static uint64_t ir_hash(const Kernel *k)
     h = MIX(h, at->window), h = MIX(h, at->mask);
     if (at->softcap != 0) /* without one, the hash of before */
         h = MIX(h, at->softcap);
+    if (at->seq_k != at->seq) /* self-attention: the hash of before */
+        h = MIX(h, at->seq_k);
     if (at->alibi) /* likewise */
         h = MIX(h, at->alibi), h = MIX(h, at->heads_whole), h = MIX(h, at->hoff);
     return MIX(h, at->scale);

@@ -367,14 +367,15 @@ int cg_c_workshared(const Kernel *k) { return cg_pattern_workshared((int)k->patt
  * The soft cap (KAttention.softcap; all empty without one): $C and $D around
  * a scaled score, cap tanh(score / cap); in the backward $V the line of
  * tc = tanh(score / cap), $O the score as capped, $J the cap's derivative
- * 1 - tc^2 in the score's gradient. */
+ * 1 - tc^2 in the score's gradient. $Z is the keys' length: S, or SK
+ * where the keys have a length of their own (cross-attention). */
 
 /* $R: the tiles of keys a block of query rows i0 .. i0 + ni - 1 reads, from
  * the one at `first` to the one holding `last`: the causal or windowed
  * bounds (the tiles outside hold no key any of the rows sees). */
 static const char *attention_range =
     "const int64_t last = CAUSAL ? i0 + ni - 1\n"
-    "                   : WIN > 0 && i0 + ni + WIN - 2 < S - 1 ? i0 + ni + WIN - 2 : S - 1;\n"
+    "                   : WIN > 0 && i0 + ni + WIN - 2 < $Z - 1 ? i0 + ni + WIN - 2 : $Z - 1;\n"
     "const int64_t first = WIN > 0 && i0 - WIN + 1 > 0 ? (i0 - WIN + 1) / TILE * TILE : 0;\n";
 
 /* below: the fragments $U, $F, $P, $K, $G, $Q; $N is the kernel's name; $H
@@ -441,7 +442,7 @@ static void attention_fill(Out *o, const char *tmpl, int indent)
             if (k->attn.mask >= 0) {
                 fputs(" || ", o->f);
                 attention_fill(o, (char[]){'$', 'L', (char)('0' + k->attn.mask), 0}, 0);
-                fputs("(mk[b * S + j0 + j]) == 0", o->f);
+                fprintf(o->f, "(mk[b * %s + j0 + j]) == 0", k->attn.seq_k != k->attn.seq ? "SK" : "S");
             }
             continue;
         }
@@ -459,6 +460,10 @@ static void attention_fill(Out *o, const char *tmpl, int indent)
         }
         if (w == 'C' || w == 'D' || w == 'V' || w == 'O' || w == 'J') {
             softcap_word(o, w, indent + column - 2);
+            continue;
+        }
+        if (w == 'Z') {
+            fputs(k->attn.seq_k != k->attn.seq ? "SK" : "S", o->f);
             continue;
         }
         if (w == 'T' || w == 'X') {
@@ -494,6 +499,8 @@ static void attention_consts(Out *o, int full)
             "QB = %d };\n",
             (long long)a->batch, (long long)a->seq, (long long)a->heads, (long long)a->kv_heads,
             (long long)a->head_dim, a->causal, ATT_TILE, ATT_QB);
+    if (a->seq_k != a->seq) /* cross-attention: the keys' length ($Z) */
+        fprintf(o->f, "    enum { SK = %lld };\n", (long long)a->seq_k);
     if (!full)
         return;
     fprintf(o->f, "    enum { WIN = %lld, HIDE = %d };\n", (long long)a->window,
@@ -554,7 +561,7 @@ static const char *attention_tile =
     "for (int64_t d = 0; d < DH; d++) acc[r][d] *= corr;\n"
     "for (int64_t j = 0; j < nr; j++) {\n"
     "    const $T p = s[j];\n"
-    "    const $S2 *vj = a2 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "    const $S2 *vj = a2 + (b * $Z + j0 + j) * KC + kh * DH;\n"
     "    #pragma GCC unroll 1\n"
     "    for (int64_t d = 0; d < DH; d++) acc[r][d] += p * $L2(vj[d]);\n"
     "}\n"
@@ -567,7 +574,7 @@ static const char *attention_keys =
     "for (int64_t j0 = first; j0 <= last; j0 += TILE) {\n"
     "    const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
     "    for (int64_t j = 0; j < n; j++) {\n"
-    "        const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "        const $S1 *kj = a1 + (b * $Z + j0 + j) * KC + kh * DH;\n"
     "        #pragma GCC unroll 1\n"
     "        for (int64_t d = 0; d < DH; d++) kt[d][j] = $L1(kj[d]);\n"
     "    }\n"
@@ -629,7 +636,7 @@ static const char *attention_fwd =
  * (TCC_PROFILE, two threads), the second form is 6-25% slower at S = 64
  * with 48 or 64 pairs, and 25-40% faster at S = 512 with 2 pairs. */
 static const char *attention_bwd =
-    "    enum { NQB = (S + QB - 1) / QB, NKT = (S + TILE - 1) / TILE };\n"
+    "    enum { NQB = (S + QB - 1) / QB, NKT = ($Z + TILE - 1) / TILE };\n"
     "    #pragma omp parallel\n"
     "    {\n"
     "    if (B * KV >= 4 * TCC_THREADS()) {\n"
@@ -668,14 +675,14 @@ static const char *attention_bwd_block =
     "            const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
     "            $G"
     "            for (int64_t j = 0; j < nr; j++) {\n"
-    "                const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "                const $S1 *kj = a1 + (b * $Z + j0 + j) * KC + kh * DH;\n"
     "                const $T p = s[j], ds = dp[j];\n"
     "                #pragma GCC unroll 1\n"
     "                for (int64_t d = 0; d < DH; d++) dq[r][d] += ds * $L1(kj[d]);\n"
     "                if (!with_kv)\n"
     "                    continue;\n"
-    "                $S5 *dkj = a5 + (b * S + j0 + j) * KC + kh * DH;\n"
-    "                $S6 *dvj = a6 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "                $S5 *dkj = a5 + (b * $Z + j0 + j) * KC + kh * DH;\n"
+    "                $S6 *dvj = a6 + (b * $Z + j0 + j) * KC + kh * DH;\n"
     "                #pragma GCC unroll 1\n"
     "                for (int64_t d = 0; d < DH; d++) {\n"
     "                    dvj[d] = $W6($L6(dvj[d]) + p * dout[r][d]);\n"
@@ -693,7 +700,7 @@ static const char *attention_bwd_block =
  * into memory one by one). */
 static const char *attention_bwd_tile =
     "    (void)a4;\n"
-    "    const int64_t j0 = t * TILE, n = S - j0 < TILE ? S - j0 : TILE;\n"
+    "    const int64_t j0 = t * TILE, n = $Z - j0 < TILE ? $Z - j0 : TILE;\n"
     "    $T kt[DH][TILE], vt[DH][TILE], s[TILE], dp[TILE], q[1][DH], dout[1][DH], dk[TILE][DH];\n"
     "    $T dv[TILE][DH];\n"
     "    $K"
@@ -716,8 +723,8 @@ static const char *attention_bwd_tile =
     "        }\n"
     "    }\n"
     "    for (int64_t j = 0; j < n; j++) {\n"
-    "        $S5 *dkj = a5 + (b * S + j0 + j) * KC + kh * DH;\n"
-    "        $S6 *dvj = a6 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "        $S5 *dkj = a5 + (b * $Z + j0 + j) * KC + kh * DH;\n"
+    "        $S6 *dvj = a6 + (b * $Z + j0 + j) * KC + kh * DH;\n"
     "        #pragma GCC unroll 1\n"
     "        for (int64_t d = 0; d < DH; d++)\n"
     "            dkj[d] = $W5($L5(dkj[d]) + dk[j][d]), dvj[d] = $W6($L6(dvj[d]) + dv[j][d]);\n"
@@ -745,8 +752,8 @@ static const char *attention_bwd_pass =
 /* $K: the tile's keys and values widened and transposed. */
 static const char *attention_bwd_kv =
     "for (int64_t j = 0; j < n; j++) {\n"
-    "    const $S1 *kj = a1 + (b * S + j0 + j) * KC + kh * DH;\n"
-    "    const $S2 *vj = a2 + (b * S + j0 + j) * KC + kh * DH;\n"
+    "    const $S1 *kj = a1 + (b * $Z + j0 + j) * KC + kh * DH;\n"
+    "    const $S2 *vj = a2 + (b * $Z + j0 + j) * KC + kh * DH;\n"
     "    #pragma GCC unroll 1\n"
     "    for (int64_t d = 0; d < DH; d++) kt[d][j] = $L1(kj[d]), vt[d][j] = $L2(vj[d]);\n"
     "}\n";
@@ -915,12 +922,13 @@ static PlanWork loop_work(const Kernel *k)
 /* The scores one (batch, head) computes, as the C templates walk the tiles:
  * per block of QB query rows the tiles from `first` to the one holding
  * `last` ($R), each row all of a tile's keys (up to its own when causal).
- * Without a window the closed forms: S (S + 1) / 2 causal, else S^2. */
+ * Without a window the closed forms: S (S + 1) / 2 causal, else S Sk (a
+ * window or causal only where Sk = S). */
 static double attention_pairs(const KAttention *a)
 {
     int64_t S = a->seq, W = a->window;
     if (W <= 0)
-        return a->causal ? (double)S * (double)(S + 1) / 2 : (double)S * (double)S;
+        return a->causal ? (double)S * (double)(S + 1) / 2 : (double)S * (double)a->seq_k;
     double pairs = 0;
     for (int64_t i0 = 0; i0 < S; i0 += ATT_QB) {
         int64_t ni = S - i0 < ATT_QB ? S - i0 : ATT_QB;
@@ -940,8 +948,8 @@ static PlanWork attention_work(const Kernel *k)
     const KAttention *a = &k->attn;
     double rows = (double)(a->batch * a->heads * a->seq), dh = (double)a->head_dim;
     double pairs = (double)(a->batch * a->heads) * attention_pairs(a);
-    double tiles = rows * ceil((double)a->seq / ATT_TILE), tr = 2 * dh * pairs / ATT_QB;
-    int len = a->seq < ATT_TILE ? (int)a->seq : ATT_TILE;
+    double tiles = rows * ceil((double)a->seq_k / ATT_TILE), tr = 2 * dh * pairs / ATT_QB;
+    int len = a->seq_k < ATT_TILE ? (int)a->seq_k : ATT_TILE;
     PlanWork fwd = {.ops = 4 * pairs + tr + tiles * EXPF_OPS,
                     .chain = pairs,
                     .divs = dh * rows,

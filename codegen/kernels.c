@@ -1088,7 +1088,7 @@ static void attention(Gen *gen, const Op *op)
                            ir_op_attr_float(op, "scale", 1 / sqrt((double)Dh)),
                            ir_op_attr_int(op, "window", 0), -1,
                            (int)ir_op_attr_int(op, "alibi", 0), ir_op_attr_int(op, "alibi_heads", H), -1,
-                           ir_op_attr_float(op, "softcap", 0)};
+                           ir_op_attr_float(op, "softcap", 0), op->args[1]->shape[1]};
     int nq = op->kind == OP_ATTENTION ? 3 : 4; /* q, k, v (dout): the mask comes last */
     for (int i = 0; i < nq; i++)
         k->args[k->nargs] = T(gen, op->args[i]), k->arg_dtype[k->nargs++] = op->args[i]->dtype;
@@ -1099,11 +1099,11 @@ static void attention(Gen *gen, const Op *op)
         DType t = ftype_of(op) == DT_F64 ? DT_F64 : DT_F32;
         k->args[k->nargs] = gen_temp(gen, t, 1, &n), k->arg_dtype[k->nargs++] = t;
     }
-    for (int i = nq; i < op->nargs; i++) { /* the mask [B, S]; ALiBi's head offset, a scalar */
+    for (int i = nq; i < op->nargs; i++) { /* the mask [B, Sk]; ALiBi's head offset, a scalar */
         *(op->args[i]->rank ? &k->attn.mask : &k->attn.hoff) = k->nargs;
         k->args[k->nargs] = T(gen, op->args[i]), k->arg_dtype[k->nargs++] = op->args[i]->dtype;
     }
-    double f = 4.0 * (double)(k->attn.batch * H * k->attn.seq * k->attn.seq * Dh);
+    double f = 4.0 * (double)(k->attn.batch * H * k->attn.seq * k->attn.seq_k * Dh);
     f = k->attn.causal ? f / 2 : f;
     if (k->attn.window > 0) { /* a window: the (query, key) pairs it lets through, not S^2 */
         int64_t S = k->attn.seq, W = k->attn.window, pairs = 0;

@@ -66,7 +66,9 @@ static double terms(const Op *op)
         return ir_numel(x);
     case OP_ATTENTION:
     case OP_ATTENTION_GRAD: /* over the keys (or queries), and a head's features */
-        return x->rank >= 2 ? (double)x->shape[x->rank - 2] + (double)last_dim(x) : 0;
+        if (x->rank < 2 || op->nargs < 2 || op->args[1]->rank < 2)
+            return 0;
+        return fmax((double)x->shape[x->rank - 2], (double)op->args[1]->shape[1]) + (double)last_dim(x);
     default:
         return 0;
     }

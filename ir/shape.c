@@ -519,7 +519,8 @@ static int infer_rope(Infer *in)
     return same_as(in, x);
 }
 
-/* q, k, v: rank 3, one float dtype, same batch and sequence; v shaped as k. */
+/* q, k, v: rank 3, one float dtype, same batch; v shaped as k (the keys'
+ * length Sk their own: cross-attention). */
 static int attention_operands(Infer *in)
 {
     static const char *names[] = {"q", "k", "v"};
@@ -529,15 +530,31 @@ static int attention_operands(Infer *in)
     for (int i = 0; i < 3; i++)
         if (arg(in, i)->rank != 3)
             return fail(in, "attention %s must have rank 3, got %s", names[i], ts(arg(in, i)).s);
-    if (q->shape[0] != k->shape[0] || q->shape[1] != k->shape[1])
-        return fail(in, "attention q and k differ in batch or sequence: %s and %s", ts(q).s,
-                    ts(k).s);
+    if (q->shape[0] != k->shape[0])
+        return fail(in, "attention q and k differ in batch: %s and %s", ts(q).s, ts(k).s);
     if (memcmp(k->shape, v->shape, sizeof(int64_t) * 3) != 0)
         return fail(in, "attention v must have k's shape %s, got %s", ts(k).s, ts(v).s);
     return 0;
 }
 
-/* q[B,S,H*Dh], k, v[B,S,KV*Dh]; KV divides H (grouped-query). */
+/* Keys of a length Sk of their own (cross-attention, Sk != S): causal, a
+ * window and ALiBi measure a key's distance from the query by position,
+ * which means nothing between two sequences: refused. */
+static int cross_refusals(Infer *in, int64_t window)
+{
+    int64_t S = arg(in, 0)->shape[1], Sk = arg(in, 1)->shape[1];
+    const char *what = ir_op_attr_int(in->op, "causal", 0) ? "causal"
+                     : window > 0                          ? "window"
+                     : ir_op_attr_int(in->op, "alibi", 0)  ? "alibi"
+                                                           : NULL;
+    if (S == Sk || !what)
+        return 0;
+    return fail(in, "'%s' needs keys as long as the queries; q has %lld positions, k %lld "
+                    "(cross-attention)", what, (long long)S, (long long)Sk);
+}
+
+/* q[B,S,H*Dh], k, v[B,Sk,KV*Dh]; KV divides H (grouped-query); the mask
+ * [B,Sk]. */
 static int infer_attention(Infer *in)
 {
     const Value *q = arg(in, 0), *k = arg(in, 1);
@@ -559,8 +576,9 @@ static int infer_attention(Infer *in)
     if (!(cap > 0 && cap < 1e30))
         return fail(in, "'softcap' must be a positive number, got %g", cap);
     int nq = in->op->kind == OP_ATTENTION_GRAD ? 4 : 3, masks = 0, offsets = 0;
-    if (attr_bool(in, "alibi"))
+    if (attr_bool(in, "alibi") || cross_refusals(in, window))
         return -1;
+    int64_t sk = k->shape[1];
     for (int i = nq; i < in->op->nargs; i++) {
         const Value *m = arg(in, i);
         if (m->rank == 0) { /* ALiBi's head offset (localize): the block's first column of q */
@@ -570,10 +588,11 @@ static int infer_attention(Infer *in)
             continue;
         }
         /* the mask: which keys of each row are seen */
-        if (m->rank != 2 || m->shape[0] != q->shape[0] || m->shape[1] != q->shape[1] ||
+        if (m->rank != 2 || m->shape[0] != q->shape[0] || m->shape[1] != sk ||
             !(ir_dtype_is_float(m->dtype) || m->dtype == DT_I32) || masks++)
-            return fail(in, "attention mask must be [B, S] = [%lld, %lld] (float or i32), got %s",
-                        (long long)q->shape[0], (long long)q->shape[1], ts(m).s);
+            return fail(in, "attention mask must be [B, %s] = [%lld, %lld] (float or i32), got %s",
+                        sk == q->shape[1] ? "S" : "Sk", (long long)q->shape[0], (long long)sk,
+                        ts(m).s);
     }
     if (h < 1 || kv < 1)
         return fail(in, "'%s' must be >= 1, got %lld", h < 1 ? "heads" : "kv_heads",

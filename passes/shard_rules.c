@@ -148,24 +148,30 @@ static void fac_norm(const Op *op, Factors *f)
 }
 
 /* x[B,S,H*Dh] (attention, attention_grad, rope): the batch free, the
- * sequence whole, the heads split whole (the split count divides H and KV). */
+ * sequence whole, the heads split whole (the split count divides H and KV).
+ * Keys and values of a length of their own (cross-attention: k, v [B,Sk,..]
+ * and the mask [B,Sk]) have a factor of their own for it, whole as well:
+ * a split of the queries' sequence says nothing of the keys'. */
 static void fac_heads(const Op *op, Factors *f)
 {
-    int b = new_factor(f), s = new_factor(f), h = new_factor(f);
+    int b = new_factor(f), s = new_factor(f), h = new_factor(f), sk = s;
     f->full[s] = 1;
     int64_t heads = ir_op_attr_int(op, "heads", 1);
     int64_t kv = ir_op_attr_int(op, "kv_heads", heads);
     f->align[h] = kv < heads ? kv : heads;
     int nq = op->kind == OP_ATTENTION_GRAD ? 4 : op->kind == OP_ATTENTION ? 3 : op->nargs;
+    int attn = op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD;
+    if (attn && op->args[1]->shape[1] != op->args[0]->shape[1])
+        sk = new_factor(f), f->full[sk] = 1; /* cross-attention */
     for (int a = 0; a < op->nargs && a < SH_MAXARGS; a++) {
-        int r = op->args[a]->rank;
-        if (a >= nq) { /* attention's mask [B, S]: the batch split as q's, the sequence whole */
+        int r = op->args[a]->rank, keys = attn && (a == 1 || a == 2);
+        if (a >= nq) { /* attention's mask [B, Sk]: the batch split as q's, the keys whole */
             f->in[a][0] = (int8_t)b;
-            f->in[a][1] = (int8_t)s;
+            f->in[a][1] = (int8_t)sk;
             continue;
         }
         f->in[a][0] = (int8_t)(r == 3 ? b : -1);
-        f->in[a][r - 2] = (int8_t)s;
+        f->in[a][r - 2] = (int8_t)(keys ? sk : s);
         f->in[a][r - 1] = (int8_t)h;
         for (int d = 1; d < r - 2; d++)
             f->in[a][d] = -1;

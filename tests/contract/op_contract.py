@@ -126,7 +126,12 @@ def recipes(g):
     r["rope"] = [(q, "rope({0}, heads = 2, theta = 100.0, rotate_half = true)", [[a, S, D]])]
     gqa = [P([a, S, D]), P([a, S, 2]), P([a, S, 2])]
     # one rule for every form: causal, two heads on one kv head
+    # and cross-attention: keys and values of a length of their own, a key mask
+    Sk = S + 2
+    cross = [P([a, S, D]), P([a, Sk, 2]), P([a, Sk, 2]), P([a, Sk])]
     r["attention"] = [(gqa, "attention({0}, {1}, {2}, heads = 2, kv_heads = 1, causal = true)",
+                       [[a, S, D]]),
+                      (cross, "attention({0}, {1}, {2}, heads = 2, kv_heads = 1, mask = {3} > 0.0)",
                        [[a, S, D]])]
     r["cross_entropy"] = [([P([a, b, V]), P([a, b], "i")], "cross_entropy({0}, {1})", [[]])]
     r["reshape"] = [(x3, "reshape({0}, [%d, %d])" % (a, b * c), [[a, b * c]]),

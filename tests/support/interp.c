@@ -405,15 +405,15 @@ static void run_rope(Interp *in, const Op *op)
 }
 
 /* Whether query i of row b sees key j: causal, the window, the mask (the
- * operand after the first nq). */
-static int sees(Interp *in, const Op *op, int nq, int64_t S, int64_t b, int64_t i, int64_t j)
+ * operand after the first nq; Sk keys a row). */
+static int sees(Interp *in, const Op *op, int nq, int64_t Sk, int64_t b, int64_t i, int64_t j)
 {
     int64_t w = ir_op_attr_int(op, "window", 0);
     if (ir_op_attr_int(op, "causal", 0) && j > i)
         return 0;
     if (w > 0 && (i - j >= w || j - i >= w))
         return 0;
-    return op->nargs <= nq || ARG(nq)[b * S + j] != 0;
+    return op->nargs <= nq || ARG(nq)[b * Sk + j] != 0;
 }
 
 /* ALiBi's slope of head g of n: 2^(-8 (g + 1) / p) for the first p (the
@@ -439,29 +439,30 @@ static double softcap(const Op *op, double s)
 }
 
 /* softmax(q k^T / sqrt(Dh)) v per head over the keys the query sees (a row
- * that sees none gives 0); query head h reads kv head h / (H/KV). The
- * scores: scaled, soft-capped, then ALiBi's bias. */
+ * that sees none gives 0); query head h reads kv head h / (H/KV); the keys
+ * and values have Sk positions (S but in cross-attention). The scores:
+ * scaled, soft-capped, then ALiBi's bias. */
 static void run_attention(Interp *in, const Op *op)
 {
     const Value *q = op->args[0], *k = op->args[1];
     int64_t B = q->shape[0], S = q->shape[1], H = ir_op_attr_int(op, "heads", 1);
     int64_t KV = ir_op_attr_int(op, "kv_heads", H), Dh = q->shape[2] / H;
     int causal = (int)ir_op_attr_int(op, "causal", 0);
-    int64_t qc = q->shape[2], kc = k->shape[2];
-    double *p = malloc(sizeof(double) * (size_t)S), scale = ir_op_attr_float(op, "scale", 1 / sqrt((double)Dh));
+    int64_t qc = q->shape[2], kc = k->shape[2], Sk = k->shape[1];
+    double *p = malloc(sizeof(double) * (size_t)Sk), scale = ir_op_attr_float(op, "scale", 1 / sqrt((double)Dh));
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < S; i++) {
                 const double *qi = ARG(0) + (b * S + i) * qc + h * Dh;
-                int64_t kh = h / (H / KV), last = causal ? i : S - 1;
+                int64_t kh = h / (H / KV), last = causal ? i : Sk - 1;
                 double m = -INFINITY, s = 0;
                 for (int64_t j = 0; j <= last; j++) {
-                    const double *kj = ARG(1) + (b * S + j) * kc + kh * Dh;
+                    const double *kj = ARG(1) + (b * Sk + j) * kc + kh * Dh;
                     p[j] = 0;
                     for (int64_t d = 0; d < Dh; d++)
                         p[j] += qi[d] * kj[d] * scale;
                     p[j] = softcap(op, p[j]) + alibi_bias(op, h, i, j);
-                    if (!sees(in, op, 3, S, b, i, j))
+                    if (!sees(in, op, 3, Sk, b, i, j))
                         p[j] = -INFINITY;
                     m = fmax(m, p[j]);
                 }
@@ -471,7 +472,7 @@ static void run_attention(Interp *in, const Op *op)
                 for (int64_t d = 0; d < Dh; d++) {
                     double acc = 0;
                     for (int64_t j = 0; j <= last && s > 0; j++)
-                        acc += p[j] / s * ARG(2)[(b * S + j) * kc + kh * Dh + d];
+                        acc += p[j] / s * ARG(2)[(b * Sk + j) * kc + kh * Dh + d];
                     o[d] = acc;
                 }
             }
@@ -672,26 +673,26 @@ static void run_attention_grad(Interp *in, const Op *op)
     const Value *q = op->args[0], *k = op->args[1];
     int64_t B = q->shape[0], S = q->shape[1], H = ir_op_attr_int(op, "heads", 1);
     int64_t KV = ir_op_attr_int(op, "kv_heads", H), Dh = q->shape[2] / H;
-    int64_t qc = q->shape[2], kc = k->shape[2];
+    int64_t qc = q->shape[2], kc = k->shape[2], Sk = k->shape[1];
     int causal = (int)ir_op_attr_int(op, "causal", 0);
-    double scale = ir_op_attr_float(op, "scale", 1 / sqrt((double)Dh)), *p = malloc(sizeof(double) * (size_t)(3 * S));
-    double *dp = p + S, *dc = p + 2 * S, cap = ir_op_attr_float(op, "softcap", 0);
+    double scale = ir_op_attr_float(op, "scale", 1 / sqrt((double)Dh)), *p = malloc(sizeof(double) * (size_t)(3 * Sk));
+    double *dp = p + Sk, *dc = p + 2 * Sk, cap = ir_op_attr_float(op, "softcap", 0);
     for (int i = 0; i < 3; i++)
         memset(RES(i), 0, sizeof(double) * (size_t)interp_numel(op->res[i]));
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < S; i++) {
-                int64_t kh = h / (H / KV), last = causal ? i : S - 1;
+                int64_t kh = h / (H / KV), last = causal ? i : Sk - 1;
                 int64_t qo = (b * S + i) * qc + h * Dh;
                 double m = -INFINITY, s = 0, dot = 0;
                 for (int64_t j = 0; j <= last; j++) {
                     p[j] = 0;
                     for (int64_t d = 0; d < Dh; d++)
-                        p[j] += ARG(0)[qo + d] * ARG(1)[(b * S + j) * kc + kh * Dh + d] * scale;
+                        p[j] += ARG(0)[qo + d] * ARG(1)[(b * Sk + j) * kc + kh * Dh + d] * scale;
                     p[j] = softcap(op, p[j]);
                     dc[j] = cap > 0 ? 1 - (p[j] / cap) * (p[j] / cap) : 1;
                     p[j] += alibi_bias(op, h, i, j);
-                    if (!sees(in, op, 4, S, b, i, j))
+                    if (!sees(in, op, 4, Sk, b, i, j))
                         p[j] = -INFINITY;
                     m = fmax(m, p[j]);
                 }
@@ -700,7 +701,7 @@ static void run_attention_grad(Interp *in, const Op *op)
                 if (s == 0) /* a row that sees no key: its output is 0, so are its gradients */
                     continue;
                 for (int64_t j = 0; j <= last; j++) {
-                    int64_t ko = (b * S + j) * kc + kh * Dh;
+                    int64_t ko = (b * Sk + j) * kc + kh * Dh;
                     p[j] /= s;
                     dp[j] = 0;
                     for (int64_t d = 0; d < Dh; d++) {
@@ -710,7 +711,7 @@ static void run_attention_grad(Interp *in, const Op *op)
                     dot += p[j] * dp[j];
                 }
                 for (int64_t j = 0; j <= last; j++) {
-                    int64_t ko = (b * S + j) * kc + kh * Dh;
+                    int64_t ko = (b * Sk + j) * kc + kh * Dh;
                     double ds = p[j] * (dp[j] - dot) * dc[j] * scale;
                     for (int64_t d = 0; d < Dh; d++) {
                         RES(0)[qo + d] += ds * ARG(1)[ko + d];

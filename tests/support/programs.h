@@ -200,6 +200,23 @@
     "loss = sum(sum(sum(attention(q, k, v, heads = 3, causal, scale = 1.0, softcap = 2.0) * r)))\n" \
     "loss = loss + sum(sum(sum(attention(q, k, v, heads = 3, alibi, window = 20, softcap = 1.5) * r)))\n"
 
+/* cross-attention: 20 queries against 70 keys (two key tiles of 64), 3
+ * heads; then one shared kv head under a key mask [2, 70] hiding about
+ * half the keys; then 7 keys (fewer than the queries) with a soft cap. */
+#define PROG_CROSS_ATTENTION \
+    "input r : f32[2, 20, 12]\n" \
+    "input mi : f32[2, 70]\n" \
+    "param q : f32[2, 20, 12] = normal(1)\n" \
+    "param k : f32[2, 70, 12] = normal(1)\n" \
+    "param v : f32[2, 70, 12] = normal(1)\n" \
+    "param k1 : f32[2, 70, 4] = normal(1)\n" \
+    "param v1 : f32[2, 70, 4] = normal(1)\n" \
+    "param k2 : f32[2, 7, 12] = normal(1)\n" \
+    "param v2 : f32[2, 7, 12] = normal(1)\n" \
+    "loss = sum(sum(sum(attention(q, k, v, heads = 3) * r)))\n" \
+    "loss = loss + sum(sum(sum(attention(q, k1, v1, heads = 3, kv_heads = 1, mask = mi > 0.0) * r)))\n" \
+    "loss = loss + sum(sum(sum(attention(q, k2, v2, heads = 3, softcap = 2.0) * r)))\n"
+
 /* ALiBi (issue 19): 3 heads (the slopes of the largest power of 2 below,
  * then one of the odd sequence), causal and bidirectional with a window,
  * over S = 70: two key tiles of 64. */

@@ -106,6 +106,7 @@ GRAD_TEST(dropout, PROG_DROPOUT)
 Test(autodiff, alibi) { check_grads(PROG_ALIBI, 5, 40, NULL, NULL); }
 Test(autodiff, attention_scale) { check_grads(PROG_ATTENTION_SCALE, 5, 40, NULL, NULL); }
 Test(autodiff, attention_softcap) { check_grads(PROG_ATTENTION_SOFTCAP, 5, 40, NULL, NULL); }
+Test(autodiff, cross_attention) { check_grads(PROG_CROSS_ATTENTION, 5, 40, NULL, NULL); }
 
 GRAD_TEST(matmul_shared_and_batched, PROG_MATMUL_SHARED_AND_BATCHED)
 

@@ -459,8 +459,12 @@ Test(shape, attention_head_errors)
 
 Test(shape, attention_operand_errors)
 {
-    EXPECT(attention("f32[2,7,12]", "f32[2,5,12]", "f32[2,5,12]", 4),
-           "error: attention q and k differ in batch or sequence: f32[2,7,12] and f32[2,5,12]");
+    EXPECT(attention("f32[2,7,12]", "f32[3,7,12]", "f32[3,7,12]", 4),
+           "error: attention q and k differ in batch: f32[2,7,12] and f32[3,7,12]");
+    EXPECT(attention("f32[2,7,12]", "f32[2,5,12]", "f32[2,5,12]", 4), "f32[2,7,12]");
+    EXPECT(ab(attention("f32[2,7,12]", "f32[2,5,12]", "f32[2,5,12]", 4), "causal", 1),
+           "error: 'causal' needs keys as long as the queries; q has 7 positions, k 5 "
+           "(cross-attention)");
     EXPECT(attention("f32[2,7,12]", "f32[2,7,12]", "f32[2,7,6]", 4),
            "error: attention v must have k's shape f32[2,7,12], got f32[2,7,6]");
     EXPECT(attention("f32[7,12]", "f32[7,12]", "f32[7,12]", 4),
