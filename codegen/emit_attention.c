@@ -99,16 +99,16 @@ static const char *att_tile_load =
     "        TCC_BARRIER();\n"
     "        for (int e = tid; e < KT * DH; e += ROWS * 32) {\n"
     "            const int jj = e / DH, d = e % DH;\n"
-    "            const tcc_i64 j = j0 + jj, at = (b * S + j) * KC + kh * DH + d;\n"
-    "            Ks[jj][d] = j < S ? $LD1(a1[at]) : 0;\n"
-    "            Vs[jj][d] = j < S ? $LD2(a2[at]) : 0;\n"
+    "            const tcc_i64 j = j0 + jj, at = (b * $KS + j) * KC + kh * DH + d;\n"
+    "            Ks[jj][d] = j < $KS ? $LD1(a1[at]) : 0;\n"
+    "            Vs[jj][d] = j < $KS ? $LD2(a2[at]) : 0;\n"
     "        }\n"
     "        TCC_BARRIER();\n";
 
 /* The block's query rows; then, tile by tile, the keys a lane each: scores,
  * the row's running max and sum, the output rescaled and accumulated. */
 static const char *att_common =
-    "    enum { B = $B, S = $S, H = $H, KV = $KV, DH = $DH, CAUSAL = $CAUSAL, ROWS = $ROWS,\n"
+    "    enum { B = $B, S = $S,$SKDECL H = $H, KV = $KV, DH = $DH, CAUSAL = $CAUSAL, ROWS = $ROWS,\n"
     "           KT = $KT, NA = (DH + 31) / 32 };\n"
     "    const $T scale = $SCALE;\n"
     "$CAPDECL"
@@ -118,7 +118,7 @@ static const char *att_common =
     "    const tcc_i64 QC = (tcc_i64)H * DH, KC = (tcc_i64)KV * DH, i = qb * ROWS + w;\n"
     "$SLOPE"
     "    const int live = i < S;\n"
-    "    const tcc_i64 last = CAUSAL && qb * ROWS + ROWS - 1 < S - 1 ? qb * ROWS + ROWS - 1 : S - 1;\n"
+    "    const tcc_i64 last = CAUSAL && qb * ROWS + ROWS - 1 < $KS - 1 ? qb * ROWS + ROWS - 1 : $KS - 1;\n"
     "$RANGE"
     "    TCC_SHARED $T Qs[ROWS][DH], Ks[KT][DH + 1], Vs[KT][DH + 1];\n"
     "$RPDECL"
@@ -135,7 +135,7 @@ static const char *att_common =
     "$TILE"
     "        const tcc_i64 j = j0 + lane;\n"
     "        $T s = -$INF;\n"
-    "        if (live && lane < KT && j < S && $SEEN) {\n"
+    "        if (live && lane < KT && j < $KS && $SEEN) {\n"
     "            $T dot = 0;\n"
     "            for (int d = 0; d < DH; d++)\n"
     "                dot += Qs[w][d] * Ks[lane][d];\n"
@@ -176,7 +176,7 @@ static const char *att_bwd_tail =
     "$TILE"
     "        const tcc_i64 j = j0 + lane;\n"
     "        $T p = 0, ds = 0;\n"
-    "        if (live && lane < KT && j < S && $SEEN) {\n"
+    "        if (live && lane < KT && j < $KS && $SEEN) {\n"
     "            $T s = 0, dp = 0;\n"
     "            for (int d = 0; d < DH; d++) {\n"
     "                s += Qs[w][d] * Ks[lane][d];\n"
@@ -195,13 +195,13 @@ static const char *att_bwd_tail =
     "                    dq[r] += Red[w][jj] * Ks[jj][lane + 32 * r];\n"
     "        for (int e = tid; e < KT * DH; e += ROWS * 32) {\n"
     "            const int jj = e / DH, d = e % DH;\n"
-    "            const tcc_i64 j = j0 + jj, at = (b * S + j) * KC + kh * DH + d;\n"
+    "            const tcc_i64 j = j0 + jj, at = (b * $KS + j) * KC + kh * DH + d;\n"
     "            $T dk = 0, dv = 0;\n"
     "            for (int rr = 0; rr < ROWS; rr++) {\n"
     "                dv += Ps[rr][jj] * DOs[rr][d];\n"
     "                dk += Red[rr][jj] * Qs[rr][d];\n"
     "            }\n"
-    "            if (j < S) {\n"
+    "            if (j < $KS) {\n"
     "                $ADD5(&a5[at], dk);\n"
     "                $ADD6(&a6[at], dv);\n"
     "            }\n"
@@ -231,13 +231,14 @@ static const char *atomic_of(const At *g, int s)
     }
 }
 
-/* Whether the mask's element of key j of row b is nonzero, -0 counting as 0. */
+/* Whether the mask's element of key j of row b is nonzero, -0 counting as 0
+ * (the mask has the keys' length, $KS). */
 static const char *mask_seen(const At *g, Arena *a, int m)
 {
     switch (g->k->arg_dtype[m]) {
-    case DT_BF16: return arena_printf(a, "(a%d[b * S + j] & 0x7fff) != 0", m);
-    case DT_I32: return arena_printf(a, "a%d[b * S + j] != 0", m);
-    default: return arena_printf(a, "a%d[b * S + j] != 0", m); /* a float compare: -0 == 0 */
+    case DT_BF16: return arena_printf(a, "(a%d[b * $KS + j] & 0x7fff) != 0", m);
+    case DT_I32: return arena_printf(a, "a%d[b * $KS + j] != 0", m);
+    default: return arena_printf(a, "a%d[b * $KS + j] != 0", m); /* a float compare: -0 == 0 */
     }
 }
 
@@ -266,7 +267,7 @@ static const char *mask_seen(const At *g, Arena *a, int m)
 
 /* A pair of bf16 along a row (adjacent, one 32-bit word) or down a column. */
 static const char *mma_common =
-    "    enum { B = $B, S = $S, H = $H, KV = $KV, DH = $DH, CAUSAL = $CAUSAL, NW = $NW,\n"
+    "    enum { B = $B, S = $S,$SKDECL H = $H, KV = $KV, DH = $DH, CAUSAL = $CAUSAL, NW = $NW,\n"
     "           BQ = NW * 16, ROWS = BQ, KT = $KT, ND = DH / 8, KD = DH / 16, NT = KT / 8,\n"
     "           KP = KT / 16, PAD = 8 };\n"
     "    const float scale = $SCALE;\n"
@@ -277,7 +278,7 @@ static const char *mma_common =
     "    const tcc_i64 QC = (tcc_i64)H * DH, KC = (tcc_i64)KV * DH;\n"
     "    const tcc_i64 r0 = qb * BQ + w * 16 + g; /* this lane's rows: r0, r0 + 8 */\n"
     "$SLOPE"
-    "    const tcc_i64 last = CAUSAL && qb * BQ + BQ - 1 < S - 1 ? qb * BQ + BQ - 1 : S - 1;\n"
+    "    const tcc_i64 last = CAUSAL && qb * BQ + BQ - 1 < $KS - 1 ? qb * BQ + BQ - 1 : $KS - 1;\n"
     "$RANGE"
     "    TCC_SHARED tcc_u16 Qd[$NQD][BQ][DH + PAD], Ks[KT][DH + PAD], Vs[KT][DH + PAD];\n"
     "$PDDECL"
@@ -304,7 +305,7 @@ static const char *mma_common =
     "            for (int e = 0; e < 4; e++) {\n"
     "                const tcc_i64 i = r0 + 8 * (e >> 1), j = j0 + nt * 8 + 2 * t + (e & 1);\n"
     "                float v = -TCC_INF_F;\n"
-    "                if (i < S && j < S && $SEEN)\n"
+    "                if (i < S && j < $KS && $SEEN)\n"
     "                    v = $CAPLs[nt][e] * scale$CAPR$ALIBI;\n"
     "                s[nt][e] = v;\n"
     "                mx[e >> 1] = $FMAX(mx[e >> 1], v);\n"
@@ -375,9 +376,9 @@ static const char *mma_tile_load =
     "        TCC_BARRIER();\n"
     "        for (int e = tid; e < KT * DH; e += NW * 32) {\n"
     "            const int jj = e / DH, d = e % DH;\n"
-    "            const tcc_i64 j = j0 + jj, at = (b * S + j) * KC + kh * DH + d;\n"
-    "            Ks[jj][d] = j < S ? a1[at] : 0;\n"
-    "            Vs[jj][d] = j < S ? a2[at] : 0;\n"
+    "            const tcc_i64 j = j0 + jj, at = (b * $KS + j) * KC + kh * DH + d;\n"
+    "            Ks[jj][d] = j < $KS ? a1[at] : 0;\n"
+    "            Vs[jj][d] = j < $KS ? a2[at] : 0;\n"
     "        }\n"
     "        TCC_BARRIER();\n";
 
@@ -436,7 +437,7 @@ static const char *mma_bwd_tail =
     "            for (int e = 0; e < 4; e++) {\n"
     "                const tcc_i64 i = r0 + 8 * (e >> 1), j = j0 + nt * 8 + 2 * t + (e & 1);\n"
     "                float p = 0, ds = 0;\n"
-    "                if (i < S && j < S && $SEEN) {\n"
+    "                if (i < S && j < $KS && $SEEN) {\n"
     "$CAPT"
     "                    p = TCC_BF($EXP($SCORE$ALIBI - m[e >> 1])) / l[e >> 1];\n"
     "                    ds = p * (dp[nt][e] - dsum[e >> 1])$DCAP * scale;\n"
@@ -487,8 +488,8 @@ static const char *mma_bwd_tail =
     "                #pragma unroll\n"
     "                for (int e = 0; e < 4; e++) {\n"
     "                    const tcc_i64 j = j0 + jr + g + 8 * (e >> 1);\n"
-    "                    const tcc_i64 at = (b * S + j) * KC + kh * DH + nd * 8 + 2 * t + (e & 1);\n"
-    "                    if (j < S) {\n"
+    "                    const tcc_i64 at = (b * $KS + j) * KC + kh * DH + nd * 8 + 2 * t + (e & 1);\n"
+    "                    if (j < $KS) {\n"
     "                        if (x)\n"
     "                            $ADD5(&a5[at], acc[nd][e]);\n"
     "                        else\n"
@@ -570,6 +571,9 @@ static void attention_body(At *g, Arena *a, int nw, int kt)
     Sub subs[] = {
         {"B", arena_printf(a, "%lld", (long long)at->batch)},
         {"S", arena_printf(a, "%lld", (long long)at->seq)},
+        /* the keys' length: S, or SK of its own (cross-attention) */
+        {"KS", at->seq_k != at->seq ? "SK" : "S"},
+        {"SKDECL", at->seq_k != at->seq ? arena_printf(a, " SK = %lld,", (long long)at->seq_k) : ""},
         {"H", arena_printf(a, "%lld", (long long)at->heads)},
         {"KV", arena_printf(a, "%lld", (long long)at->kv_heads)},
         {"DH", arena_printf(a, "%lld", (long long)at->head_dim)},
