@@ -76,6 +76,8 @@ typedef struct KAttention {
                        the whole q (heads split over devices); -1: 0 */
     double softcap; /* the scaled scores s become softcap tanh(s / softcap) (Gemma 2); 0: none */
     int64_t seq_k;  /* the keys' and values' length (and the mask's): seq but in cross-attention */
+    int64_t head_dim_v; /* the values' (and the output's) head size: head_dim but in
+                           DeepSeek-V2's latent attention */
 } KAttention;
 
 typedef struct Kernel {

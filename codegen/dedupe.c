@@ -76,6 +76,8 @@ static uint64_t ir_hash(const Kernel *k)
         h = MIX(h, at->softcap);
     if (at->seq_k != at->seq) /* self-attention: the hash of before */
         h = MIX(h, at->seq_k);
+    if (at->head_dim_v != at->head_dim) /* likewise */
+        h = MIX(h, at->head_dim_v);
     if (at->alibi) /* likewise */
         h = MIX(h, at->alibi), h = MIX(h, at->heads_whole), h = MIX(h, at->hoff);
     return MIX(h, at->scale);
@@ -104,7 +106,8 @@ static int same_ir(const Kernel *x, const Kernel *y)
         p->kv_heads != q->kv_heads || p->head_dim != q->head_dim || p->causal != q->causal ||
         !same_bits(p->scale, q->scale) || p->window != q->window || p->mask != q->mask ||
         !same_bits(p->softcap, q->softcap) || p->alibi != q->alibi ||
-        p->heads_whole != q->heads_whole || p->hoff != q->hoff)
+        p->heads_whole != q->heads_whole || p->hoff != q->hoff || p->seq_k != q->seq_k ||
+        p->head_dim_v != q->head_dim_v)
         return 0;
     for (int i = 0; i < x->nodes.len; i++)
         if (!same_node(&x->nodes.data[i], &y->nodes.data[i]))

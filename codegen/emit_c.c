@@ -368,7 +368,11 @@ int cg_c_workshared(const Kernel *k) { return cg_pattern_workshared((int)k->patt
  * a scaled score, cap tanh(score / cap); in the backward $V the line of
  * tc = tanh(score / cap), $O the score as capped, $J the cap's derivative
  * 1 - tc^2 in the score's gradient. $Z is the keys' length: S, or SK
- * where the keys have a length of their own (cross-attention). */
+ * where the keys have a length of their own (cross-attention). $v is the
+ * values' (and the output's) head size, $c the values' pitch, $o the
+ * output's (and dout's): DH, KC, QC, or DV, VC, OC where the values have a
+ * head size of their own (latent attention); $(A$|B$) is A, or B there
+ * (loops over both head sizes split in two). */
 
 /* $R: the tiles of keys a block of query rows i0 .. i0 + ni - 1 reads, from
  * the one at `first` to the one holding `last`: the causal or windowed
@@ -409,7 +413,15 @@ static void attention_fill(Out *o, const char *tmpl, int indent)
 {
     const Kernel *k = o->k;
     int column = indent > 0; /* a fragment's first line: at the word's column already */
+    int dv = k->attn.head_dim_v != k->attn.head_dim, skip = 0;
     for (const char *p = tmpl; *p; p++) {
+        if (*p == '$' && (p[1] == '(' || p[1] == '|' || p[1] == ')')) { /* $(A$|B$) */
+            p++;
+            skip = *p == '(' ? dv : *p == '|' ? !dv : 0;
+            continue;
+        }
+        if (skip)
+            continue;
         if (column == 0 && *p != '\n')
             fprintf(o->f, "%*s", indent, "");
         if (*p != '$') {
@@ -466,6 +478,11 @@ static void attention_fill(Out *o, const char *tmpl, int indent)
             fputs(k->attn.seq_k != k->attn.seq ? "SK" : "S", o->f);
             continue;
         }
+        if (w == 'v' || w == 'c' || w == 'o') { /* the values' head size and pitches */
+            fputs(w == 'v' ? (dv ? "DV" : "DH") : w == 'c' ? (dv ? "VC" : "KC") : dv ? "OC" : "QC",
+                  o->f);
+            continue;
+        }
         if (w == 'T' || w == 'X') {
             fputs(w == 'T' ? ftype(o) : o->f32 ? "f" : "", o->f);
             continue;
@@ -501,13 +518,18 @@ static void attention_consts(Out *o, int full)
             (long long)a->head_dim, a->causal, ATT_TILE, ATT_QB);
     if (a->seq_k != a->seq) /* cross-attention: the keys' length ($Z) */
         fprintf(o->f, "    enum { SK = %lld };\n", (long long)a->seq_k);
+    if (a->head_dim_v != a->head_dim) /* latent attention: the values' head size ($v) */
+        fprintf(o->f, "    enum { DV = %lld };\n", (long long)a->head_dim_v);
     if (!full)
         return;
     fprintf(o->f, "    enum { WIN = %lld, HIDE = %d };\n", (long long)a->window,
             a->window > 0 || a->mask >= 0);
     if (a->mask >= 0)
         fprintf(o->f, "    const %s *const mk = a%d;\n", storage(o->k->arg_dtype[a->mask]), a->mask);
-    fprintf(o->f, "    const int64_t QC = H * DH, KC = KV * DH;\n    const %s scale = ", ftype(o));
+    fprintf(o->f, "    const int64_t QC = H * DH, KC = KV * DH;\n");
+    if (a->head_dim_v != a->head_dim) /* the values' and the output's pitches ($c, $o) */
+        fputs("    const int64_t VC = KV * DV, OC = H * DV;\n", o->f);
+    fprintf(o->f, "    const %s scale = ", ftype(o));
     literal(o, a->scale);
     fputs(";\n", o->f);
     if (a->softcap > 0) {
@@ -558,12 +580,12 @@ static const char *attention_tile =
     "l[r] *= corr;\n"
     "for (int64_t j = 0; j < nr; j++) l[r] += s[j];\n"
     "#pragma GCC unroll 1\n"
-    "for (int64_t d = 0; d < DH; d++) acc[r][d] *= corr;\n"
+    "for (int64_t d = 0; d < $v; d++) acc[r][d] *= corr;\n"
     "for (int64_t j = 0; j < nr; j++) {\n"
     "    const $T p = s[j];\n"
-    "    const $S2 *vj = a2 + (b * $Z + j0 + j) * KC + kh * DH;\n"
+    "    const $S2 *vj = a2 + (b * $Z + j0 + j) * $c + kh * $v;\n"
     "    #pragma GCC unroll 1\n"
-    "    for (int64_t d = 0; d < DH; d++) acc[r][d] += p * $L2(vj[d]);\n"
+    "    for (int64_t d = 0; d < $v; d++) acc[r][d] += p * $L2(vj[d]);\n"
     "}\n"
     "m[r] = nm;\n";
 
@@ -592,18 +614,20 @@ static const char *attention_fwd =
     "    for (int64_t qb = 0; qb < NQB; qb++) {\n"
     "        const int64_t kh = h / (H / KV), i0 = qb * QB, ni = S - i0 < QB ? S - i0 : QB;\n"
     "        $R"
-    "        $T m[QB], l[QB], q[QB][DH], acc[QB][DH], kt[DH][TILE], s[TILE];\n"
+    "        $T m[QB], l[QB], q[QB][DH], acc[QB][$v], kt[DH][TILE], s[TILE];\n"
     "        for (int64_t r = 0; r < ni; r++) {\n"
     "            const $S0 *qi = a0 + (b * S + i0 + r) * QC + h * DH;\n"
     "            m[r] = -INFINITY, l[r] = 0;\n"
     "            #pragma GCC unroll 1\n"
-    "            for (int64_t d = 0; d < DH; d++) q[r][d] = $L0(qi[d]), acc[r][d] = 0;\n"
+    "            for (int64_t d = 0; d < DH; d++) q[r][d] = $L0(qi[d])$(, acc[r][d] = 0$|;\n"
+    "            #pragma GCC unroll 1\n"
+    "            for (int64_t d = 0; d < DV; d++) acc[r][d] = 0$);\n"
     "        }\n"
     "        $F"
     "        for (int64_t r = 0; r < ni; r++) {\n"
-    "            $S3 *oi = a3 + (b * S + i0 + r) * QC + h * DH;\n"
+    "            $S3 *oi = a3 + (b * S + i0 + r) * $o + h * $v;\n"
     "            #pragma GCC unroll 1\n"
-    "            for (int64_t d = 0; d < DH; d++) oi[d] = $W3(HIDE && l[r] == 0 ? 0 : acc[r][d] / l[r]);\n"
+    "            for (int64_t d = 0; d < $v; d++) oi[d] = $W3(HIDE && l[r] == 0 ? 0 : acc[r][d] / l[r]);\n"
     "        }\n"
     "    }\n";
 
@@ -663,8 +687,8 @@ static const char *attention_bwd =
 static const char *attention_bwd_block =
     "    const int64_t kh = h / (H / KV), i0 = qb * QB, ni = S - i0 < QB ? S - i0 : QB;\n"
     "    $R"
-    "    $T m[QB], l[QB], dot_o[QB], lse[QB], q[QB][DH], dout[QB][DH], acc[QB][DH], dq[QB][DH];\n"
-    "    $T kt[DH][TILE], vt[DH][TILE], s[TILE], dp[TILE];\n"
+    "    $T m[QB], l[QB], dot_o[QB], lse[QB], q[QB][DH], dout[QB][$v], acc[QB][$v], dq[QB][DH];\n"
+    "    $T kt[DH][TILE], vt[$v][TILE], s[TILE], dp[TILE];\n"
     "    $P"
     "    for (int64_t r = 0; r < ni && !with_kv; r++)\n"
     "        a7[(b * H + h) * S + i0 + r] = lse[r], a7[((B + b) * H + h) * S + i0 + r] = dot_o[r];\n"
@@ -682,12 +706,14 @@ static const char *attention_bwd_block =
     "                if (!with_kv)\n"
     "                    continue;\n"
     "                $S5 *dkj = a5 + (b * $Z + j0 + j) * KC + kh * DH;\n"
-    "                $S6 *dvj = a6 + (b * $Z + j0 + j) * KC + kh * DH;\n"
+    "                $S6 *dvj = a6 + (b * $Z + j0 + j) * $c + kh * $v;\n"
     "                #pragma GCC unroll 1\n"
-    "                for (int64_t d = 0; d < DH; d++) {\n"
+    "                for (int64_t d = 0; d < $v; d++) {\n"
     "                    dvj[d] = $W6($L6(dvj[d]) + p * dout[r][d]);\n"
-    "                    dkj[d] = $W5($L5(dkj[d]) + ds * q[r][d]);\n"
-    "                }\n"
+    "$(                    dkj[d] = $W5($L5(dkj[d]) + ds * q[r][d]);\n"
+    "                }\n$|                }\n"
+    "                #pragma GCC unroll 1\n"
+    "                for (int64_t d = 0; d < DH; d++) dkj[d] = $W5($L5(dkj[d]) + ds * q[r][d]);\n$)"
     "            }\n"
     "        }\n"
     "    }\n"
@@ -701,33 +727,42 @@ static const char *attention_bwd_block =
 static const char *attention_bwd_tile =
     "    (void)a4;\n"
     "    const int64_t j0 = t * TILE, n = $Z - j0 < TILE ? $Z - j0 : TILE;\n"
-    "    $T kt[DH][TILE], vt[DH][TILE], s[TILE], dp[TILE], q[1][DH], dout[1][DH], dk[TILE][DH];\n"
-    "    $T dv[TILE][DH];\n"
+    "    $T kt[DH][TILE], vt[$v][TILE], s[TILE], dp[TILE], q[1][DH], dout[1][$v], dk[TILE][DH];\n"
+    "    $T dv[TILE][$v];\n"
     "    $K"
     "    for (int64_t j = 0; j < n; j++)\n"
-    "        for (int64_t d = 0; d < DH; d++) dk[j][d] = dv[j][d] = 0;\n"
+    "        for (int64_t d = 0; d < DH; d++) dk[j][d] = $(dv[j][d] = 0$|0;\n"
+    "    for (int64_t j = 0; j < n; j++)\n"
+    "        for (int64_t d = 0; d < DV; d++) dv[j][d] = 0$);\n"
     "    for (int64_t h = kh * (H / KV); h < (kh + 1) * (H / KV); h++)\n"
     "    for (int64_t i = WIN > 0 && j0 - WIN + 1 > (CAUSAL ? j0 : 0) ? j0 - WIN + 1 : CAUSAL ? j0 : 0;\n"
     "         i < (WIN > 0 && j0 + n + WIN - 1 < S ? j0 + n + WIN - 1 : S); i++) {\n"
     "        const int64_t r = 0, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
     "        const $T lse[1] = {a7[(b * H + h) * S + i]}, dot_o[1] = {a7[((B + b) * H + h) * S + i]};\n"
     "        const $S0 *qi = a0 + (b * S + i) * QC + h * DH;\n"
-    "        const $S3 *doi = a3 + (b * S + i) * QC + h * DH;\n"
+    "        const $S3 *doi = a3 + (b * S + i) * $o + h * $v;\n"
     "        #pragma GCC unroll 1\n"
-    "        for (int64_t d = 0; d < DH; d++) q[0][d] = $L0(qi[d]), dout[0][d] = $L3(doi[d]);\n"
+    "        for (int64_t d = 0; d < DH; d++) q[0][d] = $L0(qi[d])$(, $|;\n"
+    "        #pragma GCC unroll 1\n"
+    "        for (int64_t d = 0; d < DV; d++) $)dout[0][d] = $L3(doi[d]);\n"
     "        $G"
     "        for (int64_t j = 0; j < nr; j++) {\n"
     "            const $T p = s[j], ds = dp[j];\n"
     "            #pragma GCC unroll 1\n"
-    "            for (int64_t d = 0; d < DH; d++) dv[j][d] += p * dout[0][d], dk[j][d] += ds * q[0][d];\n"
+    "            for (int64_t d = 0; d < $v; d++) dv[j][d] += p * dout[0][d]$(, $|;\n"
+    "            #pragma GCC unroll 1\n"
+    "            for (int64_t d = 0; d < DH; d++) $)dk[j][d] += ds * q[0][d];\n"
     "        }\n"
     "    }\n"
     "    for (int64_t j = 0; j < n; j++) {\n"
     "        $S5 *dkj = a5 + (b * $Z + j0 + j) * KC + kh * DH;\n"
-    "        $S6 *dvj = a6 + (b * $Z + j0 + j) * KC + kh * DH;\n"
+    "        $S6 *dvj = a6 + (b * $Z + j0 + j) * $c + kh * $v;\n"
     "        #pragma GCC unroll 1\n"
     "        for (int64_t d = 0; d < DH; d++)\n"
-    "            dkj[d] = $W5($L5(dkj[d]) + dk[j][d]), dvj[d] = $W6($L6(dvj[d]) + dv[j][d]);\n"
+    "            dkj[d] = $W5($L5(dkj[d]) + dk[j][d])$(, $|;\n"
+    "        #pragma GCC unroll 1\n"
+    "        for (int64_t d = 0; d < DV; d++)\n"
+    "            $)dvj[d] = $W6($L6(dvj[d]) + dv[j][d]);\n"
     "    }\n";
 
 /* The backward's fragments. $P: a block's rows widened, then each row's
@@ -735,16 +770,19 @@ static const char *attention_bwd_tile =
 static const char *attention_bwd_pass =
     "for (int64_t r = 0; r < ni; r++) {\n"
     "    const $S0 *qi = a0 + (b * S + i0 + r) * QC + h * DH;\n"
-    "    const $S3 *doi = a3 + (b * S + i0 + r) * QC + h * DH;\n"
+    "    const $S3 *doi = a3 + (b * S + i0 + r) * $o + h * $v;\n"
     "    m[r] = -INFINITY, l[r] = 0, dot_o[r] = 0;\n"
     "    #pragma GCC unroll 1\n"
     "    for (int64_t d = 0; d < DH; d++)\n"
-    "        q[r][d] = $L0(qi[d]), dout[r][d] = $L3(doi[d]), acc[r][d] = dq[r][d] = 0;\n"
+    "        q[r][d] = $L0(qi[d]), $(dout[r][d] = $L3(doi[d]), acc[r][d] = $)dq[r][d] = 0;\n"
+    "$($|    #pragma GCC unroll 1\n"
+    "    for (int64_t d = 0; d < DV; d++)\n"
+    "        dout[r][d] = $L3(doi[d]), acc[r][d] = 0;\n$)"
     "}\n"
     "$F"
     "for (int64_t r = 0; r < ni; r++) {\n"
     "    #pragma GCC unroll 1\n"
-    "    for (int64_t d = 0; d < DH; d++)\n"
+    "    for (int64_t d = 0; d < $v; d++)\n"
     "        dot_o[r] += HIDE && l[r] == 0 ? 0 : dout[r][d] * acc[r][d] / l[r];\n"
     "    lse[r] = m[r] + log$X(l[r]);\n"
     "}\n";
@@ -753,9 +791,11 @@ static const char *attention_bwd_pass =
 static const char *attention_bwd_kv =
     "for (int64_t j = 0; j < n; j++) {\n"
     "    const $S1 *kj = a1 + (b * $Z + j0 + j) * KC + kh * DH;\n"
-    "    const $S2 *vj = a2 + (b * $Z + j0 + j) * KC + kh * DH;\n"
+    "    const $S2 *vj = a2 + (b * $Z + j0 + j) * $c + kh * $v;\n"
     "    #pragma GCC unroll 1\n"
-    "    for (int64_t d = 0; d < DH; d++) kt[d][j] = $L1(kj[d]), vt[d][j] = $L2(vj[d]);\n"
+    "    for (int64_t d = 0; d < DH; d++) kt[d][j] = $L1(kj[d])$(, $|;\n"
+    "    #pragma GCC unroll 1\n"
+    "    for (int64_t d = 0; d < DV; d++) $)vt[d][j] = $L2(vj[d]);\n"
     "}\n";
 
 /* $G: row r's probabilities s and score gradients dp for the tile's first nr keys. */
@@ -764,9 +804,16 @@ static const char *attention_bwd_grad =
     "for (int64_t j = 0; j < nr; j++) s[j] = 0, dp[j] = 0;\n"
     "#pragma GCC unroll 1\n"
     "for (int64_t d = 0; d < DH; d++) {\n"
-    "    const $T x = q[r][d], y = dout[r][d];\n"
+    "$(    const $T x = q[r][d], y = dout[r][d];\n"
     "    for (int64_t j = 0; j < nr; j++) s[j] += x * kt[d][j], dp[j] += y * vt[d][j];\n"
+    "}\n$|    const $T x = q[r][d];\n"
+    "    for (int64_t j = 0; j < nr; j++) s[j] += x * kt[d][j];\n"
     "}\n"
+    "#pragma GCC unroll 1\n"
+    "for (int64_t d = 0; d < DV; d++) {\n"
+    "    const $T y = dout[r][d];\n"
+    "    for (int64_t j = 0; j < nr; j++) dp[j] += y * vt[d][j];\n"
+    "}\n$)"
     "for (int64_t j = 0; j < nr; j++) {\n"
     "    $Vconst $T p = HIDE && ($H) ? 0 : $E($O$A - lse[r]);\n"
     "    s[j] = p, dp[j] = p * (dp[j] - dot_o[r])$J * scale;\n"
@@ -946,7 +993,8 @@ static double attention_pairs(const KAttention *a)
 static PlanWork attention_work(const Kernel *k)
 {
     const KAttention *a = &k->attn;
-    double rows = (double)(a->batch * a->heads * a->seq), dh = (double)a->head_dim;
+    double rows = (double)(a->batch * a->heads * a->seq);
+    double dh = (double)(a->head_dim + a->head_dim_v) / 2; /* the mean of the two head sizes */
     double pairs = (double)(a->batch * a->heads) * attention_pairs(a);
     double tiles = rows * ceil((double)a->seq_k / ATT_TILE), tr = 2 * dh * pairs / ATT_QB;
     int len = a->seq_k < ATT_TILE ? (int)a->seq_k : ATT_TILE;

@@ -1075,6 +1075,7 @@ static void attention(Gen *gen, const Op *op)
 {
     const Value *q = op->args[0];
     int64_t H = ir_op_attr_int(op, "heads", 1), Dh = q->shape[2] / H;
+    int64_t Dv = op->args[2]->shape[2] / ir_op_attr_int(op, "kv_heads", H);
     if (op->kind == OP_ATTENTION_GRAD) /* the kernel adds into dk and dv */
         for (int i = 1; i <= 2; i++) {
             Kernel *z = kb_new(gen, KP_POINTWISE, numel(op->res[i]), ftype_of(op));
@@ -1088,7 +1089,7 @@ static void attention(Gen *gen, const Op *op)
                            ir_op_attr_float(op, "scale", 1 / sqrt((double)Dh)),
                            ir_op_attr_int(op, "window", 0), -1,
                            (int)ir_op_attr_int(op, "alibi", 0), ir_op_attr_int(op, "alibi_heads", H), -1,
-                           ir_op_attr_float(op, "softcap", 0), op->args[1]->shape[1]};
+                           ir_op_attr_float(op, "softcap", 0), op->args[1]->shape[1], Dv};
     int nq = op->kind == OP_ATTENTION ? 3 : 4; /* q, k, v (dout): the mask comes last */
     for (int i = 0; i < nq; i++)
         k->args[k->nargs] = T(gen, op->args[i]), k->arg_dtype[k->nargs++] = op->args[i]->dtype;
@@ -1103,14 +1104,14 @@ static void attention(Gen *gen, const Op *op)
         *(op->args[i]->rank ? &k->attn.mask : &k->attn.hoff) = k->nargs;
         k->args[k->nargs] = T(gen, op->args[i]), k->arg_dtype[k->nargs++] = op->args[i]->dtype;
     }
-    double f = 4.0 * (double)(k->attn.batch * H * k->attn.seq * k->attn.seq_k * Dh);
+    double f = 2.0 * (double)(k->attn.batch * H * k->attn.seq * k->attn.seq_k * (Dh + Dv));
     f = k->attn.causal ? f / 2 : f;
     if (k->attn.window > 0) { /* a window: the (query, key) pairs it lets through, not S^2 */
         int64_t S = k->attn.seq, W = k->attn.window, pairs = 0;
         for (int64_t i = 0; i < S; i++)
             pairs += (k->attn.causal ? i : (i + W - 1 < S - 1 ? i + W - 1 : S - 1)) -
                      (i - W + 1 > 0 ? i - W + 1 : 0) + 1;
-        f = 4.0 * (double)(k->attn.batch * H * Dh) * (double)pairs;
+        f = 2.0 * (double)(k->attn.batch * H * (Dh + Dv)) * (double)pairs;
     }
     gen->flops += f * (op->kind == OP_ATTENTION ? 1 : 2.5);
     kb_finish(gen, k);

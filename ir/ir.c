@@ -121,9 +121,9 @@ double ir_op_flops(const Op *op)
         const Value *a = op->args[0];
         return 2 * ir_numel(r) * (double)a->shape[a->rank - 1];
     }
-    if (op->kind == OP_ATTENTION) { /* 4 B S Sk (H Dh): Sk = S but in cross-attention */
+    if (op->kind == OP_ATTENTION) { /* 2 B S Sk (H Dh + H Dv): Sk = S but in cross-attention */
         const Value *q = op->args[0];
-        return 4 * ir_numel(q) * (double)op->args[1]->shape[1];
+        return 2 * (ir_numel(q) + ir_numel(r)) * (double)op->args[1]->shape[1];
     }
     if (op->kind == OP_CROSS_ENTROPY || op->kind == OP_EMBED)
         return 4 * ir_numel(op->args[0]);

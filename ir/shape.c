@@ -519,8 +519,9 @@ static int infer_rope(Infer *in)
     return same_as(in, x);
 }
 
-/* q, k, v: rank 3, one float dtype, same batch; v shaped as k (the keys'
- * length Sk their own: cross-attention). */
+/* q, k, v: rank 3, one float dtype, same batch; v shares k's batch and
+ * length (the keys' length Sk their own: cross-attention); v's last
+ * dimension is checked by the head rule (a head size Dv of its own). */
 static int attention_operands(Infer *in)
 {
     static const char *names[] = {"q", "k", "v"};
@@ -532,8 +533,8 @@ static int attention_operands(Infer *in)
             return fail(in, "attention %s must have rank 3, got %s", names[i], ts(arg(in, i)).s);
     if (q->shape[0] != k->shape[0])
         return fail(in, "attention q and k differ in batch: %s and %s", ts(q).s, ts(k).s);
-    if (memcmp(k->shape, v->shape, sizeof(int64_t) * 3) != 0)
-        return fail(in, "attention v must have k's shape %s, got %s", ts(k).s, ts(v).s);
+    if (memcmp(k->shape, v->shape, sizeof(int64_t) * 2) != 0)
+        return fail(in, "attention v must have k's batch and length %s, got %s", ts(k).s, ts(v).s);
     return 0;
 }
 
@@ -553,8 +554,9 @@ static int cross_refusals(Infer *in, int64_t window)
                     "(cross-attention)", what, (long long)S, (long long)Sk);
 }
 
-/* q[B,S,H*Dh], k, v[B,Sk,KV*Dh]; KV divides H (grouped-query); the mask
- * [B,Sk]. */
+/* q[B,S,H*Dh], k[B,Sk,KV*Dh], v[B,Sk,KV*Dv] -> [B,S,H*Dv]; KV divides H
+ * (grouped-query); the values' head size Dv their own (DeepSeek-V2's latent
+ * attention; Dh but there); the mask [B,Sk]. */
 static int infer_attention(Infer *in)
 {
     const Value *q = arg(in, 0), *k = arg(in, 1);
@@ -609,7 +611,12 @@ static int infer_attention(Infer *in)
                     "attention k must have last dimension %lld (kv_heads %lld x head dim %lld), "
                     "got %s",
                     (long long)(kv * dh), (long long)kv, (long long)dh, ts(k).s);
-    return same_as(in, q);
+    const Value *v = arg(in, 2);
+    if (v->shape[2] % kv != 0 || v->shape[2] == 0)
+        return fail(in, "'kv_heads' %lld does not divide %lld, the last dimension of v %s",
+                    (long long)kv, (long long)v->shape[2], ts(v).s);
+    int64_t out[3] = {q->shape[0], q->shape[1], h * (v->shape[2] / kv)};
+    return set_result(in, q->dtype, 3, out);
 }
 
 /* logits[...,V], targets i32[...] -> a scalar mean loss. */
@@ -875,14 +882,17 @@ static int infer_embed_grad(Infer *in)
     return set_result(in, dy->dtype, 2, out);
 }
 
-/* attention_grad: q, k, v as attention, dout like q; results mirror q, k, v. */
+/* attention_grad: q, k, v as attention, dout like the output ([B,S,H*Dv]);
+ * results mirror q, k, v. */
 static int infer_attention_grad(Infer *in)
 {
     const Value *q = arg(in, 0), *d = arg(in, 3);
     if (infer_attention(in) != 0)
         return -1;
-    if (d->dtype != q->dtype || d->rank != 3 || memcmp(d->shape, q->shape, sizeof(int64_t) * 3))
-        return fail(in, "attention_grad dout %s does not match q %s", ts(d).s, ts(q).s);
+    int64_t want[3] = {in->shape[0], in->shape[1], in->shape[2]};
+    if (d->dtype != q->dtype || d->rank != 3 || memcmp(d->shape, want, sizeof want))
+        return fail(in, "attention_grad dout %s does not match the output %s", ts(d).s,
+                    type_str(q->dtype, 3, want).s);
     return same_as(in, q);
 }
 

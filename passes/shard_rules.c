@@ -151,7 +151,10 @@ static void fac_norm(const Op *op, Factors *f)
  * sequence whole, the heads split whole (the split count divides H and KV).
  * Keys and values of a length of their own (cross-attention: k, v [B,Sk,..]
  * and the mask [B,Sk]) have a factor of their own for it, whole as well:
- * a split of the queries' sequence says nothing of the keys'. */
+ * a split of the queries' sequence says nothing of the keys'. Values of a
+ * head size Dv of their own (latent attention: v [B,Sk,KV*Dv], the output
+ * and dout [B,S,H*Dv]) take the head factor on their last dimension too:
+ * a split count that divides KV divides KV*Dv and H*Dv. */
 static void fac_heads(const Op *op, Factors *f)
 {
     int b = new_factor(f), s = new_factor(f), h = new_factor(f), sk = s;

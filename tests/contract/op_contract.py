@@ -129,10 +129,13 @@ def recipes(g):
     # and cross-attention: keys and values of a length of their own, a key mask
     Sk = S + 2
     cross = [P([a, S, D]), P([a, Sk, 2]), P([a, Sk, 2]), P([a, Sk])]
+    # and values of a head size of their own (latent attention): Dv 3, Dqk 2
+    vdim = [P([a, S, D]), P([a, S, D]), P([a, S, 6])]
     r["attention"] = [(gqa, "attention({0}, {1}, {2}, heads = 2, kv_heads = 1, causal = true)",
                        [[a, S, D]]),
                       (cross, "attention({0}, {1}, {2}, heads = 2, kv_heads = 1, mask = {3} > 0.0)",
-                       [[a, S, D]])]
+                       [[a, S, D]]),
+                      (vdim, "attention({0}, {1}, {2}, heads = 2)", [[a, S, 6]])]
     r["cross_entropy"] = [([P([a, b, V]), P([a, b], "i")], "cross_entropy({0}, {1})", [[]])]
     r["reshape"] = [(x3, "reshape({0}, [%d, %d])" % (a, b * c), [[a, b * c]]),
                     (x3, "reshape({0}, [%d, %d])" % (a * b, c), [[a * b, c]])]

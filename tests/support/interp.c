@@ -440,7 +440,8 @@ static double softcap(const Op *op, double s)
 
 /* softmax(q k^T / sqrt(Dh)) v per head over the keys the query sees (a row
  * that sees none gives 0); query head h reads kv head h / (H/KV); the keys
- * and values have Sk positions (S but in cross-attention). The scores:
+ * and values have Sk positions (S but in cross-attention), the values a
+ * head size Dv of their own (Dh but in latent attention). The scores:
  * scaled, soft-capped, then ALiBi's bias. */
 static void run_attention(Interp *in, const Op *op)
 {
@@ -449,6 +450,7 @@ static void run_attention(Interp *in, const Op *op)
     int64_t KV = ir_op_attr_int(op, "kv_heads", H), Dh = q->shape[2] / H;
     int causal = (int)ir_op_attr_int(op, "causal", 0);
     int64_t qc = q->shape[2], kc = k->shape[2], Sk = k->shape[1];
+    int64_t vc = op->args[2]->shape[2], Dv = vc / KV;
     double *p = malloc(sizeof(double) * (size_t)Sk), scale = ir_op_attr_float(op, "scale", 1 / sqrt((double)Dh));
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
@@ -468,11 +470,11 @@ static void run_attention(Interp *in, const Op *op)
                 }
                 for (int64_t j = 0; j <= last; j++)
                     s += (p[j] = p[j] == -INFINITY ? 0 : exp(p[j] - m));
-                double *o = OUT + (b * S + i) * qc + h * Dh;
-                for (int64_t d = 0; d < Dh; d++) {
+                double *o = OUT + (b * S + i) * H * Dv + h * Dv;
+                for (int64_t d = 0; d < Dv; d++) {
                     double acc = 0;
                     for (int64_t j = 0; j <= last && s > 0; j++)
-                        acc += p[j] / s * ARG(2)[(b * Sk + j) * kc + kh * Dh + d];
+                        acc += p[j] / s * ARG(2)[(b * Sk + j) * vc + kh * Dv + d];
                     o[d] = acc;
                 }
             }
@@ -665,8 +667,8 @@ static void run_embed_grad(Interp *in, const Op *op)
             OUT[(int64_t)ARG(0)[i] * D + d] += ARG(1)[i * D + d];
 }
 
-/* Recompute the attention probabilities row by row, then push dout back;
- * the soft cap's derivative 1 - tanh(s / c)^2 = 1 - (capped / c)^2 (kept in
+/* Recompute the attention probabilities row by row, then push dout back
+ * (dout and the values over Dv, the scores' products over Dh); the soft cap's derivative 1 - tanh(s / c)^2 = 1 - (capped / c)^2 (kept in
  * dc) scales each score's gradient. */
 static void run_attention_grad(Interp *in, const Op *op)
 {
@@ -674,6 +676,7 @@ static void run_attention_grad(Interp *in, const Op *op)
     int64_t B = q->shape[0], S = q->shape[1], H = ir_op_attr_int(op, "heads", 1);
     int64_t KV = ir_op_attr_int(op, "kv_heads", H), Dh = q->shape[2] / H;
     int64_t qc = q->shape[2], kc = k->shape[2], Sk = k->shape[1];
+    int64_t vc = op->args[2]->shape[2], Dv = vc / KV;
     int causal = (int)ir_op_attr_int(op, "causal", 0);
     double scale = ir_op_attr_float(op, "scale", 1 / sqrt((double)Dh)), *p = malloc(sizeof(double) * (size_t)(3 * Sk));
     double *dp = p + Sk, *dc = p + 2 * Sk, cap = ir_op_attr_float(op, "softcap", 0);
@@ -701,12 +704,12 @@ static void run_attention_grad(Interp *in, const Op *op)
                 if (s == 0) /* a row that sees no key: its output is 0, so are its gradients */
                     continue;
                 for (int64_t j = 0; j <= last; j++) {
-                    int64_t ko = (b * Sk + j) * kc + kh * Dh;
+                    int64_t vo = (b * Sk + j) * vc + kh * Dv, oo = (b * S + i) * H * Dv + h * Dv;
                     p[j] /= s;
                     dp[j] = 0;
-                    for (int64_t d = 0; d < Dh; d++) {
-                        dp[j] += ARG(3)[qo + d] * ARG(2)[ko + d];
-                        RES(2)[ko + d] += p[j] * ARG(3)[qo + d];
+                    for (int64_t d = 0; d < Dv; d++) {
+                        dp[j] += ARG(3)[oo + d] * ARG(2)[vo + d];
+                        RES(2)[vo + d] += p[j] * ARG(3)[oo + d];
                     }
                     dot += p[j] * dp[j];
                 }

@@ -217,6 +217,27 @@
     "loss = loss + sum(sum(sum(attention(q, k1, v1, heads = 3, kv_heads = 1, mask = mi > 0.0) * r)))\n" \
     "loss = loss + sum(sum(sum(attention(q, k2, v2, heads = 3, softcap = 2.0) * r)))\n"
 
+/* values of a head size of their own (DeepSeek-V2's latent attention): q,
+ * k [2, 70, 12] with 3 heads (Dqk 4), v [2, 70, 18] (Dv 6) over two key
+ * tiles of 64, causal; then one shared kv head (v [2, 70, 5], Dv 5); then
+ * 20 queries against 70 keys (cross-attention) with values of Dv 2 under a
+ * key mask and a soft cap. */
+#define PROG_ATTENTION_VDIM \
+    "input r : f32[2, 70, 18]\n" \
+    "input r1 : f32[2, 70, 15]\n" \
+    "input r2 : f32[2, 20, 6]\n" \
+    "input mi : f32[2, 70]\n" \
+    "param q : f32[2, 70, 12] = normal(1)\n" \
+    "param k : f32[2, 70, 12] = normal(1)\n" \
+    "param v : f32[2, 70, 18] = normal(1)\n" \
+    "param k1 : f32[2, 70, 4] = normal(1)\n" \
+    "param v1 : f32[2, 70, 5] = normal(1)\n" \
+    "param q2 : f32[2, 20, 12] = normal(1)\n" \
+    "param v2 : f32[2, 70, 6] = normal(1)\n" \
+    "loss = sum(sum(sum(attention(q, k, v, heads = 3, causal) * r)))\n" \
+    "loss = loss + sum(sum(sum(attention(q, k1, v1, heads = 3, kv_heads = 1) * r1)))\n" \
+    "loss = loss + sum(sum(sum(attention(q2, k, v2, heads = 3, mask = mi > 0.0, softcap = 2.0) * r2)))\n"
+
 /* ALiBi (issue 19): 3 heads (the slopes of the largest power of 2 below,
  * then one of the odd sequence), causal and bidirectional with a window,
  * over S = 70: two key tiles of 64. */

@@ -465,8 +465,14 @@ Test(shape, attention_operand_errors)
     EXPECT(ab(attention("f32[2,7,12]", "f32[2,5,12]", "f32[2,5,12]", 4), "causal", 1),
            "error: 'causal' needs keys as long as the queries; q has 7 positions, k 5 "
            "(cross-attention)");
-    EXPECT(attention("f32[2,7,12]", "f32[2,7,12]", "f32[2,7,6]", 4),
-           "error: attention v must have k's shape f32[2,7,12], got f32[2,7,6]");
+    EXPECT(attention("f32[2,7,12]", "f32[2,7,12]", "f32[2,5,12]", 4),
+           "error: attention v must have k's batch and length f32[2,7,12], got f32[2,5,12]");
+    /* values of a head size of their own (latent attention): the output H x Dv */
+    EXPECT(attention("f32[2,7,12]", "f32[2,7,12]", "f32[2,7,20]", 4), "f32[2,7,20]");
+    EXPECT(ai(attention("f32[2,7,12]", "f32[2,5,3]", "f32[2,5,10]", 4), "kv_heads", 1),
+           "f32[2,7,40]");
+    EXPECT(ai(attention("f32[2,7,12]", "f32[2,7,6]", "f32[2,7,9]", 4), "kv_heads", 2),
+           "error: 'kv_heads' 2 does not divide 9, the last dimension of v f32[2,7,9]");
     EXPECT(attention("f32[7,12]", "f32[7,12]", "f32[7,12]", 4),
            "error: attention q must have rank 3, got f32[7,12]");
     EXPECT(attention("f32[2,7,12]", "bf16[2,7,12]", "f32[2,7,12]", 4),
