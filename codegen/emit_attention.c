@@ -58,7 +58,8 @@ static const char *mf(const At *g, Arena *a, const char *name)
 /* Keys per tile: 32 (a key per lane) unless shared memory is short. */
 static int att_tile(const Kernel *k)
 {
-    int64_t dh = k->attn.head_dim, size = k->ftype == DT_F64 ? 8 : 4;
+    int64_t dh = k->attn.head_dim > k->attn.head_dim_v ? k->attn.head_dim : k->attn.head_dim_v;
+    int64_t size = k->ftype == DT_F64 ? 8 : 4;
     int kt = 32;
     int64_t rows = k->pattern == KP_ATTENTION ? 1 : 2; /* q (and dout) rows */
     while (kt > 1 && (rows * ATT_ROWS * dh + 2 * kt * (dh + 1) + 2 * ATT_ROWS * 32) * size > ATT_SMEM)
@@ -101,26 +102,27 @@ static const char *att_tile_load =
     "            const int jj = e / DH, d = e % DH;\n"
     "            const tcc_i64 j = j0 + jj, at = (b * $KS + j) * KC + kh * DH + d;\n"
     "            Ks[jj][d] = j < $KS ? $LD1(a1[at]) : 0;\n"
-    "            Vs[jj][d] = j < $KS ? $LD2(a2[at]) : 0;\n"
+    "$VLOAD"
     "        }\n"
+    "$VLOADV"
     "        TCC_BARRIER();\n";
 
 /* The block's query rows; then, tile by tile, the keys a lane each: scores,
  * the row's running max and sum, the output rescaled and accumulated. */
 static const char *att_common =
-    "    enum { B = $B, S = $S,$SKDECL H = $H, KV = $KV, DH = $DH, CAUSAL = $CAUSAL, ROWS = $ROWS,\n"
-    "           KT = $KT, NA = (DH + 31) / 32 };\n"
+    "    enum { B = $B, S = $S,$SKDECL H = $H, KV = $KV, DH = $DH,$DVDECL CAUSAL = $CAUSAL, ROWS = $ROWS,\n"
+    "           KT = $KT, NA = ($NAD + 31) / 32 };\n"
     "    const $T scale = $SCALE;\n"
     "$CAPDECL"
     "    const int tid = TCC_TID, lane = tid & 31, w = tid >> 5;\n"
     "    const tcc_i64 nqb = (S + ROWS - 1) / ROWS, blk = TCC_BID;\n"
     "    const tcc_i64 qb = blk % nqb, h = blk / nqb % H, b = blk / nqb / H, kh = h / (H / KV);\n"
-    "    const tcc_i64 QC = (tcc_i64)H * DH, KC = (tcc_i64)KV * DH, i = qb * ROWS + w;\n"
+    "    const tcc_i64 QC = (tcc_i64)H * DH, KC = (tcc_i64)KV * DH,$VCDECL i = qb * ROWS + w;\n"
     "$SLOPE"
     "    const int live = i < S;\n"
     "    const tcc_i64 last = CAUSAL && qb * ROWS + ROWS - 1 < $KS - 1 ? qb * ROWS + ROWS - 1 : $KS - 1;\n"
     "$RANGE"
-    "    TCC_SHARED $T Qs[ROWS][DH], Ks[KT][DH + 1], Vs[KT][DH + 1];\n"
+    "    TCC_SHARED $T Qs[ROWS][DH], Ks[KT][DH + 1], Vs[KT][$VD + 1];\n"
     "$RPDECL"
     "$DOSDECL"
     "    for (int e = tid; e < ROWS * DH; e += ROWS * 32) {\n"
@@ -128,6 +130,7 @@ static const char *att_common =
     "        Qs[e / DH][e % DH] = r < S ? $LD0(a0[(b * S + r) * QC + h * DH + e % DH]) : 0;\n"
     "$DOSLOAD"
     "    }\n"
+    "$DOSLOADV"
     "    $T m = -$INF, l = 0, acc[NA];\n"
     "    for (int r = 0; r < NA; r++)\n"
     "        acc[r] = 0;\n"
@@ -148,7 +151,7 @@ static const char *att_common =
     "        for (int jj = 0; jj < KT; jj++) {\n"
     "            const $T pj = TCC_PJ(p, jj);\n"
     "            for (int r = 0; r < NA; r++)\n"
-    "                if (lane + 32 * r < DH)\n"
+    "                if (lane + 32 * r < $VD)\n"
     "                    acc[r] = (jj ? acc[r] : acc[r] * corr) + pj * Vs[jj][lane + 32 * r];\n"
     "        }\n"
     "        m = nm;\n"
@@ -157,8 +160,8 @@ static const char *att_common =
 static const char *att_fwd_tail =
     "    if (live)\n"
     "        for (int r = 0; r < NA; r++)\n"
-    "            if (lane + 32 * r < DH)\n"
-    "                a3[(b * S + i) * QC + h * DH + lane + 32 * r] = $ST3($OUTR);\n";
+    "            if (lane + 32 * r < $VD)\n"
+    "                a3[(b * S + i) * $OC + h * $VD + lane + 32 * r] = $ST3($OUTR);\n";
 
 /* The row's statistics are those of the forward above; then each tile again:
  * p and ds for the block's rows through shared memory, dq in registers, and
@@ -166,7 +169,7 @@ static const char *att_fwd_tail =
 static const char *att_bwd_tail =
     "    $T part = 0;\n"
     "    for (int r = 0; r < NA; r++)\n"
-    "        if (lane + 32 * r < DH)\n"
+    "        if (lane + 32 * r < $VD)\n"
     "            part += DOs[w][lane + 32 * r] * $OUTR;\n"
     "    const $T dot_o = $RSUM(part), lse = live ? m + $LOG(l) : 0;\n"
     "    $T dq[NA];\n"
@@ -178,10 +181,7 @@ static const char *att_bwd_tail =
     "        $T p = 0, ds = 0;\n"
     "        if (live && lane < KT && j < $KS && $SEEN) {\n"
     "            $T s = 0, dp = 0;\n"
-    "            for (int d = 0; d < DH; d++) {\n"
-    "                s += Qs[w][d] * Ks[lane][d];\n"
-    "                dp += DOs[w][d] * Vs[lane][d];\n"
-    "            }\n"
+    "$SDP"
     "$CAPT"
     "            p = $EXP($SCORE$ALIBI - lse);\n"
     "            ds = p * (dp - dot_o)$DCAP * scale;\n"
@@ -193,6 +193,40 @@ static const char *att_bwd_tail =
     "            for (int r = 0; r < NA; r++)\n"
     "                if (lane + 32 * r < DH)\n"
     "                    dq[r] += Red[w][jj] * Ks[jj][lane + 32 * r];\n"
+    "$DKDV"
+    "    }\n"
+    "    if (live)\n"
+    "        for (int r = 0; r < NA; r++)\n"
+    "            if (lane + 32 * r < DH)\n"
+    "                a4[(b * S + i) * QC + h * DH + lane + 32 * r] = $ST4(dq[r]);\n";
+
+/* Where the values have a head size Dv of their own (latent attention), the
+ * loops over the head that take both the keys' and the values' sizes run
+ * in two: one over DH, one over DV. Each word's first text is the one of
+ * before (Dv = Dh), the second the split. */
+static const char *vload[2] = {
+    "            Vs[jj][d] = j < $KS ? $LD2(a2[at]) : 0;\n", ""};
+static const char *vload_v[2] = {
+    "", "        for (int e = tid; e < KT * DV; e += ROWS * 32) {\n"
+        "            const int jj = e / DV, d = e % DV;\n"
+        "            const tcc_i64 j = j0 + jj;\n"
+        "            Vs[jj][d] = j < $KS ? $LD2(a2[(b * $KS + j) * VC + kh * DV + d]) : 0;\n"
+        "        }\n"};
+static const char *dos_load_v =
+    "    for (int e = tid; e < ROWS * DV; e += ROWS * 32) {\n"
+    "        const tcc_i64 r = qb * ROWS + e / DV;\n"
+    "        DOs[e / DV][e % DV] = r < S ? $LD3(a3[(b * S + r) * OC + h * DV + e % DV]) : 0;\n"
+    "    }\n";
+static const char *sdp[2] = {
+    "            for (int d = 0; d < DH; d++) {\n"
+    "                s += Qs[w][d] * Ks[lane][d];\n"
+    "                dp += DOs[w][d] * Vs[lane][d];\n"
+    "            }\n",
+    "            for (int d = 0; d < DH; d++)\n"
+    "                s += Qs[w][d] * Ks[lane][d];\n"
+    "            for (int d = 0; d < DV; d++)\n"
+    "                dp += DOs[w][d] * Vs[lane][d];\n"};
+static const char *dkdv[2] = {
     "        for (int e = tid; e < KT * DH; e += ROWS * 32) {\n"
     "            const int jj = e / DH, d = e % DH;\n"
     "            const tcc_i64 j = j0 + jj, at = (b * $KS + j) * KC + kh * DH + d;\n"
@@ -205,12 +239,43 @@ static const char *att_bwd_tail =
     "                $ADD5(&a5[at], dk);\n"
     "                $ADD6(&a6[at], dv);\n"
     "            }\n"
+    "        }\n",
+    "        for (int e = tid; e < KT * DH; e += ROWS * 32) {\n"
+    "            const int jj = e / DH, d = e % DH;\n"
+    "            const tcc_i64 j = j0 + jj;\n"
+    "            $T dk = 0;\n"
+    "            for (int rr = 0; rr < ROWS; rr++)\n"
+    "                dk += Red[rr][jj] * Qs[rr][d];\n"
+    "            if (j < $KS)\n"
+    "                $ADD5(&a5[(b * $KS + j) * KC + kh * DH + d], dk);\n"
     "        }\n"
-    "    }\n"
-    "    if (live)\n"
-    "        for (int r = 0; r < NA; r++)\n"
-    "            if (lane + 32 * r < DH)\n"
-    "                a4[(b * S + i) * QC + h * DH + lane + 32 * r] = $ST4(dq[r]);\n";
+    "        for (int e = tid; e < KT * DV; e += ROWS * 32) {\n"
+    "            const int jj = e / DV, d = e % DV;\n"
+    "            const tcc_i64 j = j0 + jj;\n"
+    "            $T dv = 0;\n"
+    "            for (int rr = 0; rr < ROWS; rr++)\n"
+    "                dv += Ps[rr][jj] * DOs[rr][d];\n"
+    "            if (j < $KS)\n"
+    "                $ADD6(&a6[(b * $KS + j) * VC + kh * DV + d], dv);\n"
+    "        }\n"};
+
+/* The values' words: their head size (VD, the enum's name; DVDECL, NAD),
+ * pitches (VCDECL, OC) and the split loops above. */
+static void vdim_subs(At *g, Arena *a, Sub *subs)
+{
+    const KAttention *at = &g->k->attn;
+    int v = at->head_dim_v != at->head_dim, bwd = g->k->pattern == KP_ATTENTION_BWD;
+    subs[0] = (Sub){"VD", v ? "DV" : "DH"};
+    subs[1] = (Sub){"DVDECL", v ? arena_printf(a, " DV = %lld,", (long long)at->head_dim_v) : ""};
+    subs[2] = (Sub){"NAD", v ? "(DH > DV ? DH : DV)" : "DH"};
+    subs[3] = (Sub){"VCDECL", v ? " VC = (tcc_i64)KV * DV, OC = (tcc_i64)H * DV," : ""};
+    subs[4] = (Sub){"OC", v ? "OC" : "QC"};
+    subs[5] = (Sub){"VLOAD", vload[v]};
+    subs[6] = (Sub){"VLOADV", vload_v[v]};
+    subs[7] = (Sub){"DOSLOADV", bwd && v ? dos_load_v : ""};
+    subs[8] = (Sub){"SDP", sdp[v]};
+    subs[9] = (Sub){"DKDV", dkdv[v]};
+}
 
 static const char *ld_of(const At *g, Arena *a, int s)
 {
@@ -517,9 +582,10 @@ static int64_t mma_smem(const Kernel *k, int nw, int kt)
 /* Warps a block and keys a tile: 4 and 64 where they fit in ATT_SMEM, fewer
  * where not, and 32 keys past a head size of 64 (a lane's scores, KT / 2
  * floats, beside its DH / 2 of o: 128 would spill). 0 when the kernel does
- * not take the tensor cores: q, k, v (and the backward's do) not bf16, or a
+ * not take the tensor cores: q, k, v (and the backward's do) not bf16, a
  * head size that is not a multiple of 16 or over 128 (the registers of o and
- * dq). */
+ * dq), or values of a head size of their own (latent attention: the scalar
+ * kernel's, which loops over each size). */
 static int mma_shape(const Kernel *k, int *kt)
 {
     const KAttention *a = &k->attn;
@@ -527,7 +593,7 @@ static int mma_shape(const Kernel *k, int *kt)
     for (int i = 0; i < n; i++)
         if (k->arg_dtype[i] != DT_BF16)
             return 0;
-    if (a->head_dim % 16 || a->head_dim > 128)
+    if (a->head_dim % 16 || a->head_dim > 128 || a->head_dim_v != a->head_dim)
         return 0;
     for (int nw = 4; nw >= 2; nw /= 2)
         for (*kt = a->head_dim > 64 ? 32 : 64; *kt >= 32; *kt /= 2)
@@ -557,6 +623,27 @@ static void softcap_subs(At *g, Arena *a, int nw, Sub *subs)
                                               nw ? "float" : ft(g), mf(g, a, "tanh"), s) : ""};
     subs[4] = (Sub){"SCORE", on ? "cap * tc" : arena_printf(a, "%s * scale", s)};
     subs[5] = (Sub){"DCAP", on ? " * (1 - tc * tc)" : ""};
+}
+
+/* tmpl filled three times over: "$DOSLOAD", "$TILE", "$SCORES" and the
+ * values' words bring words of their own, and "$TILE" brings "$VLOAD". */
+static void fill_deep(At *g, const char *tmpl, const Sub *subs, int nsubs)
+{
+    char *text[2] = {NULL, NULL};
+    FILE *save = g->f;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t len;
+        FILE *m = open_memstream(&text[pass], &len);
+        if (!m)
+            BUG("open_memstream failed");
+        g->f = m;
+        fill(g, pass ? text[0] : tmpl, subs, nsubs);
+        fclose(m);
+    }
+    g->f = save;
+    fill(g, text[1], subs, nsubs);
+    free(text[0]);
+    free(text[1]);
 }
 
 static void attention_body(At *g, Arena *a, int nw, int kt)
@@ -625,30 +712,20 @@ static void attention_body(At *g, Arena *a, int nw, int kt)
         {"ST4", bwd ? st_of(g, a, 4) : ""},
         {"ADD5", bwd ? atomic_of(g, 5) : ""},
         {"ADD6", bwd ? atomic_of(g, 6) : ""},
-        {"DOSDECL", bwd ? arena_printf(a, "    TCC_SHARED %s DOs[ROWS][DH];\n", ft(g)) : ""},
-        {"DOSLOAD", bwd ? "        DOs[e / DH][e % DH] = r < S ? $LD3(a3[(b * S + r) * QC + h * DH + e % DH]) : 0;\n" : ""},
+        {"DOSDECL", bwd ? arena_printf(a, "    TCC_SHARED %s DOs[ROWS][$VD];\n", ft(g)) : ""},
+        {"DOSLOAD", bwd && at->head_dim_v == at->head_dim ? "        DOs[e / DH][e % DH] = r < S ? $LD3(a3[(b * S + r) * QC + h * DH + e % DH]) : 0;\n" : ""},
         {"LD3", ld_of(g, a, 3)},
         {"TILE", nw ? mma_tile_load : att_tile_load},
         {0}, {0}, {0}, {0}, {0}, {0}, /* softcap_subs */
+        {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}, /* vdim_subs */
     };
     int nsubs = (int)(sizeof subs / sizeof subs[0]);
-    softcap_subs(g, a, nw, subs + nsubs - 6);
-    /* Twice: "$DOSLOAD", "$TILE" and "$SCORES" bring words of their own. */
-    for (int part = 0; part < 2; part++) {
-        char *once = NULL;
-        size_t len;
-        FILE *save = g->f, *m = open_memstream(&once, &len);
-        if (!m)
-            BUG("open_memstream failed");
-        g->f = m;
-        const char *tmpl = nw ? (part ? (bwd ? mma_bwd_tail : mma_fwd_tail) : mma_common)
-                              : (part ? (bwd ? att_bwd_tail : att_fwd_tail) : att_common);
-        fill(g, tmpl, subs, nsubs);
-        fclose(m);
-        g->f = save;
-        fill(g, once, subs, nsubs);
-        free(once);
-    }
+    softcap_subs(g, a, nw, subs + nsubs - 16);
+    vdim_subs(g, a, subs + nsubs - 10);
+    for (int part = 0; part < 2; part++)
+        fill_deep(g, nw ? (part ? (bwd ? mma_bwd_tail : mma_fwd_tail) : mma_common)
+                        : (part ? (bwd ? att_bwd_tail : att_fwd_tail) : att_common),
+                  subs, nsubs);
 }
 
 

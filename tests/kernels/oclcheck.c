@@ -327,17 +327,18 @@ static const char *pattern_name(KPattern p)
 
 /* The longest chain of additions behind one output element: each inner loop
  * adds its extent (times the extents of the loops around it); attention sums
- * over head_dim for a score and over the keys (twice: max and sum, then the
- * weighted values; backward also over the rows of a key's group: dk over
+ * over head_dim for a score (head_dim_v for dout v: the longer of the two)
+ * and over the keys (twice: max and sum, then the weighted values; backward also over the rows of a key's group: dk over
  * the queries, dq over the keys). */
 static double chain(const Kernel *k)
 {
     const KAttention *a = &k->attn;
     double longer = (double)(a->seq > a->seq_k ? a->seq : a->seq_k); /* queries or keys */
+    double dh = (double)(a->head_dim > a->head_dim_v ? a->head_dim : a->head_dim_v); /* q k or dout v */
     if (k->pattern == KP_ATTENTION)
-        return (double)a->head_dim + 2.0 * (double)a->seq_k;
+        return dh + 2.0 * (double)a->seq_k;
     if (k->pattern == KP_ATTENTION_BWD)
-        return 2.0 * (double)a->head_dim + 2.0 * longer * (double)(a->heads / a->kv_heads);
+        return 2.0 * dh + 2.0 * longer * (double)(a->heads / a->kv_heads);
     double n = 0, outer[16] = {1};
     int depth = 0;
     for (int s = 0; s < k->body.len; s++) {
