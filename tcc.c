@@ -551,7 +551,7 @@ static int run(Ctx *c, Options *o)
     PassHook hook = {trace_why, &ask};
     if (o->nwhy && why_graph(c, o, g) != 0)
         return -1;
-    if (drv_run_passes(c, o, g, o->nwhy ? &hook : NULL) != 0)
+    if (drv_run_passes(c, o, g, o->nwhy ? &hook : NULL, NULL) != 0)
         return -1;
     for (int i = 0; i < o->nwhy; i++) {
         if (i)

@@ -193,15 +193,17 @@ int drv_settings(Ctx *c, const Options *o, const Graph *g, Settings *s)
 }
 
 /* The graph passes in order, each verified, up to and including --stop-after;
- * hook (or NULL) after each. */
-int drv_run_passes(Ctx *c, const Options *o, Graph *g, const PassHook *hook)
+ * hook (or NULL) after each; the settings they read into *out (or NULL). */
+int drv_run_passes(Ctx *c, const Options *o, Graph *g, const PassHook *hook, Settings *out)
 {
     int stop = o->stop_after && (!strcmp(o->stop_after, "lower") ||
                                  !strcmp(o->stop_after, "parse-ir") ||
                                  !strcmp(o->stop_after, "verify"));
     Settings s;
-    if (!stop && drv_settings(c, o, g, &s) != 0)
+    if ((!stop || out) && drv_settings(c, o, g, &s) != 0)
         return -1;
+    if (out)
+        *out = s;
     for (const Pass *p = pass_table; p->name && !stop; p++) {
         double t0 = drv_now_ms();
         if (p->run(c, g, &s) != 0)
@@ -221,7 +223,7 @@ int drv_compile(Ctx *c, const Options *o, int plan, Compiled *out)
     memset(out, 0, sizeof *out);
     Graph *g = out->g = drv_load(c, o);
     if (!g || drv_apply_settings(c, o, g) != 0 || drv_verify(c, o, g, "lower") != 0 ||
-        drv_run_passes(c, o, g, NULL) != 0 || drv_settings(c, o, g, &out->s) != 0)
+        drv_run_passes(c, o, g, NULL, &out->s) != 0)
         return -1;
     return plan ? cg_build_plan_local(c, g, &out->s.train, 0, &out->plan, &out->kernels, &out->local)
                 : 0;

@@ -80,12 +80,12 @@ typedef struct PassHook {
     int (*after)(Ctx *c, Graph *g, const Settings *s, const char *pass, void *user);
     void *user;
 } PassHook;
-/* The settings the passes read: g's train block parsed (once per compile)
+/* The settings the passes read: g's train block parsed (pass_settings)
  * and the choices of o; -1 after reporting a bad train block. */
 int drv_settings(Ctx *c, const Options *o, const Graph *g, Settings *s);
 /* The graph passes in order, each verified, up to --stop-after; hook (or
- * NULL) after each. */
-int drv_run_passes(Ctx *c, const Options *o, Graph *g, const PassHook *hook);
+ * NULL) after each; the settings they read into *out (out NULL: none). */
+int drv_run_passes(Ctx *c, const Options *o, Graph *g, const PassHook *hook, Settings *out);
 /* One compile: the graph after the passes, its settings, and (when asked)
  * its plan, kernels and the per-device graph the plan was built from. */
 typedef struct Compiled {
