@@ -78,6 +78,11 @@ typedef struct KAttention {
     int64_t seq_k;  /* the keys' and values' length (and the mask's): seq but in cross-attention */
     int64_t head_dim_v; /* the values' (and the output's) head size: head_dim but in
                            DeepSeek-V2's latent attention */
+    int bias;       /* the argument of the score bias [bias_heads][seq][seq_k], added to each score
+                       after the cap and ALiBi (T5); -1 (0 in other kernels): none */
+    int64_t bias_heads; /* the bias's heads: heads, or 1 (one bias for all heads) */
+    int dbias;      /* the backward's argument of the bias's gradient (the kernel's last, zeroed
+                       before: the bias's shape, summed over the batch); -1 (0): none */
 } KAttention;
 
 typedef struct Kernel {

@@ -80,6 +80,8 @@ static uint64_t ir_hash(const Kernel *k)
         h = MIX(h, at->head_dim_v);
     if (at->alibi) /* likewise */
         h = MIX(h, at->alibi), h = MIX(h, at->heads_whole), h = MIX(h, at->hoff);
+    if (at->bias > 0) /* likewise (a kernel of another pattern: 0) */
+        h = MIX(h, at->bias), h = MIX(h, at->bias_heads), h = MIX(h, at->dbias);
     return MIX(h, at->scale);
 }
 
@@ -107,7 +109,8 @@ static int same_ir(const Kernel *x, const Kernel *y)
         !same_bits(p->scale, q->scale) || p->window != q->window || p->mask != q->mask ||
         !same_bits(p->softcap, q->softcap) || p->alibi != q->alibi ||
         p->heads_whole != q->heads_whole || p->hoff != q->hoff || p->seq_k != q->seq_k ||
-        p->head_dim_v != q->head_dim_v)
+        p->head_dim_v != q->head_dim_v || p->bias != q->bias || p->bias_heads != q->bias_heads ||
+        p->dbias != q->dbias)
         return 0;
     for (int i = 0; i < x->nodes.len; i++)
         if (!same_node(&x->nodes.data[i], &y->nodes.data[i]))

@@ -17,6 +17,7 @@ typedef struct Out {
     int f32;   /* the float type is float, so math functions take the f suffix */
     int lanes; /* lane_kernel: a reduction's accumulator is an array, lane l's at [l] */
     int64_t row_w; /* loop_kernel in rows of row_w items (row_width): i0 % row_w is c, i0 / row_w r */
+    int raw_ds; /* the attention backward's bias part: a score's gradient before the cap and scale */
 } Out;
 
 /* Whether node a is the item index. */
@@ -372,7 +373,12 @@ int cg_c_workshared(const Kernel *k) { return cg_pattern_workshared((int)k->patt
  * values' (and the output's) head size, $c the values' pitch, $o the
  * output's (and dout's): DH, KC, QC, or DV, VC, OC where the values have a
  * head size of their own (latent attention); $(A$|B$) is A, or B there
- * (loops over both head sizes split in two). */
+ * (loops over both head sizes split in two). The score bias
+ * (KAttention.bias; all empty without one): $Y declares row i's bias brow,
+ * $A adds key j0 + j's to the score (after ALiBi's), $g is the score
+ * gradient's factor $J * scale (empty in the bias's part, which sums the
+ * biased score's gradient), $B runs that part and $d adds row r's into the
+ * bias's gradient. */
 
 /* $R: the tiles of keys a block of query rows i0 .. i0 + ni - 1 reads, from
  * the one at `first` to the one holding `last`: the causal or windowed
@@ -405,6 +411,56 @@ static void softcap_word(Out *o, char w, int at)
         fprintf(o->f, "const %s tc = %s(s[j] * scale / cap);\n%*s", ftype(o), tanh_f, at, "");
     else
         fputs(" * (1 - tc * tc)", o->f);
+}
+
+static void attention_fill(Out *o, const char *tmpl, int indent);
+
+/* The widening load of argument n, before its element in parentheses. */
+static void load_prefix(Out *o, int n)
+{
+    if (o->k->arg_dtype[n] == DT_BF16)
+        fputs("tcc_bf2f", o->f);
+    else
+        fprintf(o->f, "(%s)", ftype(o));
+}
+
+/* The score bias's words $Y (row i's bias, brow) and $A (key j0 + j's,
+ * added): nothing without a bias. */
+static void score_bias_word(Out *o, char w)
+{
+    const KAttention *at = &o->k->attn;
+    if (at->bias <= 0)
+        return;
+    if (w == 'Y') {
+        fprintf(o->f, "const %s *const brow = a%d + ((BH == 1 ? 0 : h) * S + i) * ",
+                storage(o->k->arg_dtype[at->bias]), at->bias);
+        attention_fill(o, "$Z; ", 0);
+        return;
+    }
+    fputs(" + ", o->f);
+    load_prefix(o, at->bias);
+    fputs("(brow[j0 + j])", o->f);
+}
+
+/* $B: the backward's bias part over every (bias head, query block), after
+ * the rest; $d: row r's score gradients of the tile (g) added into the
+ * bias's gradient. Nothing without one. */
+static void bias_grad_word(Out *o, char w, int at)
+{
+    const KAttention *a = &o->k->attn;
+    if (a->dbias <= 0)
+        return;
+    if (w == 'B') {
+        fprintf(o->f, "    #pragma omp for schedule(static)\n"
+                      "    for (int64_t t = 0; t < BH * NQB; t++) %s_bias(args, t / NQB, t %% NQB);\n",
+                o->k->name);
+        return;
+    }
+    const char *st = storage(o->k->arg_dtype[a->dbias]);
+    fprintf(o->f, "%s *const dbi = a%d + ((BH == 1 ? 0 : h) * S + i) * ", st, a->dbias);
+    attention_fill(o, "$Z + j0;\n", 0);
+    fprintf(o->f, "%*sfor (int64_t j = 0; j < nr; j++) dbi[j] = (%s)((%s)dbi[j] + dp[j]);\n", at, "",
+            st, ftype(o));
 }
 
 /* tmpl filled into the kernel; every line after the first indented by
@@ -460,6 +516,7 @@ static void attention_fill(Out *o, const char *tmpl, int indent)
         }
         if (w == 'A' || w == 'Y') { /* ALiBi: the bias of key j0 + j for query i; head h's slope */
             const KAttention *at = &k->attn;
+            score_bias_word(o, w);
             if (at->alibi && w == 'A')
                 fprintf(o->f, " - slope * (%s)(i > j0 + j ? i - (j0 + j) : (j0 + j) - i)", ftype(o));
             else if (at->alibi && at->hoff >= 0)
@@ -472,6 +529,16 @@ static void attention_fill(Out *o, const char *tmpl, int indent)
         }
         if (w == 'C' || w == 'D' || w == 'V' || w == 'O' || w == 'J') {
             softcap_word(o, w, indent + column - 2);
+            continue;
+        }
+        if (w == 'g') {
+            if (!o->raw_ds)
+                attention_fill(o, "$J * scale", 0);
+            continue;
+        }
+        if (w == 'B' || w == 'd') {
+            bias_grad_word(o, w, indent + column - 2);
+            column = 0;
             continue;
         }
         if (w == 'Z') {
@@ -520,6 +587,8 @@ static void attention_consts(Out *o, int full)
         fprintf(o->f, "    enum { SK = %lld };\n", (long long)a->seq_k);
     if (a->head_dim_v != a->head_dim) /* latent attention: the values' head size ($v) */
         fprintf(o->f, "    enum { DV = %lld };\n", (long long)a->head_dim_v);
+    if (a->bias > 0) /* the bias's heads: H, or 1 for all */
+        fprintf(o->f, "    enum { BH = %lld };\n", (long long)a->bias_heads);
     if (!full)
         return;
     fprintf(o->f, "    enum { WIN = %lld, HIDE = %d };\n", (long long)a->window,
@@ -679,6 +748,7 @@ static const char *attention_bwd =
     "        for (int64_t kh = 0; kh < KV; kh++)\n"
     "        for (int64_t t = 0; t < NKT; t++) $N_tile(args, b, kh, t);\n"
     "    }\n"
+    "$B"
     "    }\n";
 
 /* NAME_block(args, b, h, qb, with_kv): query block qb of head h against
@@ -765,6 +835,32 @@ static const char *attention_bwd_tile =
     "            $)dvj[d] = $W6($L6(dvj[d]) + dv[j][d]);\n"
     "    }\n";
 
+/* NAME_bias(args, hb, qb): the bias's gradient at query block qb of bias
+ * head hb, summed over the batch (and over the heads for a bias of one
+ * head) in order: per (head, row of the batch) the first pass, then the
+ * tiles' score gradients before the cap and the scale (raw_ds) added in.
+ * One task owns its rows of the gradient, so nothing races. */
+static const char *attention_bwd_bias =
+    "    const int64_t i0 = qb * QB, ni = S - i0 < QB ? S - i0 : QB;\n"
+    "    $R"
+    "    $T m[QB], l[QB], dot_o[QB], lse[QB], q[QB][DH], dout[QB][$v], acc[QB][$v], dq[QB][DH];\n"
+    "    $T kt[DH][TILE], vt[$v][TILE], s[TILE], dp[TILE];\n"
+    "    (void)a4;\n"
+    "    for (int64_t h = BH == 1 ? 0 : hb; h < (BH == 1 ? H : hb + 1); h++)\n"
+    "    for (int64_t b = 0; b < B; b++) {\n"
+    "        const int64_t kh = h / (H / KV);\n"
+    "        $P"
+    "        for (int64_t j0 = first; j0 <= last; j0 += TILE) {\n"
+    "            const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
+    "            $K"
+    "            for (int64_t r = 0; r < ni; r++) {\n"
+    "                const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
+    "                $G"
+    "                $d"
+    "            }\n"
+    "        }\n"
+    "    }\n";
+
 /* The backward's fragments. $P: a block's rows widened, then each row's
  * log-sum-exp and dot(dout, out) from a first pass over the keys. */
 static const char *attention_bwd_pass =
@@ -816,7 +912,7 @@ static const char *attention_bwd_grad =
     "}\n$)"
     "for (int64_t j = 0; j < nr; j++) {\n"
     "    $Vconst $T p = HIDE && ($H) ? 0 : $E($O$A - lse[r]);\n"
-    "    s[j] = p, dp[j] = p * (dp[j] - dot_o[r])$J * scale;\n"
+    "    s[j] = p, dp[j] = p * (dp[j] - dot_o[r])$g;\n"
     "}\n";
 
 /* $Q: the block's dq stored. */
@@ -840,19 +936,23 @@ char *cg_emit_c(Arena *a, const Kernel *k)
 {
     char *buf = NULL;
     size_t len = 0;
-    Out o = {open_memstream(&buf, &len), k, k->ftype != DT_F64, 0, 0};
+    Out o = {open_memstream(&buf, &len), k, k->ftype != DT_F64, 0, 0, 0};
     if (!o.f)
         BUG("open_memstream failed");
     int ws = cg_c_workshared(k);
     if (k->pattern == KP_ATTENTION_BWD) { /* its parts, called from the kernel below */
-        static const char *const part[2] = {"block", "tile"}, *const params[2] = {
-            "int64_t b, int64_t h, int64_t qb, int with_kv", "int64_t b, int64_t kh, int64_t t"};
-        for (int f = 0; f < 2; f++) {
+        static const char *const part[3] = {"block", "tile", "bias"}, *const params[3] = {
+            "int64_t b, int64_t h, int64_t qb, int with_kv", "int64_t b, int64_t kh, int64_t t",
+            "int64_t hb, int64_t qb"};
+        const char *tmpl[3] = {attention_bwd_block, attention_bwd_tile, attention_bwd_bias};
+        for (int f = 0; f < (k->attn.dbias > 0 ? 3 : 2); f++) {
             fprintf(o.f, "static __attribute__((noinline)) void %s_%s(char *const *args, %s)\n{\n",
                     k->name, part[f], params[f]);
             arg_decls(&o);
             attention_consts(&o, 1);
-            attention_fill(&o, f ? attention_bwd_tile : attention_bwd_block, 0);
+            o.raw_ds = f == 2;
+            attention_fill(&o, tmpl[f], 0);
+            o.raw_ds = 0;
             fputs("}\n\n", o.f);
         }
     }

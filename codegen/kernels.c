@@ -1076,8 +1076,8 @@ static void attention(Gen *gen, const Op *op)
     const Value *q = op->args[0];
     int64_t H = ir_op_attr_int(op, "heads", 1), Dh = q->shape[2] / H;
     int64_t Dv = op->args[2]->shape[2] / ir_op_attr_int(op, "kv_heads", H);
-    if (op->kind == OP_ATTENTION_GRAD) /* the kernel adds into dk and dv */
-        for (int i = 1; i <= 2; i++) {
+    if (op->kind == OP_ATTENTION_GRAD) /* the kernel adds into dk and dv (and the bias's gradient) */
+        for (int i = 1; i < op->nres; i++) {
             Kernel *z = kb_new(gen, KP_POINTWISE, numel(op->res[i]), ftype_of(op));
             kb_store(z, kb_arg(z, gen, T(gen, op->res[i])), kb_idx(z, 0), kb_const(z, 0));
             kb_finish(gen, z);
@@ -1089,20 +1089,32 @@ static void attention(Gen *gen, const Op *op)
                            ir_op_attr_float(op, "scale", 1 / sqrt((double)Dh)),
                            ir_op_attr_int(op, "window", 0), -1,
                            (int)ir_op_attr_int(op, "alibi", 0), ir_op_attr_int(op, "alibi_heads", H), -1,
-                           ir_op_attr_float(op, "softcap", 0), op->args[1]->shape[1], Dv};
-    int nq = op->kind == OP_ATTENTION ? 3 : 4; /* q, k, v (dout): the mask comes last */
+                           ir_op_attr_float(op, "softcap", 0), op->args[1]->shape[1], Dv,
+                           -1, 0, -1};
+    int nq = op->kind == OP_ATTENTION ? 3 : 4; /* q, k, v (dout): the mask and the rest after */
     for (int i = 0; i < nq; i++)
         k->args[k->nargs] = T(gen, op->args[i]), k->arg_dtype[k->nargs++] = op->args[i]->dtype;
-    for (int i = 0; i < op->nres; i++)
+    for (int i = 0; i < op->nres && i < 3; i++)
         k->args[k->nargs] = T(gen, op->res[i]), k->arg_dtype[k->nargs++] = op->res[i]->dtype;
     if (op->kind == OP_ATTENTION_GRAD) { /* the C rendering's scratch: [2][B][H][S] */
         int64_t n = 2 * q->shape[0] * H * q->shape[1];
         DType t = ftype_of(op) == DT_F64 ? DT_F64 : DT_F32;
         k->args[k->nargs] = gen_temp(gen, t, 1, &n), k->arg_dtype[k->nargs++] = t;
     }
-    for (int i = nq; i < op->nargs; i++) { /* the mask [B, Sk]; ALiBi's head offset, a scalar */
-        *(op->args[i]->rank ? &k->attn.mask : &k->attn.hoff) = k->nargs;
+    static const int rank[3] = {2, 0, 3}; /* the mask [B, Sk]; ALiBi's head offset; the bias */
+    int *slot[3] = {&k->attn.mask, &k->attn.hoff, &k->attn.bias};
+    for (int r = 0; r < 3; r++) {
+        int i = ir_attention_arg(op, rank[r]);
+        if (i < 0)
+            continue;
+        *slot[r] = k->nargs;
         k->args[k->nargs] = T(gen, op->args[i]), k->arg_dtype[k->nargs++] = op->args[i]->dtype;
+        if (r == 2)
+            k->attn.bias_heads = op->args[i]->shape[0];
+    }
+    if (op->nres == 4) { /* the bias's gradient */
+        k->attn.dbias = k->nargs;
+        k->args[k->nargs] = T(gen, op->res[3]), k->arg_dtype[k->nargs++] = op->res[3]->dtype;
     }
     double f = 2.0 * (double)(k->attn.batch * H * k->attn.seq * k->attn.seq_k * (Dh + Dv));
     f = k->attn.causal ? f / 2 : f;

@@ -264,7 +264,9 @@ bad:;
 /* Sort the call's arguments into tensor operands and attrs, then emit. */
 static Val call_op(Lower *L, const OpSpec *s, Expr *e)
 {
-    Value *t[64], *extra = NULL; /* extra: a K_TENSOR argument (attention's mask) */
+    Value *t[64], *extra[2]; /* K_TENSOR arguments (attention's mask and bias) */
+    const char *extra_kw[2];
+    int nextra = 0;
     Attr *attrs[8];
     int nt = 0, na = 0, npos = 0, bad = 0;
     for (int i = 0; i < e->args.len; i++) {
@@ -325,11 +327,21 @@ static Val call_op(Lower *L, const OpSpec *s, Expr *e)
             }
         if (kw->kind == K_TENSOR) {
             Val v = fe_eval(L, val);
-            if (extra) {
+            int twice = 0;
+            for (int j = 0; j < nextra; j++)
+                twice |= strcmp(extra_kw[j], kw->name) == 0;
+            if (twice || nextra == 2) {
                 fe_err(L, a->loc, "argument '%s' of '%s' given twice", kw->name, s->name);
                 bad = 1;
+            } else if (v.k == V_TENSOR && v.t->rank != (strcmp(kw->name, "bias") ? 2 : 3)) {
+                /* the kernels tell the mask and the bias apart by their rank */
+                fe_err(L, val->loc, "'%s' of '%s' must have rank %d (%s), got %s", kw->name, s->name,
+                       strcmp(kw->name, "bias") ? 2 : 3,
+                       strcmp(kw->name, "bias") ? "[B, Sk]" : "[H or 1, S, Sk]", fe_type_str(L, v.t));
+                bad = 1;
             } else if (v.k == V_TENSOR) {
-                extra = v.t;
+                extra_kw[nextra] = kw->name;
+                extra[nextra++] = v.t;
             } else if (v.k != V_ERR) {
                 fe_err(L, val->loc, "'%s' of '%s' must be a tensor, got %s", kw->name, s->name,
                        fe_kind_name(v.k));
@@ -369,8 +381,8 @@ static Val call_op(Lower *L, const OpSpec *s, Expr *e)
         return fe_call_scatter(L, t, e->loc);
     if (s->op == OP_DROPOUT)
         return fe_call_dropout(L, t[0], attrs, na, e->loc);
-    if (extra)
-        t[nt++] = extra;
+    for (int j = 0; j < nextra; j++)
+        t[nt++] = extra[j];
     Value *r = fe_emit(L, s->op, t, nt, attrs, na, e->loc);
     if (r && r->def->nres > 1) { /* topk: its values and indices, bound by `v, i = topk(...)` */
         Val v = {V_LIST, 0, 0, NULL, NULL, NULL, r->def->nres};

@@ -93,7 +93,7 @@ typedef struct KwSpec {
     KwKind kind;
 } KwSpec;
 
-enum { OP_MAX_KW = 8 };
+enum { OP_MAX_KW = 9 };
 
 typedef struct OpSpec {
     const char *name;

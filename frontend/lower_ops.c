@@ -41,7 +41,7 @@ static const OpSpec op_specs[] = {
     {"rope", OP_ROPE, 1, 1, {{"heads", K_INT}, {"theta", K_FLOAT}, {"rotate_half", K_BOOL}}},
     {"attention", OP_ATTENTION, 1, 3,
      {{"heads", K_INT}, {"kv_heads", K_INT}, {"causal", K_BOOL}, {"window", K_INT}, {"mask", K_TENSOR},
-      {"alibi", K_BOOL}, {"scale", K_FLOAT}, {"softcap", K_FLOAT}}},
+      {"alibi", K_BOOL}, {"scale", K_FLOAT}, {"softcap", K_FLOAT}, {"bias", K_TENSOR}}},
     {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, {{0}}},
     {"reshape", OP_RESHAPE, 1, 1, {{"shape", K_INTS}}},
     {"expand", OP_EXPAND, 1, 1, {{"shape", K_INTS}}},

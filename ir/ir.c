@@ -18,7 +18,24 @@ int ir_op_arity_ok(const Op *op)
     if (op->kind == OP_DROPOUT) /* the axis offsets of its split dims */
         return op->nargs >= want && op->nargs < want + IR_MAX_RANK;
     return op->nargs == want || ((op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD) &&
-                                 op->nargs > want && op->nargs <= want + 2); /* mask, head offset */
+                                 op->nargs > want && op->nargs <= want + 3); /* mask, bias, head offset */
+}
+
+int ir_op_nres_ok(const Op *op)
+{
+    return op->nres == ir_ops[op->kind].nres ||
+           (op->kind == OP_ATTENTION_GRAD && op->nres == 4 && ir_attention_arg(op, 3) >= 0);
+}
+
+int ir_attention_arg(const Op *op, int rank)
+{
+    int nq = op->kind == OP_ATTENTION_GRAD ? 4 : 3;
+    if (op->kind != OP_ATTENTION && op->kind != OP_ATTENTION_GRAD)
+        return -1;
+    for (int i = nq; i < op->nargs; i++)
+        if (op->args[i]->rank == rank)
+            return i;
+    return -1;
 }
 
 static const char *dtype_names[DT_COUNT] = {"f32", "f64", "bf16", "f16", "i32"};

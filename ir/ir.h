@@ -103,9 +103,17 @@ typedef struct OpInfo {
     const char *doc;
 } OpInfo;
 extern const OpInfo ir_ops[OP_COUNT];
-/* Whether op has its kind's operand count (ir_ops[].nargs), or one more where
- * the last is optional: attention's and attention_grad's mask. */
+/* Whether op has its kind's operand count (ir_ops[].nargs), or up to three
+ * more where they are optional: attention's and attention_grad's mask, score
+ * bias and ALiBi's head offset (after q, k, v and dout, in any order). */
 int ir_op_arity_ok(const Op *op);
+/* Whether op has its kind's result count: attention_grad has a fourth, the
+ * bias's gradient, where its bias takes one. */
+int ir_op_nres_ok(const Op *op);
+/* attention's (attention_grad's) optional operand of that rank: 2 the mask
+ * [B,Sk], 3 the score bias [1 or H, S, Sk], 0 ALiBi's head offset; -1 when
+ * it has none (or op is another kind). */
+int ir_attention_arg(const Op *op, int rank);
 
 typedef enum { PH_FWD, PH_BWD, PH_RECOMPUTE, PH_OPT, PH_COUNT } Phase;
 

@@ -577,9 +577,12 @@ static int infer_attention(Infer *in)
     double cap = ir_op_attr_float(in->op, "softcap", 1); /* the scores' cap: c tanh(s / c) */
     if (!(cap > 0 && cap < 1e30))
         return fail(in, "'softcap' must be a positive number, got %g", cap);
-    int nq = in->op->kind == OP_ATTENTION_GRAD ? 4 : 3, masks = 0, offsets = 0;
+    int nq = in->op->kind == OP_ATTENTION_GRAD ? 4 : 3, masks = 0, offsets = 0, biases = 0;
     if (attr_bool(in, "alibi") || cross_refusals(in, window))
         return -1;
+    if (h < 1 || kv < 1)
+        return fail(in, "'%s' must be >= 1, got %lld", h < 1 ? "heads" : "kv_heads",
+                    (long long)(h < 1 ? h : kv));
     int64_t sk = k->shape[1];
     for (int i = nq; i < in->op->nargs; i++) {
         const Value *m = arg(in, i);
@@ -589,6 +592,16 @@ static int infer_attention(Infer *in)
                             ts(m).s);
             continue;
         }
+        if (m->rank == 3) { /* the scores' bias: per head or one for all, every query and key */
+            int64_t hb = m->shape[0];
+            if ((hb != 1 && hb != h) || m->shape[1] != q->shape[1] || m->shape[2] != sk ||
+                !ir_dtype_is_float(m->dtype) || biases++)
+                return fail(in, "attention bias must be [H, S, %s] = [%lld, %lld, %lld] or [1, %lld, %lld] "
+                                "(float), got %s",
+                            sk == q->shape[1] ? "S" : "Sk", (long long)h, (long long)q->shape[1],
+                            (long long)sk, (long long)q->shape[1], (long long)sk, ts(m).s);
+            continue;
+        }
         /* the mask: which keys of each row are seen */
         if (m->rank != 2 || m->shape[0] != q->shape[0] || m->shape[1] != sk ||
             !(ir_dtype_is_float(m->dtype) || m->dtype == DT_I32) || masks++)
@@ -596,9 +609,6 @@ static int infer_attention(Infer *in)
                         sk == q->shape[1] ? "S" : "Sk", (long long)q->shape[0], (long long)sk,
                         ts(m).s);
     }
-    if (h < 1 || kv < 1)
-        return fail(in, "'%s' must be >= 1, got %lld", h < 1 ? "heads" : "kv_heads",
-                    (long long)(h < 1 ? h : kv));
     if (q->shape[2] % h != 0)
         return fail(in, "'heads' %lld does not divide %lld, the last dimension of q %s",
                     (long long)h, (long long)q->shape[2], ts(q).s);
@@ -1162,7 +1172,8 @@ void ir_op_finish(Graph *g, Op *op, Attr **attrs, int nattrs, const char *who)
  * shaped as x, g, g; rmsnorm_grad dx, dg; attention_grad dq, dk, dv; sgd p',
  * mom'; adamw p', m', v'. attention_grad's dk and dv of bf16 operands are f32:
  * the kernel adds every query row's share into them, which bf16 storage would
- * round at each addition. */
+ * round at each addition. A fourth result of attention_grad, the gradient of
+ * its bias, has the bias's shape (f32 for bf16, summed over the batch). */
 int ir_infer_result(const Op *op, int i, DType *dt, int *rank, int64_t *shape, char *err,
                     size_t errlen)
 {
@@ -1181,6 +1192,13 @@ int ir_infer_result(const Op *op, int i, DType *dt, int *rank, int64_t *shape, c
               : op->kind == OP_SGD            ? 3
               : op->kind == OP_ADAMW          ? 4
                                               : -1;
+    if (row == 2 && i == 3 && ir_attention_arg(op, 3) >= 0) { /* the bias's gradient */
+        const Value *b = op->args[ir_attention_arg(op, 3)];
+        *dt = b->dtype == DT_BF16 ? DT_F32 : b->dtype;
+        *rank = 3;
+        memcpy(shape, b->shape, sizeof(int64_t) * 3);
+        return 0;
+    }
     if (row < 0 || i < 0 || i >= 3 || mirror[row][i] < 0) {
         Infer in = {.op = op, .name = ir_ops[op->kind].name, .err = err, .errlen = errlen};
         return fail(&in, "'%s' has no result %d", in.name, i);

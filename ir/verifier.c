@@ -270,7 +270,7 @@ static int check_counts(Verifier *vf, const Op *op, int i)
             op->nargs);
         ok = 0;
     }
-    if (op->nres != ir_ops[op->kind].nres) {
+    if (!ir_op_nres_ok(op)) {
         bad(vf, op->loc, "'%s' has %d results, expected %d", op_name(op), op->nres,
             ir_ops[op->kind].nres);
         ok = 0;

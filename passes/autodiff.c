@@ -316,10 +316,22 @@ static void vjp_layer(AD *ad, const Op *op, Value *dy)
             accumulate(ad, a[i], g->res[i]);
         return;
     }
-    case OP_ATTENTION: { /* the mask, if any, goes along; it gets no gradient */
-        Op *g = emit_op(ad, OP_ATTENTION_GRAD,
-                        (Value *[]){a[0], a[1], a[2], dy, op->nargs > 3 ? a[3] : NULL},
-                        op->nargs > 3 ? 5 : 4, attrs, na);
+    case OP_ATTENTION: { /* the mask and the bias, if any, go along; the mask gets no gradient */
+        Value *args[7] = {a[0], a[1], a[2], dy};
+        for (int i = 3; i < op->nargs && i < 6; i++)
+            args[i + 1] = a[i];
+        Op *g = emit_op(ad, OP_ATTENTION_GRAD, args, op->nargs + 1, attrs, na);
+        int bias = ir_attention_arg(op, 3);
+        if (bias >= 0 && ad->needs[a[bias]->id]) { /* the bias's gradient: a fourth result */
+            DType dt;
+            int rank;
+            int64_t shape[IR_MAX_RANK];
+            char err[256];
+            if (ir_infer_result(g, 3, &dt, &rank, shape, err, sizeof err) != 0)
+                BUG("autodiff made an invalid 'attention_grad': %s", err);
+            ir_op_result(ad->g, g, dt, rank, shape);
+            accumulate(ad, a[bias], g->res[3]);
+        }
         for (int i = 0; i < 3; i++)
             accumulate(ad, a[i], g->res[i]);
         return;
@@ -449,7 +461,7 @@ static int passes_grad(const Op *op, int j)
     case OP_FLOOR:
         return 0;
     case OP_WHERE: return j > 0;
-    case OP_ATTENTION: return j < 3; /* not the mask */
+    case OP_ATTENTION: return j < 3 || op->args[j]->rank == 3; /* q, k, v and the bias, not the mask */
     default: return 1;
     }
 }

@@ -154,7 +154,10 @@ static void fac_norm(const Op *op, Factors *f)
  * a split of the queries' sequence says nothing of the keys'. Values of a
  * head size Dv of their own (latent attention: v [B,Sk,KV*Dv], the output
  * and dout [B,S,H*Dv]) take the head factor on their last dimension too:
- * a split count that divides KV divides KV*Dv and H*Dv. */
+ * a split count that divides KV divides KV*Dv and H*Dv. A score bias
+ * [H, S, Sk] has the head factor on its first dimension (a bias [1, S, Sk]
+ * is whole); its gradient, summed over the batch (and over the heads for a
+ * bias of one head), is a partial sum over the axes that split them. */
 static void fac_heads(const Op *op, Factors *f)
 {
     int b = new_factor(f), s = new_factor(f), h = new_factor(f), sk = s;
@@ -168,6 +171,12 @@ static void fac_heads(const Op *op, Factors *f)
         sk = new_factor(f), f->full[sk] = 1; /* cross-attention */
     for (int a = 0; a < op->nargs && a < SH_MAXARGS; a++) {
         int r = op->args[a]->rank, keys = attn && (a == 1 || a == 2);
+        if (a >= nq && r == 3) { /* attention's bias [H or 1, S, Sk]: heads as q's, no batch */
+            f->in[a][0] = (int8_t)(op->args[a]->shape[0] == 1 ? -1 : h);
+            f->in[a][1] = (int8_t)s;
+            f->in[a][2] = (int8_t)sk;
+            continue;
+        }
         if (a >= nq) { /* attention's mask [B, Sk]: the batch split as q's, the keys whole */
             f->in[a][0] = (int8_t)b;
             f->in[a][1] = (int8_t)sk;
@@ -181,8 +190,10 @@ static void fac_heads(const Op *op, Factors *f)
         if (r == 2)
             f->in[a][0] = (int8_t)s;
     }
-    for (int i = 0; i < nres_of(op); i++)
+    for (int i = 0; i < nres_of(op) && i < 3; i++)
         memcpy(f->out[i], f->in[i < op->nargs ? i : 0], sizeof f->out[i]);
+    if (op->kind == OP_ATTENTION_GRAD && op->nres == 4) /* the bias's gradient: a partial sum over */
+        memcpy(f->out[3], f->in[ir_attention_arg(op, 3)], sizeof f->out[3]); /* the batch's axes */
     if (op->kind == OP_ATTENTION_GRAD)
         f->lin = 1u << 3;
 }

@@ -404,16 +404,27 @@ static void run_rope(Interp *in, const Op *op)
     }
 }
 
-/* Whether query i of row b sees key j: causal, the window, the mask (the
- * operand after the first nq; Sk keys a row). */
-static int sees(Interp *in, const Op *op, int nq, int64_t Sk, int64_t b, int64_t i, int64_t j)
+/* Whether query i of row b sees key j: causal, the window, the mask (Sk
+ * keys a row). */
+static int sees(Interp *in, const Op *op, int64_t Sk, int64_t b, int64_t i, int64_t j)
 {
     int64_t w = ir_op_attr_int(op, "window", 0);
+    int m = ir_attention_arg(op, 2);
     if (ir_op_attr_int(op, "causal", 0) && j > i)
         return 0;
     if (w > 0 && (i - j >= w || j - i >= w))
         return 0;
-    return op->nargs <= nq || ARG(nq)[b * Sk + j] != 0;
+    return m < 0 || ARG(m)[b * Sk + j] != 0;
+}
+
+/* The score bias of head h, query i, key j (the bias [H or 1, S, Sk]); 0 without one. */
+static double score_bias(Interp *in, const Op *op, int64_t h, int64_t i, int64_t j)
+{
+    int a = ir_attention_arg(op, 3);
+    if (a < 0)
+        return 0;
+    const Value *b = op->args[a];
+    return ARG(a)[((b->shape[0] == 1 ? 0 : h) * b->shape[1] + i) * b->shape[2] + j];
 }
 
 /* ALiBi's slope of head g of n: 2^(-8 (g + 1) / p) for the first p (the
@@ -442,7 +453,7 @@ static double softcap(const Op *op, double s)
  * that sees none gives 0); query head h reads kv head h / (H/KV); the keys
  * and values have Sk positions (S but in cross-attention), the values a
  * head size Dv of their own (Dh but in latent attention). The scores:
- * scaled, soft-capped, then ALiBi's bias. */
+ * scaled, soft-capped, then ALiBi's bias and the score bias added. */
 static void run_attention(Interp *in, const Op *op)
 {
     const Value *q = op->args[0], *k = op->args[1];
@@ -463,8 +474,8 @@ static void run_attention(Interp *in, const Op *op)
                     p[j] = 0;
                     for (int64_t d = 0; d < Dh; d++)
                         p[j] += qi[d] * kj[d] * scale;
-                    p[j] = softcap(op, p[j]) + alibi_bias(op, h, i, j);
-                    if (!sees(in, op, 3, Sk, b, i, j))
+                    p[j] = softcap(op, p[j]) + alibi_bias(op, h, i, j) + score_bias(in, op, h, i, j);
+                    if (!sees(in, op, Sk, b, i, j))
                         p[j] = -INFINITY;
                     m = fmax(m, p[j]);
                 }
@@ -668,8 +679,11 @@ static void run_embed_grad(Interp *in, const Op *op)
 }
 
 /* Recompute the attention probabilities row by row, then push dout back
- * (dout and the values over Dv, the scores' products over Dh); the soft cap's derivative 1 - tanh(s / c)^2 = 1 - (capped / c)^2 (kept in
- * dc) scales each score's gradient. */
+ * (dout and the values over Dv, the scores' products over Dh); the soft
+ * cap's derivative 1 - tanh(s / c)^2 = 1 - (capped / c)^2 (kept in dc)
+ * scales each score's gradient. The bias's gradient (a fourth result) is
+ * the biased score's, p (dp - dot), summed over the batch (and the heads
+ * for a bias of one head). */
 static void run_attention_grad(Interp *in, const Op *op)
 {
     const Value *q = op->args[0], *k = op->args[1];
@@ -680,7 +694,8 @@ static void run_attention_grad(Interp *in, const Op *op)
     int causal = (int)ir_op_attr_int(op, "causal", 0);
     double scale = ir_op_attr_float(op, "scale", 1 / sqrt((double)Dh)), *p = malloc(sizeof(double) * (size_t)(3 * Sk));
     double *dp = p + Sk, *dc = p + 2 * Sk, cap = ir_op_attr_float(op, "softcap", 0);
-    for (int i = 0; i < 3; i++)
+    const Value *bias = op->nres == 4 ? op->args[ir_attention_arg(op, 3)] : NULL;
+    for (int i = 0; i < op->nres; i++)
         memset(RES(i), 0, sizeof(double) * (size_t)interp_numel(op->res[i]));
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
@@ -694,8 +709,8 @@ static void run_attention_grad(Interp *in, const Op *op)
                         p[j] += ARG(0)[qo + d] * ARG(1)[(b * Sk + j) * kc + kh * Dh + d] * scale;
                     p[j] = softcap(op, p[j]);
                     dc[j] = cap > 0 ? 1 - (p[j] / cap) * (p[j] / cap) : 1;
-                    p[j] += alibi_bias(op, h, i, j);
-                    if (!sees(in, op, 4, Sk, b, i, j))
+                    p[j] += alibi_bias(op, h, i, j) + score_bias(in, op, h, i, j);
+                    if (!sees(in, op, Sk, b, i, j))
                         p[j] = -INFINITY;
                     m = fmax(m, p[j]);
                 }
@@ -716,6 +731,8 @@ static void run_attention_grad(Interp *in, const Op *op)
                 for (int64_t j = 0; j <= last; j++) {
                     int64_t ko = (b * Sk + j) * kc + kh * Dh;
                     double ds = p[j] * (dp[j] - dot) * dc[j] * scale;
+                    if (bias) /* the bias's gradient: the score's, before the cap and the scale */
+                        RES(3)[((bias->shape[0] == 1 ? 0 : h) * S + i) * Sk + j] += p[j] * (dp[j] - dot);
                     for (int64_t d = 0; d < Dh; d++) {
                         RES(0)[qo + d] += ds * ARG(1)[ko + d];
                         RES(1)[ko + d] += ds * ARG(0)[qo + d];

@@ -238,6 +238,28 @@
     "loss = loss + sum(sum(sum(attention(q, k1, v1, heads = 3, kv_heads = 1) * r1)))\n" \
     "loss = loss + sum(sum(sum(attention(q2, k, v2, heads = 3, mask = mi > 0.0, softcap = 2.0) * r2)))\n"
 
+/* attention's score bias (T5's relative position bias): a learned bias per
+ * head [3, 70, 70] added after a soft cap, causal over two key tiles; one
+ * bias for all heads [1, 20, 70] over cross-attention with one shared kv
+ * head under a key mask; a bias that is an input (no gradient) beside
+ * ALiBi and a window. */
+#define PROG_ATTENTION_BIAS \
+    "input r : f32[2, 70, 12]\n" \
+    "input r2 : f32[2, 20, 12]\n" \
+    "input mi : f32[2, 70]\n" \
+    "input bi : f32[3, 70, 70]\n" \
+    "param q : f32[2, 70, 12] = normal(1)\n" \
+    "param k : f32[2, 70, 12] = normal(1)\n" \
+    "param v : f32[2, 70, 12] = normal(1)\n" \
+    "param q2 : f32[2, 20, 12] = normal(1)\n" \
+    "param k1 : f32[2, 70, 4] = normal(1)\n" \
+    "param v1 : f32[2, 70, 4] = normal(1)\n" \
+    "param bh : f32[3, 70, 70] = normal(1)\n" \
+    "param b1 : f32[1, 20, 70] = normal(1)\n" \
+    "loss = sum(sum(sum(attention(q, k, v, heads = 3, causal, softcap = 2.0, bias = bh) * r)))\n" \
+    "loss = loss + sum(sum(sum(attention(q2, k1, v1, heads = 3, kv_heads = 1, mask = mi > 0.0, bias = b1) * r2)))\n" \
+    "loss = loss + sum(sum(sum(attention(q, k, v, heads = 3, alibi, window = 20, bias = bi) * r)))\n"
+
 /* ALiBi (issue 19): 3 heads (the slopes of the largest power of 2 below,
  * then one of the odd sequence), causal and bidirectional with a window,
  * over S = 70: two key tiles of 64. */

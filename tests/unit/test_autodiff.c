@@ -108,6 +108,7 @@ Test(autodiff, attention_scale) { check_grads(PROG_ATTENTION_SCALE, 5, 40, NULL,
 Test(autodiff, attention_softcap) { check_grads(PROG_ATTENTION_SOFTCAP, 5, 40, NULL, NULL); }
 Test(autodiff, cross_attention) { check_grads(PROG_CROSS_ATTENTION, 5, 40, NULL, NULL); }
 Test(autodiff, attention_vdim) { check_grads(PROG_ATTENTION_VDIM, 5, 40, NULL, NULL); }
+Test(autodiff, attention_bias) { check_grads(PROG_ATTENTION_BIAS, 5, 40, NULL, NULL); }
 
 GRAD_TEST(matmul_shared_and_batched, PROG_MATMUL_SHARED_AND_BATCHED)
 

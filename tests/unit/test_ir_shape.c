@@ -481,6 +481,29 @@ Test(shape, attention_operand_errors)
            "error: 'attention' needs a float operand, got i32");
 }
 
+/* the score bias (T5): [H, S, Sk] or [1, S, Sk], any float type, one at most */
+Test(shape, attention_bias)
+{
+    EXPECT(ai(OPN(OP_ATTENTION, in("f32[2,7,12]"), in("f32[2,5,12]"), in("f32[2,5,12]"),
+                  in("f32[4,7,5]")), "heads", 4),
+           "f32[2,7,12]");
+    EXPECT(ai(OPN(OP_ATTENTION, in("bf16[2,7,12]"), in("bf16[2,7,12]"), in("bf16[2,7,12]"),
+                  in("f32[2,7]"), in("f32[1,7,7]")), "heads", 4),
+           "bf16[2,7,12]");
+    EXPECT(ai(OPN(OP_ATTENTION, in("f32[2,7,12]"), in("f32[2,5,12]"), in("f32[2,5,12]"),
+                  in("f32[4,5,7]")), "heads", 4),
+           "error: attention bias must be [H, S, Sk] = [4, 7, 5] or [1, 7, 5] (float), got f32[4,5,7]");
+    EXPECT(ai(OPN(OP_ATTENTION, in("f32[2,7,12]"), in("f32[2,7,12]"), in("f32[2,7,12]"),
+                  in("f32[2,7,7]")), "heads", 4),
+           "error: attention bias must be [H, S, S] = [4, 7, 7] or [1, 7, 7] (float), got f32[2,7,7]");
+    EXPECT(ai(OPN(OP_ATTENTION, in("f32[2,7,12]"), in("f32[2,7,12]"), in("f32[2,7,12]"),
+                  in("i32[4,7,7]")), "heads", 4),
+           "error: attention bias must be [H, S, S] = [4, 7, 7] or [1, 7, 7] (float), got i32[4,7,7]");
+    EXPECT(ai(OPN(OP_ATTENTION, in("f32[2,7,12]"), in("f32[2,7,12]"), in("f32[2,7,12]"),
+                  in("f32[4,7,7]"), in("f32[1,7,7]")), "heads", 4),
+           "error: attention bias must be [H, S, S] = [4, 7, 7] or [1, 7, 7] (float), got f32[1,7,7]");
+}
+
 Test(shape, cross_entropy_is_a_scalar)
 {
     EXPECT(OPN(OP_CROSS_ENTROPY, in("f32[3,7,50]"), in("i32[3,7]")), "f32[]");
