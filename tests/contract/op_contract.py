@@ -131,11 +131,17 @@ def recipes(g):
     cross = [P([a, S, D]), P([a, Sk, 2]), P([a, Sk, 2]), P([a, Sk])]
     # and values of a head size of their own (latent attention): Dv 3, Dqk 2
     vdim = [P([a, S, D]), P([a, S, D]), P([a, S, 6])]
+    # and a score bias per head (its heads split as q's), one for all heads over cross-attention
+    bias = [P([a, S, D]), P([a, S, D]), P([a, S, D]), P([2, S, S])]
+    bias1 = [P([a, S, D]), P([a, Sk, 2]), P([a, Sk, 2]), P([1, S, Sk])]
     r["attention"] = [(gqa, "attention({0}, {1}, {2}, heads = 2, kv_heads = 1, causal = true)",
                        [[a, S, D]]),
                       (cross, "attention({0}, {1}, {2}, heads = 2, kv_heads = 1, mask = {3} > 0.0)",
                        [[a, S, D]]),
-                      (vdim, "attention({0}, {1}, {2}, heads = 2)", [[a, S, 6]])]
+                      (vdim, "attention({0}, {1}, {2}, heads = 2)", [[a, S, 6]]),
+                      (bias, "attention({0}, {1}, {2}, heads = 2, causal = true, bias = {3})", [[a, S, D]]),
+                      (bias1, "attention({0}, {1}, {2}, heads = 2, kv_heads = 1, bias = {3})",
+                       [[a, S, D]])]
     r["cross_entropy"] = [([P([a, b, V]), P([a, b], "i")], "cross_entropy({0}, {1})", [[]])]
     r["reshape"] = [(x3, "reshape({0}, [%d, %d])" % (a, b * c), [[a, b * c]]),
                     (x3, "reshape({0}, [%d, %d])" % (a * b, c), [[a * b, c]])]
