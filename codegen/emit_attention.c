@@ -2,15 +2,15 @@
  * kernels. Reads one Kernel of pattern attention or attention backward;
  * writes its body and says how it is launched. Key idea: templates whose
  * $NAME words are filled per language, type and options (causal, window,
- * mask, ALiBi, grouped heads, the scores' soft cap), so one text serves
- * both languages.
+ * mask, ALiBi, grouped heads, the scores' soft cap, a score bias), so one
+ * text serves both languages.
  *
  * Two algorithms:
  * - scalar: a block per (batch, head, 4 query rows), a warp per row, keys
  *   and values streamed through shared memory a tile at a time, with an
  *   online softmax. The backward recomputes each row's statistics, then per
- *   tile accumulates dq in registers and adds dk, dv into memory with atomics
- *   (the plan zeroes them before).
+ *   tile accumulates dq in registers and adds dk, dv (and a score bias's
+ *   gradient) into memory with atomics (the plan zeroes them before).
  * - tensor cores (bf16 q, k, v; a head size that is a multiple of 16, up to
  *   128): the same blocks of rows and tiles of keys, every product a
  *   warp's mma m16n8k16 (bf16 operands, f32 accumulators). See mma_* below.
@@ -142,7 +142,7 @@ static const char *att_common =
     "            $T dot = 0;\n"
     "            for (int d = 0; d < DH; d++)\n"
     "                dot += Qs[w][d] * Ks[lane][d];\n"
-    "            s = $CAPLdot * scale$CAPR$ALIBI;\n"
+    "            s = $CAPLdot * scale$CAPR$ALIBI$BIAS;\n"
     "        }\n"
     "        const $T nm = $FMAX(m, $RMAX(s));\n"
     "        const $T p = s == -$INF ? 0 : $EXP(s - nm), corr = m == -$INF ? 0 : $EXP(m - nm);\n"
@@ -183,8 +183,9 @@ static const char *att_bwd_tail =
     "            $T s = 0, dp = 0;\n"
     "$SDP"
     "$CAPT"
-    "            p = $EXP($SCORE$ALIBI - lse);\n"
+    "            p = $EXP($SCORE$ALIBI$BIAS - lse);\n"
     "            ds = p * (dp - dot_o)$DCAP * scale;\n"
+    "$DBIAS"
     "        }\n"
     "        Ps[w][lane] = p;\n"
     "        Red[w][lane] = ds;\n"
@@ -319,7 +320,8 @@ static const char *mask_seen(const At *g, Arena *a, int m)
  * Tiles of KT keys and values come through shared memory as raw bf16, rows
  * padded by 8 to spread the banks. The backward's block recomputes its rows'
  * statistics (the forward above), then per tile of keys: s and dp = do v^T
- * (mma), p and ds = p (dp - D) scale, dq += ds k (mma, registers); p and ds go
+ * (mma), p and ds = p (dp - D) scale (p (dp - D) added into a score bias's
+ * gradient, where one takes it), dq += ds k (mma, registers); p and ds go
  * to shared memory, where the block's warps take 16 keys each for dv = p^T
  * do and dk = ds^T q (mma over the block's rows) and add them into dk and dv
  * with atomics (the plan zeroes them before). The unnormalised exp(s - m)
@@ -371,7 +373,7 @@ static const char *mma_common =
     "                const tcc_i64 i = r0 + 8 * (e >> 1), j = j0 + nt * 8 + 2 * t + (e & 1);\n"
     "                float v = -TCC_INF_F;\n"
     "                if (i < S && j < $KS && $SEEN)\n"
-    "                    v = $CAPLs[nt][e] * scale$CAPR$ALIBI;\n"
+    "                    v = $CAPLs[nt][e] * scale$CAPR$ALIBI$BIAS;\n"
     "                s[nt][e] = v;\n"
     "                mx[e >> 1] = $FMAX(mx[e >> 1], v);\n"
     "            }\n"
@@ -504,8 +506,9 @@ static const char *mma_bwd_tail =
     "                float p = 0, ds = 0;\n"
     "                if (i < S && j < $KS && $SEEN) {\n"
     "$CAPT"
-    "                    p = TCC_BF($EXP($SCORE$ALIBI - m[e >> 1])) / l[e >> 1];\n"
+    "                    p = TCC_BF($EXP($SCORE$ALIBI$BIAS - m[e >> 1])) / l[e >> 1];\n"
     "                    ds = p * (dp[nt][e] - dsum[e >> 1])$DCAP * scale;\n"
+    "$DBIAS"
     "                }\n"
     "                const int row = w * 16 + g + 8 * (e >> 1), col = nt * 8 + 2 * t + (e & 1);\n"
     "                Pd[0][row][col] = tcc_f2bf(p);\n"
@@ -625,6 +628,31 @@ static void softcap_subs(At *g, Arena *a, int nw, Sub *subs)
     subs[5] = (Sub){"DCAP", on ? " * (1 - tc * tc)" : ""};
 }
 
+/* The score bias's words (KAttention.bias, dbias; "" without one): BIAS adds
+ * row i's bias of key j (bias [bias_heads][S][KS]: head h's row, or the one
+ * head's) to the score after ALiBi's, through the bias's widening load;
+ * DBIAS, in the backward where the bias takes a gradient, adds the biased
+ * score's gradient p (dp - D) (before the cap's derivative and the scale,
+ * which belong to the score before the bias) into the gradient at the same
+ * place. Every batch row's block (and every head's, for one bias of all
+ * heads) meets there: an atomic add, as dk's and dv's, into a gradient the
+ * plan zeroes before. Both sit inside the test of a seen key of a live row,
+ * so no index falls outside. */
+static void bias_subs(At *g, Arena *a, int nw, Sub *subs)
+{
+    const KAttention *at = &g->k->attn;
+    const char *row = at->bias_heads == 1 ? "i" : "(h * S + i)";
+    subs[0] = (Sub){"BIAS", ""};
+    subs[1] = (Sub){"DBIAS", ""};
+    if (at->bias > 0)
+        subs[0].val =
+            arena_printf(a, " + %s(a%d[%s * $KS + j])", ld_of(g, a, at->bias), at->bias, row);
+    if (at->dbias > 0)
+        subs[1].val = arena_printf(a, "%*s%s(&a%d[%s * $KS + j], p * (%s - %s));\n", nw ? 20 : 12,
+                                   "", atomic_of(g, at->dbias), at->dbias, row,
+                                   nw ? "dp[nt][e]" : "dp", nw ? "dsum[e >> 1]" : "dot_o");
+}
+
 /* tmpl filled three times over: "$DOSLOAD", "$TILE", "$SCORES" and the
  * values' words bring words of their own, and "$TILE" brings "$VLOAD". */
 static void fill_deep(At *g, const char *tmpl, const Sub *subs, int nsubs)
@@ -717,10 +745,12 @@ static void attention_body(At *g, Arena *a, int nw, int kt)
         {"LD3", ld_of(g, a, 3)},
         {"TILE", nw ? mma_tile_load : att_tile_load},
         {0}, {0}, {0}, {0}, {0}, {0}, /* softcap_subs */
+        {0}, {0}, /* bias_subs */
         {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}, /* vdim_subs */
     };
     int nsubs = (int)(sizeof subs / sizeof subs[0]);
-    softcap_subs(g, a, nw, subs + nsubs - 16);
+    softcap_subs(g, a, nw, subs + nsubs - 18);
+    bias_subs(g, a, nw, subs + nsubs - 12);
     vdim_subs(g, a, subs + nsubs - 10);
     for (int part = 0; part < 2; part++)
         fill_deep(g, nw ? (part ? (bwd ? mma_bwd_tail : mma_fwd_tail) : mma_common)
