@@ -261,6 +261,38 @@ bad:;
     return NULL;
 }
 
+/* A tensor keyword argument val, given at `at` (attention's mask and bias), into extra[*n],
+ * its keyword's name into kws[*n]; -1 with an error when given twice or not
+ * a tensor of the keyword's rank (the kernels tell the mask, [B, Sk], and
+ * the bias, [H or 1, S, Sk], apart by it). */
+static int tensor_kwarg(Lower *L, const OpSpec *s, const KwSpec *kw, Loc at, Expr *val, Value **extra,
+                        const char **kws, int *n)
+{
+    Val v = fe_eval(L, val);
+    int twice = 0, rank = strcmp(kw->name, "bias") ? 2 : 3;
+    for (int j = 0; j < *n; j++)
+        twice |= strcmp(kws[j], kw->name) == 0;
+    if (v.k == V_ERR)
+        return -1;
+    if (twice || *n == 2) {
+        fe_err(L, at, "argument '%s' of '%s' given twice", kw->name, s->name);
+        return -1;
+    }
+    if (v.k != V_TENSOR) {
+        fe_err(L, val->loc, "'%s' of '%s' must be a tensor, got %s", kw->name, s->name,
+               fe_kind_name(v.k));
+        return -1;
+    }
+    if (v.t->rank != rank) {
+        fe_err(L, val->loc, "'%s' of '%s' must have rank %d (%s), got %s", kw->name, s->name, rank,
+               rank == 2 ? "[B, Sk]" : "[H or 1, S, Sk]", fe_type_str(L, v.t));
+        return -1;
+    }
+    kws[*n] = kw->name;
+    extra[(*n)++] = v.t;
+    return 0;
+}
+
 /* Sort the call's arguments into tensor operands and attrs, then emit. */
 static Val call_op(Lower *L, const OpSpec *s, Expr *e)
 {
@@ -326,29 +358,7 @@ static Val call_op(Lower *L, const OpSpec *s, Expr *e)
                 bad = 1;
             }
         if (kw->kind == K_TENSOR) {
-            Val v = fe_eval(L, val);
-            int twice = 0;
-            for (int j = 0; j < nextra; j++)
-                twice |= strcmp(extra_kw[j], kw->name) == 0;
-            if (twice || nextra == 2) {
-                fe_err(L, a->loc, "argument '%s' of '%s' given twice", kw->name, s->name);
-                bad = 1;
-            } else if (v.k == V_TENSOR && v.t->rank != (strcmp(kw->name, "bias") ? 2 : 3)) {
-                /* the kernels tell the mask and the bias apart by their rank */
-                fe_err(L, val->loc, "'%s' of '%s' must have rank %d (%s), got %s", kw->name, s->name,
-                       strcmp(kw->name, "bias") ? 2 : 3,
-                       strcmp(kw->name, "bias") ? "[B, Sk]" : "[H or 1, S, Sk]", fe_type_str(L, v.t));
-                bad = 1;
-            } else if (v.k == V_TENSOR) {
-                extra_kw[nextra] = kw->name;
-                extra[nextra++] = v.t;
-            } else if (v.k != V_ERR) {
-                fe_err(L, val->loc, "'%s' of '%s' must be a tensor, got %s", kw->name, s->name,
-                       fe_kind_name(v.k));
-                bad = 1;
-            } else {
-                bad = 1;
-            }
+            bad |= tensor_kwarg(L, s, kw, a->loc, val, extra, extra_kw, &nextra) != 0;
             continue;
         }
         Attr *at = na < 8 ? kw_attr(L, s, kw, val) : NULL;

@@ -560,12 +560,11 @@ static int cross_refusals(Infer *in, int64_t window)
 static int infer_attention(Infer *in)
 {
     const Value *q = arg(in, 0), *k = arg(in, 1);
-    int64_t h, kv;
+    int64_t h, kv, window;
     if (attention_operands(in) != 0)
         return -1;
     if (!ir_op_attr(in->op, "heads"))
         return fail(in, "'attention' needs attr 'heads'");
-    int64_t window;
     if (attr_int(in, "heads", 1, &h) || attr_int(in, "kv_heads", h, &kv) ||
         attr_bool(in, "causal") || attr_int(in, "window", 0, &window))
         return -1;
@@ -596,9 +595,8 @@ static int infer_attention(Infer *in)
             int64_t hb = m->shape[0];
             if ((hb != 1 && hb != h) || m->shape[1] != q->shape[1] || m->shape[2] != sk ||
                 !ir_dtype_is_float(m->dtype) || biases++)
-                return fail(in, "attention bias must be [H, S, %s] = [%lld, %lld, %lld] or [1, %lld, %lld] "
-                                "(float), got %s",
-                            sk == q->shape[1] ? "S" : "Sk", (long long)h, (long long)q->shape[1],
+                return fail(in, "attention bias must be [H, S, %s] = [%lld, %lld, %lld] or [1, %lld, %lld] (float), "
+                            "got %s", sk == q->shape[1] ? "S" : "Sk", (long long)h, (long long)q->shape[1],
                             (long long)sk, (long long)q->shape[1], (long long)sk, ts(m).s);
             continue;
         }
@@ -1186,24 +1184,14 @@ int ir_infer_result(const Op *op, int i, DType *dt, int *rank, int64_t *shape, c
         *dt = DT_I32;
         return 0;
     }
-    int row = op->kind == OP_LAYERNORM_GRAD  ? 0
-              : op->kind == OP_RMSNORM_GRAD  ? 1
-              : op->kind == OP_ATTENTION_GRAD ? 2
-              : op->kind == OP_SGD            ? 3
-              : op->kind == OP_ADAMW          ? 4
-                                              : -1;
-    if (row == 2 && i == 3 && ir_attention_arg(op, 3) >= 0) { /* the bias's gradient */
-        const Value *b = op->args[ir_attention_arg(op, 3)];
-        *dt = b->dtype == DT_BF16 ? DT_F32 : b->dtype;
-        *rank = 3;
-        memcpy(shape, b->shape, sizeof(int64_t) * 3);
-        return 0;
-    }
-    if (row < 0 || i < 0 || i >= 3 || mirror[row][i] < 0) {
+    int row = op->kind == OP_LAYERNORM_GRAD ? 0 : op->kind == OP_RMSNORM_GRAD ? 1
+              : op->kind == OP_ATTENTION_GRAD ? 2 : op->kind == OP_SGD ? 3 : op->kind == OP_ADAMW ? 4 : -1;
+    int bias = row == 2 && i == 3 ? ir_attention_arg(op, 3) : -1; /* the bias's gradient */
+    if (bias < 0 && (row < 0 || i < 0 || i >= 3 || mirror[row][i] < 0)) {
         Infer in = {.op = op, .name = ir_ops[op->kind].name, .err = err, .errlen = errlen};
         return fail(&in, "'%s' has no result %d", in.name, i);
     }
-    const Value *v = op->args[mirror[row][i]];
+    const Value *v = op->args[bias >= 0 ? bias : mirror[row][i]];
     *dt = row == 2 && v->dtype == DT_BF16 ? DT_F32 : v->dtype;
     *rank = v->rank;
     memcpy(shape, v->shape, sizeof(int64_t) * (size_t)v->rank);
