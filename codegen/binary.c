@@ -120,12 +120,13 @@ int cg_write_program(Ctx *c, Plan *p, const char *out, int print_commands, int p
         return -1;
     }
     const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+    const char *extra = getenv("TCC_KERNEL_CFLAGS"); /* after -O3, as the runtime's builds */
     char *cmd = arena_printf(c->arena,
-                             "%s -O3%s -fno-math-errno -ffp-contract=off -fopenmp -o %s %s "
+                             "%s -O3%s -fno-math-errno -ffp-contract=off -fopenmp %s -o %s %s "
                              "%s/libtccrt.a -lopenblas -lcjson -ldl -lm "
                              TCC_MPI_LIBS " -pthread " TCC_CUDA_LIBS,
-                             cc, portable ? "" : " -march=native", quoted(c->arena, out),
-                             quoted(c->arena, src), libdir());
+                             cc, portable ? "" : " -march=native", extra ? extra : "",
+                             quoted(c->arena, out), quoted(c->arena, src), libdir());
     if (print_commands)
         fprintf(stderr, "%s\n", cmd);
     int status = system(cmd);

@@ -140,21 +140,37 @@ static void first_error(const char *log, char *out, size_t size)
  * same bits as the float64-checked kernels and as codegen/binary.c's build. */
 static const char *const cc_flags[] = {"-O3", "-march=native", "-fno-math-errno",
                                        "-ffp-contract=off", "-std=c99", "-fopenmp",
-                                       "-fPIC", "-shared", "-o"};
+                                       "-fPIC", "-shared"};
 
-/* argv of: $CC FLAGS SO SRC -lm. words holds $CC's copy. */
-static int cc_argv(char *words, char **argv, const char *so, const char *src)
+/* $TCC_KERNEL_CFLAGS: words added after those flags (so "-O1" overrides
+ * -O3: the test suites build their kernels so, faster, with the same bits,
+ * as neither flag lets the compiler reassociate or contract). "" when unset. */
+static const char *extra_flags(void)
 {
-    const char *const *flags = cc_flags;
-    int argc = 0;
+    const char *e = getenv("TCC_KERNEL_CFLAGS");
+    return e ? e : "";
+}
+
+/* Split text's copy in words (at most max) into argv from argc; the new argc. */
+static int split_words(char *words, char **argv, int argc, int max)
+{
     char *save = NULL;
-    for (char *w = strtok_r(words, " \t", &save); w && argc < MAX_CC_WORDS;
-         w = strtok_r(NULL, " \t", &save))
+    for (char *w = strtok_r(words, " \t", &save); w && argc < max; w = strtok_r(NULL, " \t", &save))
         argv[argc++] = w;
+    return argc;
+}
+
+/* argv of: $CC FLAGS $TCC_KERNEL_CFLAGS -o SO SRC -lm. words holds $CC's copy, extra
+ * $TCC_KERNEL_CFLAGS's. */
+static int cc_argv(char *words, char *extra, char **argv, const char *so, const char *src)
+{
+    int argc = split_words(words, argv, 0, MAX_CC_WORDS);
     if (!argc)
         argv[argc++] = "cc";
     for (size_t i = 0; i < sizeof cc_flags / sizeof cc_flags[0]; i++)
-        argv[argc++] = (char *)flags[i];
+        argv[argc++] = (char *)cc_flags[i];
+    argc = split_words(extra, argv, argc, argc + MAX_CC_WORDS);
+    argv[argc++] = "-o";
     argv[argc++] = (char *)so;
     argv[argc++] = (char *)src;
     argv[argc++] = "-lm";
@@ -165,13 +181,14 @@ static int cc_argv(char *words, char **argv, const char *so, const char *src)
 /* Run the compiler with its output into log; 0 when it exits with 0. */
 static int run_cc(const char *so, const char *src, const char *log, char *err, size_t n)
 {
-    char words[1024], *argv[MAX_CC_WORDS + 16], msg[400];
+    char words[1024], extra[1024], *argv[2 * MAX_CC_WORDS + 16], msg[400];
     const char *cc = getenv("CC");
     posix_spawn_file_actions_t fa;
     pid_t pid;
     int status, rc;
     snprintf(words, sizeof words, "%s", cc && *cc ? cc : "cc");
-    cc_argv(words, argv, so, src);
+    snprintf(extra, sizeof extra, "%s", extra_flags());
+    cc_argv(words, extra, argv, so, src);
     if ((rc = posix_spawn_file_actions_init(&fa)))
         return plan_errorf(err, n, "posix_spawn_file_actions_init: %s", strerror(rc));
     rc = posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -278,7 +295,7 @@ static uint64_t build_id(void)
         fclose(f);
     for (size_t i = 0; i < sizeof cc_flags / sizeof cc_flags[0]; i++)
         h = h * 31 + fnv1a(cc_flags[i]);
-    return h;
+    return h * 31 + fnv1a(extra_flags()); /* a kernel built at -O1 is not one built at -O3 */
 }
 
 /* dlopen the cached object, building it first when it is absent or broken. */

@@ -60,6 +60,8 @@ def sanitizer_env():
     env['ASAN_OPTIONS'] = 'detect_leaks=1'
     env['UBSAN_OPTIONS'] = 'print_stacktrace=1'
     env['PATH'] = '/usr/lib/llvm-14/bin' + os.pathsep + env.get('PATH', '')  # llvm-symbolizer
+    # the kernels the unit tests build: at -O1, faster to compile, the same bits (as lit.cfg.py)
+    env.setdefault('TCC_KERNEL_CFLAGS', '-O1')
     return env
 
 
