@@ -62,6 +62,8 @@ def sanitizer_env():
     env['PATH'] = '/usr/lib/llvm-14/bin' + os.pathsep + env.get('PATH', '')  # llvm-symbolizer
     # the kernels the unit tests build: at -O1, faster to compile, the same bits (as lit.cfg.py)
     env.setdefault('TCC_KERNEL_CFLAGS', '-O1')
+    # OpenMP's idle threads sleep instead of spinning against the other tests' (as lit.cfg.py)
+    env.setdefault('GOMP_SPINCOUNT', '0')
     return env
 
 
