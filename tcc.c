@@ -52,6 +52,8 @@ static void usage(FILE *f)
             "                        (a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200-sxm), or for\n"
             "                        this machine's CPU (cpu, the default of --emit=cost)\n"
             "  --device-memory SIZE  the budget instead of the GPU's memory (80GiB, 40GB, 512MiB)\n"
+            "  --memory-headroom SIZE  what a plan leaves free under the device's memory\n"
+            "                        (default 2GiB of a GPU's, 0 of --device-memory's)\n"
             "  --cluster NAME|FILE   the GPUs' servers and network for the cost model: dgx-a100,\n"
             "                        dgx-a100-40gb, h100-roce, h100-pcie-ib, h200-roce, or a file\n"
             "                        of KEY = VALUE lines (docs/cost.md); default: --gpu's server;\n"
@@ -178,7 +180,8 @@ static int calibrate_args(const Ctx *c, const Options *o)
 {
     int other = o->input || o->from_ir || o->emit || o->gpu || o->cluster || o->verify ||
                 o->dump_after || o->stop_after || o->zero >= 0 || o->sequence_parallel >= 0 ||
-                o->nroles || o->schedule || o->nsets || o->device_memory > 0 || o->print_commands ||
+                o->nroles || o->schedule || o->nsets || o->device_memory > 0 || o->has_headroom ||
+                o->print_commands ||
                 o->portable || o->mesh || c->defines.len || o->nwhy;
     if (other)
         return fail("%s", "--calibrate-cpu measures this machine and writes its CPU file: it "
@@ -250,6 +253,22 @@ static int resolve_cluster(Ctx *c, Options *o)
     return 0;
 }
 
+/* --memory-headroom is taken from a device's memory: it needs one (--gpu,
+ * --cluster or --device-memory) and must leave some of it. */
+static int check_headroom(const Options *o)
+{
+    char v[32];
+    if (!o->has_headroom)
+        return 0;
+    snprintf(v, sizeof v, "%.0f", o->memory_headroom);
+    if (pl_memory_of(o) <= 0)
+        return fail("--memory-headroom=%s: no device memory to leave it in: give --gpu NAME, "
+                    "--cluster NAME or --device-memory SIZE", v);
+    if (o->memory_headroom >= pl_memory_of(o))
+        return fail("--memory-headroom=%s bytes: not under the device's memory", v);
+    return 0;
+}
+
 /* --plan=auto chooses the mesh and these settings: it needs the devices and
  * takes none of its choices from the command line. */
 static int check_plan_options(Ctx *c, const Options *o)
@@ -300,9 +319,9 @@ static int check_why_options(const Options *o)
                     o->stop_after);
     if (o->plan_auto)
         return fail("%s", "--why explains the mesh you give with --mesh: drop --plan=auto");
-    if (o->gpu || o->cluster || o->device_memory > 0)
-        return fail("%s", "--gpu, --cluster and --device-memory do not change a sharding: drop "
-                          "them with --why");
+    if (o->gpu || o->cluster || o->device_memory > 0 || o->has_headroom)
+        return fail("%s", "--gpu, --cluster, --device-memory and --memory-headroom do not change a "
+                          "sharding: drop them with --why");
     if (o->print_commands)
         return fail("%s", "--print-commands shows how an executable is built: --why builds none");
     return 0;
@@ -388,6 +407,10 @@ static int parse_device_arg(Options *o, int argc, char **argv, int *i)
         if (parse_size(v, &o->device_memory) != 0)
             return fail("--device-memory=%s: expected a size like 80GiB, 40GB, 512MiB or "
                         "bytes", v);
+    } else if ((v = opt_value(argc, argv, i, "--memory-headroom"))) {
+        o->has_headroom = 1;
+        if (strcmp(v, "0") && parse_size(v, &o->memory_headroom) != 0)
+            return fail("--memory-headroom=%s: expected a size like 2GiB, 512MiB, bytes or 0", v);
     } else if ((v = opt_value(argc, argv, i, "--set"))) {
         if (o->nsets >= MAX_SETS)
             return fail("at most %s --set options", "32"); /* MAX_SETS */
@@ -478,7 +501,7 @@ static int parse_args(Ctx *c, Options *o, int argc, char **argv)
     if (o->portable && (o->emit || o->verify || o->dump_after || o->stop_after || !o->out))
         return fail("%s", "--portable is how an executable is built (-o NAME, no --emit): a plan's "
                           "kernels are compiled where it runs, for that CPU");
-    if (resolve_cluster(c, o) != 0 || check_why_options(o) != 0)
+    if (resolve_cluster(c, o) != 0 || check_why_options(o) != 0 || check_headroom(o) != 0)
         return -1;
     return check_plan_options(c, o);
 }

@@ -43,6 +43,8 @@ typedef struct Options {
     double verify_tol;      /* --verify-tol=X, 0: 1e-9, or per value in native mode */
     const char *gpu;        /* --gpu NAME: a row of model/devices.c, or "cpu" */
     double device_memory;   /* --device-memory SIZE in bytes, 0 when absent */
+    double memory_headroom; /* --memory-headroom SIZE in bytes (has_headroom) */
+    int has_headroom;       /* else MEM_HEADROOM of a GPU's memory, none of --device-memory's */
     const char *sets[MAX_SETS]; /* --set KEY=VALUE: train settings */
     int nsets;
     int gpus;               /* --gpus N: the planner's device count, 0 when absent */

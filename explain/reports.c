@@ -88,7 +88,8 @@ int ex_emit_memory(Ctx *c, const Options *o, double budget)
     if (!f)
         return -1;
     if (json) {
-        char *text = mem_json(&mm, g->name, drv_on_gpu(o) ? o->gpu : "cpu", budget);
+        char *text = mem_json(&mm, g->name, drv_on_gpu(o) ? o->gpu : "cpu", budget,
+                              budget > 0 ? pl_headroom_of(o) : 0);
         fputs(text, f);
         fputc('\n', f);
         free(text);
@@ -97,7 +98,7 @@ int ex_emit_memory(Ctx *c, const Options *o, double budget)
         if (o->recompute_layers)
             pl_print_auto(f, o);
         fprintf(f, "the largest moment of each stage's step:\n");
-        mem_print(f, &mm, budget);
+        mem_print(f, &mm, budget, budget > 0 ? pl_headroom_of(o) : 0);
     }
     if (o->out && fclose(f) != 0) {
         fprintf(stderr, "tcc: error: writing '%s' failed\n", o->out);
@@ -155,8 +156,12 @@ int ex_emit_cost(Ctx *c, Options *o)
                     one.g->mesh.axes[i].size);
         fprintf(f, " (%.0f devices) on %s\n", cm.devices, device_text(c, o, &d));
         cost_print(f, &cm);
-        fprintf(f, "memory: peak %.2f GiB per device (stage %d) of %.2f GiB: %s\n", mm.peak / GIB,
-                mm.peak_stage, budget / GIB, mm.peak <= budget ? "fits" : "does not fit");
+        double room = pl_budget_of(o) > 0 ? pl_headroom_of(o) : 0; /* none in a CPU's share */
+        fprintf(f, "memory: peak %.2f GiB per device (stage %d) of %.2f GiB", mm.peak / GIB,
+                mm.peak_stage, (budget + room) / GIB);
+        if (room > 0)
+            fprintf(f, " less %.2f GiB of headroom", room / GIB);
+        fprintf(f, ": %s\n", mm.peak <= budget ? "fits" : "does not fit");
     }
     if (o->out && fclose(f) != 0) {
         fprintf(stderr, "tcc: error: writing '%s' failed\n", o->out);

@@ -30,7 +30,7 @@ static void print_top(FILE *f, const StageMemory *sm)
     }
 }
 
-void mem_print(FILE *f, const MemoryModel *mm, double budget)
+void mem_print(FILE *f, const MemoryModel *mm, double budget, double headroom)
 {
     for (int s = 0; s < mm->nstages; s++) {
         const StageMemory *sm = &mm->stage[s];
@@ -46,8 +46,12 @@ void mem_print(FILE *f, const MemoryModel *mm, double budget)
     }
     fprintf(f, "  device peak  %16.0f bytes %9.2f GiB (stage %d)", mm->peak, mm->peak / GIB,
             mm->peak_stage);
+    if (budget > 0 && headroom > 0)
+        fprintf(f, " of %.2f GiB with %.2f GiB of headroom", (budget + headroom) / GIB, headroom / GIB);
+    else if (budget > 0)
+        fprintf(f, " of %.2f GiB", budget / GIB);
     if (budget > 0)
-        fprintf(f, " of %.2f GiB: %s", budget / GIB, mm->peak <= budget ? "fits" : "does not fit");
+        fprintf(f, ": %s", mm->peak <= budget ? "fits" : "does not fit");
     fputc('\n', f);
 }
 
@@ -83,12 +87,14 @@ static cJSON *stage_json(const StageMemory *sm, int s)
     return o;
 }
 
-char *mem_json(const MemoryModel *mm, const char *model, const char *device, double budget)
+char *mem_json(const MemoryModel *mm, const char *model, const char *device, double budget,
+               double headroom)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "model", model ? model : "");
     cJSON_AddStringToObject(root, "device", device ? device : "cpu");
     cJSON_AddNumberToObject(root, "budget", budget);
+    cJSON_AddNumberToObject(root, "headroom", headroom);
     cJSON_AddNumberToObject(root, "microbatches", mm->microbatches);
     cJSON_AddStringToObject(root, "schedule", mm->schedule ? mm->schedule : "");
     cJSON *st = cJSON_AddArrayToObject(root, "stages");

@@ -128,6 +128,11 @@ typedef struct MemoryModel {
 /* Bytes the runtime reserves beside the slab on a CUDA device (docs/memory.md). */
 #define MEM_CUDA_CONTEXT (768.0 * 1048576.0) /* context, cuBLASLt handle, loaded kernels */
 #define MEM_NCCL (512.0 * 1048576.0)         /* NCCL's channel buffers */
+/* The margin a plan leaves under a GPU's memory by default (--memory-headroom):
+ * for what the model does not count (the allocator's rounding, libraries'
+ * allocations beyond the workspace and channel buffers above, the model's own
+ * error). Not measured yet on a device: docs/memory.md. */
+#define MEM_HEADROOM (2.0 * 1073741824.0)
 
 /* The memory of every stage of one step with the train block's microbatches
  * and schedule, from the plan p of ONE microbatch's step (the microbatch
@@ -152,11 +157,13 @@ char *mem_gradient_values(Arena *a, const Graph *l);
 /* 1 for a parameter, or a copy, cast or gather of one made for the step. */
 int mem_weight_value(const Value *v);
 
-/* The per-stage table of --emit=memory; budget 0: none. */
-void mem_print(FILE *f, const MemoryModel *mm, double budget);
+/* The per-stage table of --emit=memory; budget 0: none (what a plan may use:
+ * the device's memory less headroom). */
+void mem_print(FILE *f, const MemoryModel *mm, double budget, double headroom);
 /* The same as JSON (malloc'ed; free it): per stage the MC_* keys, peak, the
- * moment, the largest tensors; the device's peak. */
-char *mem_json(const MemoryModel *mm, const char *model, const char *device, double budget);
+ * moment, the largest tensors; the device's peak, the budget and headroom. */
+char *mem_json(const MemoryModel *mm, const char *model, const char *device, double budget,
+               double headroom);
 
 /* Stage s's program (its instructions of plan p, in order) cut into the
  * pieces of schedule sc, as the memory model cuts it: piece[i] of position i

@@ -248,7 +248,7 @@ static void explain(FILE *f, const PlanSpace *sp, const PlanChoice *all, int n, 
     fprintf(f, "  its step: compute %.1f%%, pipeline bubble %.1f%%, exposed data-parallel "
                "communication %.1f%%, optimizer %.1f%%\n",
             100 * w->compute_s / t, 100 * w->bubble_s / t, 100 * w->comm_s / t, 100 * w->opt_s / t);
-    fprintf(f, "  memory: %.2f of %.2f GiB per device (%.0f%% used)\n", w->peak / GIB,
+    fprintf(f, "  memory: %.2f of %.2f GiB per device (%.0f%% used)\n", w->peak / GIB, /* less headroom */
             sp->budget / GIB, 100 * w->peak / sp->budget);
     /* what binds: the faster candidates of any layout that do not fit */
     const PlanChoice *faster = NULL;
@@ -480,9 +480,12 @@ int pl_plan_auto(Ctx *c, Options *o)
     int nfit = 0;
     while (nfit < n && all[nfit].status == PLAN_FITS)
         nfit++;
-    fprintf(stderr, "plan: %d candidates for %d %s on %d devices in %.0f ms, %d fit %.2f GiB\n", n,
+    fprintf(stderr, "plan: %d candidates for %d %s on %d devices in %.0f ms, %d fit %.2f GiB", n,
             ms.layers, ms.layers == 1 ? "layer" : "layers", o->gpus, searched, nfit,
-            sp.budget / GIB);
+            pl_memory_of(o) / GIB);
+    if (pl_headroom_of(o) > 0)
+        fprintf(stderr, " less %.2f GiB of headroom", pl_headroom_of(o) / GIB);
+    fputc('\n', stderr);
     if (!nfit)
         return no_candidate(c, o, &ms, &sp, all, n);
     fprintf(stderr, "the five fastest predicted to fit:\n");
