@@ -1107,8 +1107,13 @@ static PlanWork attention_work(const Kernel *k)
     fwd.ops += cap * pairs, fwd.vops += cap * pairs, fwd.divs += cap > 0 ? pairs : 0;
     if (k->pattern == KP_ATTENTION)
         return fwd;
+    PlanWork first = fwd; /* the backward's first pass: each row's statistics */
     fwd.ops += 4 * pairs + 2 * tr, fwd.vops += pairs * (4 * dh + EXPF_OPS + 4 + 11 * dh) + 4 * dh * rows;
     fwd.ops += cap * pairs, fwd.vops += cap * pairs, fwd.divs += cap > 0 ? pairs : 0;
+    if (a->dbias > 0) { /* the bias's part: the first pass again, the scores' gradients, their adds */
+        fwd.ops += first.ops + 2 * pairs, fwd.chain += first.chain, fwd.divs += first.divs;
+        fwd.vops += first.vops + pairs * (4 * dh + EXPF_OPS + 4);
+    }
     return fwd;
 }
 

@@ -497,6 +497,19 @@ static const PlanWork *kernel_named(const Plan *p, const char *op)
     return NULL;
 }
 
+/* The work of the kernel named so that does the most (the attention kernel,
+ * not the ones that zero its sums before it). */
+static const PlanWork *largest_named(const Plan *p, const char *op)
+{
+    const PlanWork *best = NULL;
+    for (int i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].kind == PI_KERNEL && strstr(p->kernels[p->instrs[i].kernel].name, op) &&
+            (!best || p->instrs[i].work.vops > best->vops))
+            best = &p->instrs[i].work;
+    cr_assert_not_null(best, "no %s kernel", op);
+    return best;
+}
+
 /* The plan of src in c (its step with gradients and updates when train). */
 static void plan_of(Ctx *c, const char *src, int train, Plan *plan)
 {
@@ -538,6 +551,33 @@ Test(codegen, cpu_work_of_a_kernel_counts_its_rendering)
     cr_assert(att->vops >= pairs * (4 * 4 + 37), "the dot, the exp and the update as vectors: %g",
               att->vops);
     cr_assert_eq(att->divs, 4 * 2 * 2 * 64, "a row of the head divided by its sum");
+    ctx_free(c);
+}
+
+/* The backward of an attention whose bias takes a gradient runs a part of
+ * its own (NAME_bias: each row's statistics again, then the scores'
+ * gradients summed over the batch): priced at about one more forward than
+ * the backward of the same attention under a bias that takes none. */
+Test(codegen, attention_bias_gradient_is_priced)
+{
+    const char *src = "input bi : f32[2, 64, 64]\n"
+                      "param q : f32[2, 64, 8] = normal(1)\n"
+                      "param bh : f32[2, 64, 64] = normal(1)\n"
+                      "loss = sum(sum(sum(attention(q, q, q, heads = 2, causal, bias = BIAS))))\n";
+    Ctx *c = ctx_new(stderr);
+    Plan learned, fixed;
+    char text[512];
+    snprintf(text, sizeof text, "%s", src);
+    *strstr(text, "BIAS") = 0;
+    char *a = arena_printf(c->arena, "%sbh%s", text, strstr(src, "BIAS") + 4);
+    char *b = arena_printf(c->arena, "%sbi%s", text, strstr(src, "BIAS") + 4);
+    plan_of(c, a, 1, &learned);
+    plan_of(c, b, 1, &fixed);
+    const PlanWork *l = largest_named(&learned, "attention_grad"), *f = largest_named(&fixed, "attention_grad");
+    const PlanWork *fw = kernel_named(&fixed, "_attention"); /* the first: the forward */
+    cr_assert(l->vops >= f->vops + fw->vops, "the bias's part: %g >= %g + %g", l->vops, f->vops, fw->vops);
+    cr_assert(l->vops <= f->vops + 3 * fw->vops, "at most a few forwards more: %g", l->vops);
+    cr_assert_eq(l->chain, f->chain + fw->chain, "each row's sum once more");
     ctx_free(c);
 }
 
