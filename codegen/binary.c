@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The plan text as C string literals, one line each. */
@@ -99,9 +100,32 @@ static const char *quoted(Arena *a, const char *s)
     return q;
 }
 
+/* -o out can be written: its folder is one and takes files, and out is not a
+ * folder. Asked before the C compile, which would fail after minutes with the
+ * linker's words. */
+static int output_ok(Ctx *c, const char *out)
+{
+    struct stat st;
+    const char *slash = strrchr(out, '/');
+    char *folder = slash ? arena_printf(c->arena, "%.*s", (int)(slash - out), out) : ".";
+    if (!*folder)
+        folder = "/";
+    if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
+        diag_error(&c->diag, LOC_NONE, "-o %s: a folder; the program needs a file's name", out);
+    else if (stat(folder, &st) != 0 || !S_ISDIR(st.st_mode))
+        diag_error(&c->diag, LOC_NONE, "-o %s: no folder '%s' to write it in", out, folder);
+    else if (access(folder, W_OK | X_OK) != 0)
+        diag_error(&c->diag, LOC_NONE, "-o %s: the folder '%s' is not writable", out, folder);
+    else
+        return 0;
+    return -1;
+}
+
 int cg_write_program(Ctx *c, Plan *p, const char *out, int print_commands, int portable)
 {
     char err[512], dir[] = "/tmp/tcc-build-XXXXXX";
+    if (output_ok(c, out) != 0)
+        return -1;
     char *json = plan_to_json(p, err, sizeof err);
     if (!json) {
         diag_error(&c->diag, LOC_NONE, "%s", err);

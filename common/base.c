@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void tcc_bug(const char *file, int line, const char *fmt, ...)
 {
@@ -299,6 +300,11 @@ void ctx_free(Ctx *c)
 
 char *read_file(Arena *a, const char *path, size_t *len)
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { /* fopen opens one; reading it fails */
+        errno = EISDIR;
+        return NULL;
+    }
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
@@ -319,11 +325,11 @@ char *read_file(Arena *a, const char *path, size_t *len)
             free(buf);
         buf = nb;
     }
-    int err = ferror(f);
+    int err = ferror(f), saved = errno;
     fclose(f);
     if (err) {
         free(buf);
-        errno = EIO;
+        errno = saved ? saved : EIO;
         return NULL;
     }
     char *p = arena_strndup(a, buf, n);

@@ -19,6 +19,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <omp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -201,7 +202,7 @@ static int parse_one(Options *o, const char *a, const char *v, char *msg, size_t
     } else if (!strcmp(a, "--lr")) {
         char *end;
         o->lr = strtod(v, &end);
-        if (*end || end == v || !(o->lr > 0))
+        if (*end || end == v || !(o->lr > 0) || !isfinite(o->lr))
             return failf(msg, n, "--lr expects a positive number, got '%s'", v);
     } else {
         while (k < 8 && strcmp(a, names[k]))
@@ -259,6 +260,8 @@ static int parse_args(Options *o, int argc, char **argv, char *msg, size_t n)
         return failf(msg, n, "--resume needs --ckpt DIR");
     if (o->keep && !o->ckpt)
         return failf(msg, n, "--keep needs --ckpt DIR");
+    if (o->eval_every && !o->val)
+        return failf(msg, n, "--eval-every needs --val PATTERN: validation shards to evaluate on");
     return 0;
 }
 
@@ -436,6 +439,17 @@ static int fed(const Loop *L, int t)
     return yes;
 }
 
+/* A stream shorter than one global batch (rows x ranks x (S + 1) tokens)
+ * repeats within every batch: said once, by rank 0, as a warning. */
+static void short_stream(const Loop *L, const DataLoader *d, const char *what, int ranks)
+{
+    int64_t batch = L->rows * ranks * (L->seq + 1);
+    if (d && rt_data_tokens(d) < batch && L->rank == 0)
+        fprintf(stderr, "%s: warning: %s holds %lld tokens, fewer than one batch of %lld: every "
+                        "batch repeats them\n",
+                L->prog, what, (long long)rt_data_tokens(d), (long long)batch);
+}
+
 /* The loaders: this rank reads the rows of its data-parallel rank. */
 static int open_data(Loop *L)
 {
@@ -471,6 +485,8 @@ static int open_data(Loop *L)
         return fail(L, "%s", err);
     if (L->o->val && !(L->val = rt_data_open(L->o->val, t->limit, rank, ranks, err, sizeof err)))
         return fail(L, "%s", err);
+    short_stream(L, L->train, "--data", ranks);
+    short_stream(L, L->val, "--val", ranks);
     size_t n = (size_t)(L->rows * L->seq);
     L->in_buf = malloc(n * sizeof(int32_t));
     L->tgt_buf = malloc(n * sizeof(int32_t));
@@ -1002,6 +1018,8 @@ static int choose_device(Job *J, int mpi, char *msg, size_t n)
             snprintf(why, sizeof why, "a mesh on GPUs runs under mpirun");
         else if (gpus > 0)
             J->device = RT_CUDA;
+        else /* the driver's words stay for --device cuda, which fails with them */
+            snprintf(why, sizeof why, "no GPU");
         if (J->device == RT_CUDA)
             snprintf(J->device_note, sizeof J->device_note, "device cuda (auto)");
         else
