@@ -425,6 +425,12 @@ static int open_inputs(Loop *L)
         L->npy_bytes[k] = bytes;
         if (!(L->npy_buf[k] = malloc(bytes + 1)))
             return fail(L, "malloc: out of memory");
+        /* the inputs pair by example: files of unlike counts would pair wrongly, wrapping apart */
+        if (k > 0 && rt_npy_examples(L->npy[k]) != rt_npy_examples(L->npy[0]))
+            return fail(L, "--input: '%s' has %lld examples and '%s' %lld: the inputs pair example "
+                           "by example, so they need as many",
+                        name, (long long)rt_npy_examples(L->npy[k]), p->tensors[L->npy_t[0]].name,
+                        (long long)rt_npy_examples(L->npy[0]));
     }
     return 0;
 }
