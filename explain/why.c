@@ -206,13 +206,19 @@ static int layer_forms(const char *name, char *rest, char *joined, size_t n)
     return found;
 }
 
+/* 2: name is q; 1: q is name without its repeat's index (layer_forms), or
+ * its last dotted parts: a block's parameter as the TDL declares it ("w1"
+ * or "ffn.w1" of "layers.0.ffn.w1", "fc.w" of "enc.fc.w"); 0: neither. */
 static int name_matches(const char *name, const char *q)
 {
     char rest[512], joined[512];
+    size_t n = name ? strlen(name) : 0, k = strlen(q);
     if (!name)
         return 0;
     if (!strcmp(name, q))
         return 2;
+    if (k < n && name[n - k - 1] == '.' && !strcmp(name + n - k, q))
+        return 1;
     return layer_forms(name, rest, joined, sizeof rest) && (!strcmp(rest, q) || !strcmp(joined, q));
 }
 
