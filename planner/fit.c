@@ -210,14 +210,21 @@ void pl_refuse(Ctx *c, const Options *o, const TrainConfig *tc, const Graph *g, 
                   size_str(a, sizeof a, sm->top[i].bytes * sm->top[i].count),
                   sm->top[i].count > 1 ? " over the microbatches in flight" : "");
     Lever lv[24];
-    int n = levers(c, o, tc, g, lv);
-    for (int i = 0; i < n; i++) {
+    int n = levers(c, o, tc, g, lv), worse = 0;
+    for (int i = 0; i < n; i++) { /* the ones that lower the peak: a lever that raises it is no help */
         ProbeResult r;
         probe(c, &lv[i].o, &r);
-        if (r.ok)
+        if (r.ok && r.peak < sm->peak)
             diag_note(&c->diag, LOC_NONE, "%s: peak %s%s", lv[i].what, size_str(a, sizeof a, r.peak),
                       r.peak <= budget ? " (fits)" : "");
+        worse += r.ok && r.peak >= sm->peak;
     }
+    if (worse)
+        diag_note(&c->diag, LOC_NONE, "%d other lever%s tried would not lower the peak", worse,
+                  worse == 1 ? "" : "s");
+    if (!o->plan_auto)
+        diag_note(&c->diag, LOC_NONE, "--plan=auto --gpus N searches the meshes and settings of N "
+                                      "devices for the fastest plan that fits");
 }
 
 /* ---- recompute = auto ---- */
