@@ -105,6 +105,23 @@ static int comm_error(Ctx *c, const Graph *local, const Plan *p, int at, const c
     return -1;
 }
 
+int cg_check_launches(Ctx *c, const Graph *local, const Plan *p)
+{
+    for (int i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *in = &p->instrs[i];
+        const PlanKernel *k = in->kind == PI_KERNEL ? &p->kernels[in->kernel] : NULL;
+        if (!k || k->grid < INT64_C(1) << 31)
+            continue;
+        const Op *op = in->op > 0 && in->op <= local->ops.len ? local->ops.data[in->op - 1] : NULL;
+        diag_error(&c->diag, op ? op->loc : LOC_NONE,
+                   "kernel %s needs %lld blocks of %d threads on a GPU, over CUDA's 2^31 - 1: "
+                   "the step is too large for one device (split it over a mesh)",
+                   k->name, (long long)k->grid, k->block);
+        return -1;
+    }
+    return 0;
+}
+
 int cg_check_comm(Ctx *c, const Graph *local, const Plan *p)
 {
     char err[1024];
@@ -200,7 +217,7 @@ int cg_build_plan_local(Ctx *c, const Graph *global, const TrainConfig *tc, int 
     }
     cg_group_kernels(&gen);
     fill_plan(&gen, out);
-    if (cg_check_comm(c, g, out) != 0)
+    if (cg_check_launches(c, g, out) != 0 || cg_check_comm(c, g, out) != 0)
         return -1;
     cg_train_hash(&gen, out);
     *kernels = gen.kernels.data;

@@ -137,6 +137,9 @@ int cg_write_program(Ctx *c, Plan *p, const char *out, int print_commands, int p
  * 0, or -1 after reporting at the location of the op the first instruction
  * named was lowered from. */
 int cg_check_comm(Ctx *c, const Graph *local, const Plan *p);
+/* Every kernel launches on a GPU (a grid under 2^31 blocks), or an error at
+ * its op: a step that large is no step for one device. */
+int cg_check_launches(Ctx *c, const Graph *local, const Plan *p);
 
 /* cg_build_plan, and the plan's kernels in the Kernel IR, in the order of
  * out->kernels (*kernels: an arena array of out->nkernels). */

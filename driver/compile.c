@@ -7,10 +7,12 @@
 #include "driver/driver.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* The pipeline: lowering and the verifier first, then the graph passes. */
 typedef struct Stage {
@@ -137,6 +139,28 @@ static int write_text(const Options *o, const char *text)
     return 0;
 }
 
+/* A program built with no budget (no --gpu, --cluster or --device-memory)
+ * is checked by nobody: when its plan needs more per device than every GPU
+ * of the table and this machine hold, say so (a warning: it may be meant
+ * for a machine tcc does not know), naming the options that check it. */
+static void warn_unrunnable(Ctx *c, const Options *o, const Plan *p, const Graph *local)
+{
+    double need = 0, most = 0, here = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    for (int s = 0; s < plan_stages(p); s++)
+        need = fmax(need, mem_plan_peak(c->arena, p, local, s, 0, NULL));
+    const DeviceSpec *big = NULL;
+    for (const DeviceSpec *d = dev_table(); d->name; d++)
+        if (d->memory > most)
+            most = d->memory, big = d;
+    const DeviceSpec *named = o->gpu ? dev_lookup(o->gpu) : NULL;
+    if (o->device_memory > 0 || (named && named->memory > 0) || need <= most || need <= here || !big)
+        return;
+    diag_warning(&c->diag, LOC_NONE, "the plan needs %.0f GiB per device, more than any GPU tcc "
+                                     "knows (the largest, %s, %.0f GiB) and this machine (%.0f GiB): "
+                                     "--gpu NAME or --device-memory SIZE checks it against a budget",
+                 need / 1073741824.0, big->name, most / 1073741824.0, here / 1073741824.0);
+}
+
 /* The plan into DIR/plan.json (DIR is created), or its kernels as C or CUDA C. */
 int drv_write_plan(Ctx *c, const Options *o, const Graph *g)
 {
@@ -151,6 +175,8 @@ int drv_write_plan(Ctx *c, const Options *o, const Graph *g)
         fprintf(stderr, "tcc: %-10s %8.2f ms  %d kernels, %d instructions, %.1f MiB slab\n",
                 "codegen", drv_now_ms() - t0, plan.nkernels, plan.ninstrs,
                 (double)plan.slab_bytes / 1048576.0);
+    if (!o->emit || !strcmp(o->emit, "plan"))
+        warn_unrunnable(c, o, &plan, local);
     if (!o->emit)
         return cg_write_program(c, &plan, o->out, o->print_commands, o->portable);
     if (!strcmp(o->emit, "memory") || !strcmp(o->emit, "memory-plan")) /* the plan as it is */
