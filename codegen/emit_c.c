@@ -393,7 +393,7 @@ static const char *attention_range =
  * the templates ask it only where HIDE (the sizes) is 1, so that without a
  * window or a mask the compiler drops every test of it. */
 static const char *attention_tile, *attention_keys, *attention_bwd_pass, *attention_bwd_kv, *attention_bwd_grad,
-    *attention_bwd_dq;
+    *attention_bwd_dq, *attention_bwd_tiles;
 
 /* The soft cap's word w ($C, $D, $V, $O, $J above); `at` is its column. */
 static void softcap_word(Out *o, char w, int at)
@@ -493,6 +493,7 @@ static void attention_fill(Out *o, const char *tmpl, int indent)
                          : w == 'K' ? attention_bwd_kv
                          : w == 'G' ? attention_bwd_grad
                          : w == 'Q' ? attention_bwd_dq
+                         : w == 'I' ? attention_bwd_tiles
                          : w == 'R' ? attention_range : NULL;
         if (frag) { /* a fragment, set in at this column */
             attention_fill(o, frag, indent + column - 2);
@@ -762,12 +763,7 @@ static const char *attention_bwd_block =
     "    $P"
     "    for (int64_t r = 0; r < ni && !with_kv; r++)\n"
     "        a7[(b * H + h) * S + i0 + r] = lse[r], a7[((B + b) * H + h) * S + i0 + r] = dot_o[r];\n"
-    "    for (int64_t j0 = first; j0 <= last; j0 += TILE) {\n"
-    "        const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
-    "        $K"
-    "        for (int64_t r = 0; r < ni; r++) {\n"
-    "            const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
-    "            $G"
+    "    $I"
     "            for (int64_t j = 0; j < nr; j++) {\n"
     "                const $S1 *kj = a1 + (b * $Z + j0 + j) * KC + kh * DH;\n"
     "                const $T p = s[j], ds = dp[j];\n"
@@ -850,16 +846,23 @@ static const char *attention_bwd_bias =
     "    for (int64_t b = 0; b < B; b++) {\n"
     "        const int64_t kh = h / (H / KV);\n"
     "        $P"
-    "        for (int64_t j0 = first; j0 <= last; j0 += TILE) {\n"
-    "            const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
-    "            $K"
-    "            for (int64_t r = 0; r < ni; r++) {\n"
-    "                const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
-    "                $G"
+    "        $I"
     "                $d"
     "            }\n"
     "        }\n"
     "    }\n";
+
+/* $I: the head of the backward's loops over the tiles of keys and the
+ * block's rows: each tile's keys and values widened ($K), then row r's
+ * probabilities and score gradients ($G); what follows in the template is
+ * the rows' loop's body, then the two loops' ends. */
+static const char *attention_bwd_tiles =
+    "for (int64_t j0 = first; j0 <= last; j0 += TILE) {\n"
+    "    const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
+    "    $K"
+    "    for (int64_t r = 0; r < ni; r++) {\n"
+    "        const int64_t i = i0 + r, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
+    "        $G";
 
 /* The backward's fragments. $P: a block's rows widened, then each row's
  * log-sum-exp and dot(dout, out) from a first pass over the keys. */
