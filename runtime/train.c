@@ -15,6 +15,7 @@
  * it, whether SIGTERM, SIGINT or SIGUSR1 reached any rank, which ends the run
  * with a checkpoint of that step. */
 #include "runtime/exec.h"
+#include "runtime/metrics.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -33,7 +34,7 @@
 enum { MAX_FILE_INPUTS = 16 };
 
 typedef struct Options {
-    const char *data, *val, *ckpt, *comm, *device;
+    const char *data, *val, *ckpt, *comm, *device, *metrics;
     char input[MAX_FILE_INPUTS][128];     /* --input NAME=PATTERN: the name */
     const char *pattern[MAX_FILE_INPUTS]; /* and the pattern (in argv) */
     int ninputs;
@@ -82,6 +83,7 @@ typedef struct Loop {
     int64_t rows, seq;    /* this rank's rows of a batch, the whole sequence */
     int64_t batch_tokens; /* of the global batch */
     int32_t *in_buf, *tgt_buf;
+    FILE *metrics; /* --metrics: rank 0's, else NULL */
     char err[1024]; /* this rank's first failure */
 } Loop;
 
@@ -105,6 +107,8 @@ static void usage(const char *prog, FILE *f)
             "  --log-every N       a log line every N steps (default 1)\n"
             "  --eval-every N      validation loss every N steps (default: at the end)\n"
             "  --eval-batches N    validation batches per evaluation (default 4)\n"
+            "  --metrics FILE      every step's loss, lr, grad norm, ms, tokens/s and GFLOP/s\n"
+            "                      (and every validation loss) as JSON lines, written as it goes\n"
             "  --exact             log each loss also as a hexadecimal float (every bit)\n"
             "  --skip-nonfinite N  drop the update of up to N steps whose loss or gradient\n"
             "                      norm is not finite (default 0: stop at the first)\n"
@@ -186,6 +190,8 @@ static int parse_one(Options *o, const char *a, const char *v, char *msg, size_t
         o->pattern[o->ninputs++] = eq + 1;
     } else if (!strcmp(a, "--val")) {
         o->val = v;
+    } else if (!strcmp(a, "--metrics")) {
+        o->metrics = v;
     } else if (!strcmp(a, "--ckpt")) {
         o->ckpt = v;
     } else if (!strcmp(a, "--comm")) {
@@ -230,7 +236,7 @@ static int parse_args(Options *o, int argc, char **argv, char *msg, size_t n)
         "--steps",         "--seed",         "--ckpt-every",     "--log-every",
         "--eval-every",    "--eval-batches", "--comm",           "--device",
         "--resume",        "--exact",        "--help",           "-h",
-        "--report-memory", "--keep",         "--skip-nonfinite", "--timeout"};
+        "--report-memory", "--keep",         "--skip-nonfinite", "--timeout",          "--metrics"};
     const size_t nknown = sizeof known / sizeof *known;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -533,6 +539,17 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* A metrics line that could not be written (a full disk): said once, and
+ * the run goes on without the file (the other ranks know nothing of it, so
+ * failing here alone would leave them waiting). */
+static void metrics_failed(Loop *L)
+{
+    fprintf(stderr, "%s: warning: --metrics %s: %s; no more metrics are written\n", L->prog,
+            L->o->metrics, strerror(errno));
+    fclose(L->metrics);
+    L->metrics = NULL;
+}
+
 /* Mean loss over eval_batches validation batches, parameters untouched. */
 static int evaluate(Loop *L, int64_t step, double *loss)
 {
@@ -556,6 +573,8 @@ static int evaluate(Loop *L, int64_t step, double *loss)
         printf("step %5" PRId64 "  val loss %.6f (%a)\n", step, *loss, *loss);
     else if (L->lead)
         printf("step %5" PRId64 "  val loss %.6f\n", step, *loss);
+    if (L->metrics && rt_metrics_val(L->metrics, step, *loss) != 0)
+        metrics_failed(L);
     return 0;
 }
 
@@ -788,6 +807,14 @@ static int after_step(Loop *L, int64_t step, double ms, double t0, int64_t first
     if (L->lead && !skipped &&
         (step % L->o->log_every == 0 || step == first || step == L->o->steps))
         log_step(L, step, ms, t0, first);
+    if (L->metrics) {
+        RtStepMetrics m = {step, L->o->steps, rt_scalar(L->rt, L->p->loss),
+                           L->p->lr >= 0 ? rt_scalar(L->rt, L->p->lr) : NAN,
+                           L->p->grad_norm >= 0 ? rt_scalar(L->rt, L->p->grad_norm) : NAN, ms,
+                           (double)L->batch_tokens / (ms * 1e-3), gflops(L, 1, ms), skipped};
+        if (rt_metrics_step(L->metrics, &m) != 0)
+            metrics_failed(L);
+    }
     if (L->val && L->o->eval_every && step % L->o->eval_every == 0 && evaluate(L, step, vloss))
         return 1;
     if (L->o->ckpt && L->o->ckpt_every && step % L->o->ckpt_every == 0 && save(L, step))
@@ -896,6 +923,10 @@ static int run_rank(const Job *J, RtWorld *w, Loop *L)
     find_token_inputs(L);
     if (agree(L, open_data(L)))
         return 1;
+    if (L->lead && L->o->metrics && !(L->metrics = rt_metrics_open(L->o->metrics, err, sizeof err)))
+        fail(L, "%s", err);
+    if (agree(L, L->lead && L->o->metrics && !L->metrics))
+        return 1;
     int rc = train(L);
     if (rc)
         return rc;
@@ -909,6 +940,8 @@ static int run_rank(const Job *J, RtWorld *w, Loop *L)
 
 static void close_rank(Loop *L)
 {
+    if (L->metrics)
+        fclose(L->metrics);
     rt_close(L->rt);
     rt_comm_free(L->all);
     rt_data_close(L->train);
