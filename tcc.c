@@ -261,10 +261,10 @@ static int check_headroom(const Options *o)
     if (!o->has_headroom)
         return 0;
     snprintf(v, sizeof v, "%.0f", o->memory_headroom);
-    if (pl_memory_of(o) <= 0)
+    if (drv_device_memory(o) <= 0)
         return fail("--memory-headroom=%s: no device memory to leave it in: give --gpu NAME, "
                     "--cluster NAME or --device-memory SIZE", v);
-    if (o->memory_headroom >= pl_memory_of(o))
+    if (o->memory_headroom >= drv_device_memory(o))
         return fail("--memory-headroom=%s bytes: not under the device's memory", v);
     return 0;
 }

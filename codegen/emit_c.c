@@ -566,7 +566,7 @@ static void attention_fill(Out *o, const char *tmpl, int indent)
         if (w == 'S')
             fputs(storage(k->arg_dtype[n]), o->f);
         else if (w == 'L')
-            fprintf(o->f, bf ? "tcc_bf2f" : "(%s)", ftype(o));
+            load_prefix(o, n);
         else
             fprintf(o->f, bf ? "tcc_f2bf" : "(%s)", storage(k->arg_dtype[n]));
     }

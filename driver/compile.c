@@ -109,6 +109,12 @@ int drv_write_ir(const Options *o, const Graph *g)
 
 int drv_on_gpu(const Options *o) { return o->gpu && strcmp(o->gpu, "cpu") != 0; }
 
+double drv_device_memory(const Options *o)
+{
+    const DeviceSpec *d = o->gpu ? dev_lookup(o->gpu) : NULL;
+    return o->device_memory > 0 ? o->device_memory : d ? d->memory : 0;
+}
+
 /* --emit=memory-plan (and --emit=memory of an IR file): each stage's largest
  * moment in the plan as compiled, every microbatch in it, and its slab. */
 static int print_plan_memory(Ctx *c, const Options *o, const Plan *compact, const Graph *local)
@@ -152,8 +158,7 @@ static void warn_unrunnable(Ctx *c, const Options *o, const Plan *p, const Graph
     for (const DeviceSpec *d = dev_table(); d->name; d++)
         if (d->memory > most)
             most = d->memory, big = d;
-    const DeviceSpec *named = o->gpu ? dev_lookup(o->gpu) : NULL;
-    if (o->device_memory > 0 || (named && named->memory > 0) || need <= most || need <= here || !big)
+    if (drv_device_memory(o) > 0 || need <= most || need <= here || !big)
         return;
     diag_warning(&c->diag, LOC_NONE, "the plan needs %.0f GiB per device, more than any GPU tcc "
                                      "knows (the largest, %s, %.0f GiB) and this machine (%.0f GiB): "

@@ -107,6 +107,8 @@ Graph *drv_passed(Ctx *c, const Options *o, const char *mesh);
 int drv_known_pass(const char *name);
 double drv_now_ms(void);
 int drv_on_gpu(const Options *o); /* --gpu names a GPU */
+/* The device's memory in bytes: --device-memory, else --gpu's, else 0. */
+double drv_device_memory(const Options *o);
 int drv_write_ir(const Options *o, const Graph *g);
 /* The plan of g written as o asks: a program, plan.json, kernels, memory. */
 int drv_write_plan(Ctx *c, const Options *o, const Graph *g);

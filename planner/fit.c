@@ -10,22 +10,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-double pl_memory_of(const Options *o)
-{
-    const DeviceSpec *d = o->gpu ? dev_lookup(o->gpu) : NULL;
-    return o->device_memory > 0 ? o->device_memory : d ? d->memory : 0;
-}
-
 double pl_headroom_of(const Options *o)
 {
     if (o->has_headroom)
         return o->memory_headroom;
-    return o->device_memory > 0 || pl_memory_of(o) <= 0 ? 0 : MEM_HEADROOM;
+    return o->device_memory > 0 || drv_device_memory(o) <= 0 ? 0 : MEM_HEADROOM;
 }
 
 double pl_budget_of(const Options *o)
 {
-    double m = pl_memory_of(o);
+    double m = drv_device_memory(o);
     return m > 0 ? m - pl_headroom_of(o) : 0;
 }
 
@@ -199,7 +193,7 @@ void pl_refuse(Ctx *c, const Options *o, const TrainConfig *tc, const Graph *g, 
     char h[32], m[32], less[96] = "";
     if (pl_headroom_of(o) > 0)
         snprintf(less, sizeof less, " (%s less %s of --memory-headroom)",
-                 size_str(m, sizeof m, pl_memory_of(o)), size_str(h, sizeof h, pl_headroom_of(o)));
+                 size_str(m, sizeof m, drv_device_memory(o)), size_str(h, sizeof h, pl_headroom_of(o)));
     diag_error(&c->diag, budget_loc(g),
                "the plan does not fit: stage %d needs %s per device at the %s, over the %s of %s%s",
                mm->peak_stage, size_str(a, sizeof a, sm->peak), sm->moment,

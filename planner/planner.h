@@ -25,9 +25,7 @@ void pl_refuse(Ctx *c, const Options *o, const TrainConfig *tc, const Graph *g, 
 /* The recompute = auto choice, as a comment line. */
 void pl_print_auto(FILE *f, const Options *o);
 
-/* The device's memory in bytes: --device-memory, else --gpu's, else 0. */
-double pl_memory_of(const Options *o);
-/* The margin left under it: --memory-headroom, else MEM_HEADROOM of a GPU's
+/* The margin left under the device's memory (drv_device_memory): --memory-headroom, else MEM_HEADROOM of a GPU's
  * memory and none of --device-memory's (a budget given as it is). */
 double pl_headroom_of(const Options *o);
 /* What a plan may use: the device's memory less the headroom; 0: no budget. */

@@ -482,7 +482,7 @@ int pl_plan_auto(Ctx *c, Options *o)
         nfit++;
     fprintf(stderr, "plan: %d candidates for %d %s on %d devices in %.0f ms, %d fit %.2f GiB", n,
             ms.layers, ms.layers == 1 ? "layer" : "layers", o->gpus, searched, nfit,
-            pl_memory_of(o) / GIB);
+            drv_device_memory(o) / GIB);
     if (pl_headroom_of(o) > 0)
         fprintf(stderr, " less %.2f GiB of headroom", pl_headroom_of(o) / GIB);
     fputc('\n', stderr);
