@@ -32,6 +32,7 @@ typedef enum {
     KN_IDIV, KN_IMOD, /* int */
     KN_TOFLOAT, KN_TOINT,
     KN_HASH,    /* int a, b -> int in [0, 2^63): splitmix64's finalizer of a * golden ^ b (dropout) */
+    KN_BF16,    /* float a rounded to bf16 and widened again: a fused cast's rounding */
     KN_COUNT
 } KNodeKind;
 

@@ -110,6 +110,7 @@ static void expr(Out *o, const KNode *n)
     case KN_TOFLOAT: fprintf(f, "(%s)t%d", ftype(o), n->a); return;
     case KN_TOINT: fprintf(f, "(int64_t)t%d", n->a); return;
     case KN_HASH: fprintf(f, "tcc_hash(t%d, t%d)", n->a, n->b); return;
+    case KN_BF16: fprintf(f, "(%s)tcc_bf2f(tcc_f2bf((float)t%d))", ftype(o), n->a); return;
     case KN_COUNT: break;
     }
     UNREACHABLE();

@@ -139,7 +139,9 @@ static void expr(G *g, const KNode *n, int vec)
             fprintf(f, "i%d", n->a);
         return;
     case KN_LOAD:
-        if (vec && is_item(g->k, n->b))
+        if (vec && is_item(g->k, n->b) && g->k->arg_dtype[n->a] == DT_BF16)
+            fprintf(f, "(%s)tcc_bf2f(v%d.%c)", ft(g), n->a, "xyzw"[g->lane]);
+        else if (vec && is_item(g->k, n->b))
             fprintf(f, "v%d.%c", n->a, "xyzw"[g->lane]);
         else
             load(g, n->a, n->b, fl);
@@ -181,6 +183,7 @@ static void expr(G *g, const KNode *n, int vec)
     case KN_TOFLOAT: fprintf(f, "(%s)", ft(g)), tmp(g, n->a); return;
     case KN_TOINT: fputs("(tcc_i64)", f), tmp(g, n->a); return;
     case KN_HASH: fputs("tcc_hash(", f), bin(g, n->a, ",", n->b), fputs(")", f); return;
+    case KN_BF16: fprintf(f, "(%s)tcc_bf2f(tcc_f2bf((float)", ft(g)), tmp(g, n->a), fputs("))", f); return;
     case KN_COUNT: break;
     }
     UNREACHABLE();
@@ -244,6 +247,23 @@ static void store(G *g, const KStmt *t)
 /* Which nodes a store or a reduction needs, walking the statements back
  * (a node's operands come before it). In the 4-lane form a load of the
  * item's own element reads its vector, not its index. */
+/* Whether node n's value can differ between items: it reads the parallel
+ * index, directly or through its operands (a load through its index). */
+static int on_item(const Kernel *k, int n)
+{
+    const KNode *d = &k->nodes.data[n];
+    switch (d->kind) {
+    case KN_CONST: case KN_ICONST: case KN_ACC: return 0;
+    case KN_IDX: return d->a == 0;
+    case KN_LOAD: return on_item(k, d->b);
+    case KN_SELECT: if (on_item(k, d->c)) return 1; /* fall through */
+    case KN_ADD: case KN_SUB: case KN_MUL: case KN_DIV: case KN_MAX: case KN_MIN: case KN_POW:
+    case KN_LT: case KN_EQ: case KN_LE: case KN_NE: case KN_IDIV: case KN_IMOD: case KN_HASH:
+        if (on_item(k, d->b)) return 1; /* fall through */
+    default: return on_item(k, d->a);
+    }
+}
+
 /* The nodes that statements need: stores' values (and indices unless vec),
  * reductions', and recursively their operands. With one_load, a load of one
  * element for the 4 items of a vec4 thread needs no index: the lanes after
@@ -262,8 +282,8 @@ static void mark_nodes(const Kernel *k, char *used, int vec, int one_load, int *
         switch (n->kind) {
         case KN_CONST: case KN_ICONST: case KN_ACC: break;
         case KN_IDX: *i0 |= n->a == 0; break;
-        case KN_LOAD:
-            if (!vec || (!is_item(k, n->b) && !one_load))
+        case KN_LOAD: /* (one_load: lane 0's value serves only where no item differs) */
+            if (!vec || (!is_item(k, n->b) && (!one_load || on_item(k, n->b))))
                 used[n->b] = 1;
             break;
         case KN_SELECT: used[n->c] = 1; /* fall through */
@@ -367,40 +387,47 @@ typedef enum { M_THREAD, M_VEC4, M_ROW, M_COLS, M_ATTN } Mapping;
 
 static int64_t eval_at(const Kernel *k, int n, int64_t x0, int64_t x1, int *ok);
 
-/* A pointwise kernel, 4 | extent, whose stores are to the item's own f32
- * element and whose loads are of the item's own f32 element or of one
- * element for all items (a hyperparameter), with no load of a slot after a
- * store to it. The index of the latter must agree over a thread's 4 items,
- * not just 2: rope's pair load (2p for items 2p and 2p+1) passed on 2, and
- * its 4 lanes of sinf, cosf and powf spilled registers. */
+/* A pointwise kernel, 4 | extent, whose stores are to the item's own f32 or
+ * bf16 element, with no load of a slot after a store to it. A load of the
+ * item's own element is one vector load for the 4; a load whose index reads
+ * no item (a hyperparameter) is lane 0's for all 4; any other load (a bias
+ * at i % W, a row's value at i / W, a slice's element) is each lane's own.
+ * (Lane 0's load once served every load that agreed over items 0..3 of the
+ * first thread, and a row's value at i / 6 then read row 0's for items 6
+ * and 7.) Not with lane loads beside sines, cosines, powers or float
+ * divides: rope's 4 lanes of sinf, cosf and powf spilled registers, and
+ * mixtral's gate renormalization's 4 divides with 4 lane loads 4 bytes. */
+/* The dtypes a thread moves 4 of at once: f32 (16 bytes), bf16 (8). */
+static int vec_dtype(DType t) { return t == DT_F32 || t == DT_BF16; }
+
 static int vec4_ok(const Kernel *k)
 {
     if (k->pattern != KP_POINTWISE || k->levels || k->extent % 4)
         return 0;
     char stored_[64] = {0};
-    int any = 0;
+    int any = 0, lane_loads = 0, heavy = 0;
     for (int s = 0; s < k->body.len; s++) {
         const KStmt *t = &k->body.data[s];
         if (t->kind == KS_LOOP || t->kind == KS_STORE_ADD)
             return 0;
         if (t->kind == KS_STORE) {
-            if (!is_item(k, t->b) || k->arg_dtype[t->a] != DT_F32)
+            if (!is_item(k, t->b) || !vec_dtype(k->arg_dtype[t->a]))
                 return 0;
             stored_[t->a] = 1;
             any = 1;
         }
-        if (t->kind == KS_NODE) {
-            const KNode *n = &k->nodes.data[t->a];
-            if (n->kind != KN_LOAD)
-                continue;
-            int ok = 1, same = 1;
-            for (int lane = 1; lane < 4; lane++)
-                same &= eval_at(k, n->b, lane, 0, &ok) == eval_at(k, n->b, 0, 0, &ok);
-            if (stored_[n->a] || !(is_item(k, n->b) ? k->arg_dtype[n->a] == DT_F32 : ok && same))
-                return 0;
-        }
+        if (t->kind != KS_NODE)
+            continue;
+        const KNode *n = &k->nodes.data[t->a];
+        heavy |= n->kind == KN_SIN || n->kind == KN_COS || n->kind == KN_POW ||
+                 (n->kind == KN_DIV && n->type == KT_FLOAT);
+        if (n->kind != KN_LOAD)
+            continue;
+        if (stored_[n->a] || (is_item(k, n->b) && !vec_dtype(k->arg_dtype[n->a])))
+            return 0;
+        lane_loads |= !is_item(k, n->b) && on_item(k, n->b);
     }
-    return any;
+    return any && !(lane_loads && heavy);
 }
 
 /* Some loop adds into memory: threads of a block would race. */
@@ -570,8 +597,9 @@ static void row_kernel(G *g)
     g->toplv = NULL;
 }
 
-/* Four items a thread: one 16-byte load per argument read, the body once per
- * lane on its component, one 16-byte store per argument written. */
+/* Four items a thread: one 16-byte load per f32 argument read (8 bytes for
+ * bf16), the body once per lane on its component, one 16-byte (8-byte) store
+ * per argument written. */
 static void vec4_kernel(G *g)
 {
     const Kernel *k = g->k;
@@ -588,12 +616,13 @@ static void vec4_kernel(G *g)
     fprintf(f, "    const tcc_i64 q = TCC_BID * %dLL + TCC_TID;\n    if (q >= %lldLL)\n        return;\n",
             PW_BLOCK, (long long)k->extent / 4);
     for (int s = 0; s < k->nargs; s++) {
+        const char *v4 = k->arg_dtype[s] == DT_BF16 ? "ushort4" : "float4";
         if (loaded[s] && g->lang == CG_CUDA)
-            fprintf(f, "    const float4 v%d = reinterpret_cast<const float4 *>(a%d)[q];\n", s, s);
+            fprintf(f, "    const %s v%d = reinterpret_cast<const %s *>(a%d)[q];\n", v4, s, v4, s);
         else if (loaded[s])
-            fprintf(f, "    const float4 v%d = vload4(q, a%d);\n", s, s);
+            fprintf(f, "    const %s v%d = vload4(q, a%d);\n", v4, s, s);
         if (written[s])
-            fprintf(f, "    float4 w%d;\n", s);
+            fprintf(f, "    %s w%d;\n", v4, s);
     }
     for (int s = 0; s < k->npre; s++) /* the same for every lane: once */
         node(g, k->body.data[s].a, 1, 0);
@@ -603,7 +632,8 @@ static void vec4_kernel(G *g)
             const KNode *n = t->kind == KS_NODE ? &k->nodes.data[t->a] : NULL;
             if (n && g->lane > 0 && !g->later[t->a])
                 continue; /* only lane 0 needs it: the index of a load for all 4 */
-            if (n && g->lane > 0 && g->used[t->a] && n->kind == KN_LOAD && !is_item(k, n->b)) {
+            if (n && g->lane > 0 && g->used[t->a] && n->kind == KN_LOAD && !is_item(k, n->b) &&
+                !on_item(k, n->b)) {
                 /* one element for the 4 items (vec4_ok): lane 0's load (its index's
                    computation in the other lanes is then dead) */
                 fprintf(f, "    const %s t%d_%d = t%d_0;\n", n->type == KT_FLOAT ? ft(g) : "tcc_i64",
@@ -612,14 +642,18 @@ static void vec4_kernel(G *g)
                 node(g, t->a, 1, 1);
             } else if (t->kind == KS_STORE) {
                 fprintf(f, "    w%d.%c = ", t->a, "xyzw"[g->lane]);
-                tmp(g, t->c);
+                if (k->arg_dtype[t->a] == DT_BF16)
+                    stored(g, t->a, t->c);
+                else
+                    tmp(g, t->c);
                 fputs(";\n", f);
             }
         }
     g->lane = -1;
     for (int s = 0; s < k->nargs; s++)
         if (written[s] && g->lang == CG_CUDA)
-            fprintf(f, "    reinterpret_cast<float4 *>(a%d)[q] = w%d;\n", s, s);
+            fprintf(f, "    reinterpret_cast<%s *>(a%d)[q] = w%d;\n",
+                    k->arg_dtype[s] == DT_BF16 ? "ushort4" : "float4", s, s);
         else if (written[s])
             fprintf(f, "    vstore4(w%d, q, a%d);\n", s, s);
 }

@@ -178,9 +178,6 @@ static int truth(Kernel *k, int c)
     return kb_node(k, KN_NE, KT_INT, c, zero, 0);
 }
 
-/* Elementwise ops, casts, expand and constants: one store per element. */
-static int operand(Kernel *k, Gen *gen, const Value *v, const Value *out, int i);
-
 /* The value of elementwise op's result at element i of `out` (its own shape,
  * or the shape of the op it is fused into, which is the same). */
 static int operand(Kernel *k, Gen *gen, const Value *v, const Value *out, int i);
@@ -264,8 +261,17 @@ static int pw_expr(Kernel *k, Gen *gen, const Op *op, const Value *out, int i)
  * fused into this kernel. */
 static int operand(Kernel *k, Gen *gen, const Value *v, const Value *out, int i)
 {
-    if (gen->fused[v->id])
-        return pw_expr(k, gen, v->def, out, i);
+    if (gen->fused[v->id]) {
+        /* a bf16 value is rounded as its store would have been where it is
+         * a cast's (the cast's meaning) or read by a kernel of a wider type
+         * (through a cast to f32); inside a bf16 kernel it stays unrounded */
+        int e = pw_expr(k, gen, v->def, out, i);
+        const Op *d = v->def;
+        if (v->dtype == DT_BF16 &&
+            ((d->kind == OP_CAST && d->args[0]->dtype != DT_BF16) || out->dtype != DT_BF16))
+            e = kb_node(k, KN_BF16, KT_FLOAT, e, 0, 0);
+        return e;
+    }
     if (gen->kept[v->id] && gen->kept[v->id] == gen->op->id + 1) { /* computed and stored here */
         int e = pw_expr(k, gen, v->def, out, i);
         kb_store(k, kb_arg(k, gen, T(gen, v)), i, e);
@@ -289,6 +295,9 @@ static void pointwise(Gen *gen, const Op *op)
 int cg_fusable(const Op *op)
 {
     switch (op->kind) {
+    case OP_CAST: /* between bf16 and f32 (f64, f16 and integer casts keep their kernel) */
+        return (op->args[0]->dtype == DT_F32 || op->args[0]->dtype == DT_BF16) &&
+               (op->res[0]->dtype == DT_F32 || op->res[0]->dtype == DT_BF16);
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_EXP: case OP_LOG:
     case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU:
     case OP_SILU: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CONSTANT:
@@ -408,8 +417,10 @@ static void around(Kernel *k, int i, const Value *out, int dim, int *o, int *j, 
     for (int d = dim + 1; d < out->rank; d++)
         *inner *= out->shape[d];
     int64_t n = out->shape[dim];
-    *in = ki(k, KN_IMOD, i, kb_iconst(k, *inner));
-    int q = ki(k, KN_IDIV, i, kb_iconst(k, *inner));
+    /* along the last dim the item is (row, column): one width, which the C
+     * rendering writes as rows (emit_c.c, row_width) */
+    *in = *inner == 1 ? kb_iconst(k, 0) : ki(k, KN_IMOD, i, kb_iconst(k, *inner));
+    int q = *inner == 1 ? i : ki(k, KN_IDIV, i, kb_iconst(k, *inner));
     *j = ki(k, KN_IMOD, q, kb_iconst(k, n));
     *o = ki(k, KN_IDIV, q, kb_iconst(k, n));
 }

@@ -89,11 +89,17 @@ static Value *unbroadcast(AD *ad, Value *dy, const Value *like)
     return emit(ad, OP_SUM_TO, &dy, 1, &a, 1);
 }
 
-/* Add g to the gradient of v: into the part of g's microbatch. */
+/* Add g to the gradient of v: into the part of g's microbatch. A gradient
+ * of another float type (attention's dk and dv are f32 for bf16 operands) is
+ * cast to v's first: the gradient of a value has its dtype. */
 static void accumulate(AD *ad, Value *v, Value *g)
 {
     if (!ad->needs[v->id] || !g)
         return;
+    if (g->dtype != v->dtype && ir_dtype_is_float(g->dtype) && ir_dtype_is_float(v->dtype)) {
+        Attr *a = ir_attr_str(ad->g->arena, "dtype", ir_dtype_name(v->dtype));
+        g = emit(ad, OP_CAST, &g, 1, &a, 1);
+    }
     Part *p = ad->grad[v->id];
     while (p && p->mb != g->def->mb)
         p = p->next;

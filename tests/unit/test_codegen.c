@@ -829,3 +829,70 @@ Test(codegen, residual_sums_and_the_mlp_bias_are_kept_in_the_norm_and_gelu_kerne
     cr_assert_eq(epilogues, 2, "only the q/k/v projection keeps its bias epilogue: %d", epilogues);
     ctx_free(c);
 }
+
+/* One step of a bf16 program whose backward assembles the gradient of a
+ * fused q/k/v projection from attention's three gradients (dk and dv in f32,
+ * cast to bf16), and whose forward multiplies a cast product: the casts fuse
+ * into the adds and the mul that read them, and a fused bf16 value rounds as
+ * the store of its own kernel did (a cast to bf16, or a bf16 value read
+ * through a cast to f32). So the fused plan has fewer cast kernels and gives
+ * the bits of the plan with every value stored: loss, gradients and inputs
+ * equal byte for byte. */
+Test(codegen, bf16_casts_fuse_with_the_bits_of_stored_values)
+{
+    const char *src = "input x : f32[2, 24, 16]\n"
+                      "input r : f32[2, 24, 16]\n"
+                      "param w : f32[16, 48] = normal(0.3)\n"
+                      "param s : f32[48] = normal(1)\n"
+                      "h = cast(x @ w, bf16) * cast(s, bf16)\n"
+                      "o = attention(slice(h, 0, 16), slice(h, 16, 32), slice(h, 32, 48), heads = 2, causal)\n"
+                      "loss = sum(sum(sum(cast(o, f32) * r)))\n";
+    Ctx *c = ctx_new(stderr);
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
+    cr_assert_not_null(g);
+    cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
+    make_cache();
+    Plan plan[2];
+    Runtime *rt[2];
+    char err[512];
+    int casts[2] = {0, 0};
+    for (int p = 0; p < 2; p++) { /* 0: every value stored; 1: fused */
+        cr_assert_eq(cg_build_plan(c, g, &ts_settings(c, g, 0)->train, p ? 0 : CG_KEEP_VALUES, &plan[p]), 0);
+        for (int i = 0; i < plan[p].ninstrs; i++)
+            casts[p] += plan[p].instrs[i].kind == PI_KERNEL &&
+                        strstr(plan[p].kernels[plan[p].instrs[i].kernel].name, "_cast") != NULL;
+        rt[p] = rt_open(&plan[p], cache, err, sizeof err);
+        cr_assert_not_null(rt[p], "%s", err);
+        rt_init_params(rt[p], 7);
+        for (int i = 0; i < plan[p].ntensors; i++) /* the same inputs in both: a fixed stream */
+            if (plan[p].tensors[i].role == PT_INPUT) {
+                float *d = rt_tensor_data(rt[p], i);
+                uint64_t u = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+                for (int64_t j = 0; j < numel(&plan[p].tensors[i]); j++) {
+                    u = u * 6364136223846793005ull + 1442695040888963407ull;
+                    d[j] = (float)((double)(u >> 11) / 9007199254740992.0 * 2 - 1);
+                }
+            }
+        cr_assert_eq(rt_step(rt[p], 1, err, sizeof err), 0, "%s", err);
+    }
+    cr_assert_lt(casts[1], casts[0], "%d cast kernels fused, %d not", casts[1], casts[0]);
+    int compared = 0;
+    for (int i = 0; i < plan[1].ntensors; i++) {
+        const PlanTensor *t = &plan[1].tensors[i];
+        if (t->value < 0 || (t->role == PT_TEMP && !is_output(g, t->value)))
+            continue;
+        int j = 0;
+        while (j < plan[0].ntensors && plan[0].tensors[j].value != t->value)
+            j++;
+        cr_assert_lt(j, plan[0].ntensors);
+        cr_assert_eq(t->bytes, plan[0].tensors[j].bytes);
+        cr_assert(!memcmp(rt_tensor_data(rt[1], i), rt_tensor_data(rt[0], j), t->bytes),
+                  "'%s' differs between the fused plan and the stored one", t->name ? t->name : "?");
+        compared++;
+    }
+    cr_assert_geq(compared, 4, "loss, the two gradients and the inputs: %d", compared);
+    for (int p = 0; p < 2; p++)
+        rt_close(rt[p]);
+    remove_cache();
+    ctx_free(c);
+}
