@@ -244,26 +244,20 @@ static void store(G *g, const KStmt *t)
     fputs(";\n", f);
 }
 
+/* Whether node n can differ between items: it is not one of the kernel's
+ * invariants, which cg_simplify moved to the prologue (codegen/simplify.c;
+ * a kernel it did not simplify has none, and every load is then a lane's). */
+static int on_item(const Kernel *k, int n)
+{
+    for (int s = 0; s < k->npre; s++)
+        if (k->body.data[s].kind == KS_NODE && k->body.data[s].a == n)
+            return 0;
+    return 1;
+}
+
 /* Which nodes a store or a reduction needs, walking the statements back
  * (a node's operands come before it). In the 4-lane form a load of the
  * item's own element reads its vector, not its index. */
-/* Whether node n's value can differ between items: it reads the parallel
- * index, directly or through its operands (a load through its index). */
-static int on_item(const Kernel *k, int n)
-{
-    const KNode *d = &k->nodes.data[n];
-    switch (d->kind) {
-    case KN_CONST: case KN_ICONST: case KN_ACC: return 0;
-    case KN_IDX: return d->a == 0;
-    case KN_LOAD: return on_item(k, d->b);
-    case KN_SELECT: if (on_item(k, d->c)) return 1; /* fall through */
-    case KN_ADD: case KN_SUB: case KN_MUL: case KN_DIV: case KN_MAX: case KN_MIN: case KN_POW:
-    case KN_LT: case KN_EQ: case KN_LE: case KN_NE: case KN_IDIV: case KN_IMOD: case KN_HASH:
-        if (on_item(k, d->b)) return 1; /* fall through */
-    default: return on_item(k, d->a);
-    }
-}
-
 /* The nodes that statements need: stores' values (and indices unless vec),
  * reductions', and recursively their operands. With one_load, a load of one
  * element for the 4 items of a vec4 thread needs no index: the lanes after
@@ -387,6 +381,12 @@ typedef enum { M_THREAD, M_VEC4, M_ROW, M_COLS, M_ATTN } Mapping;
 
 static int64_t eval_at(const Kernel *k, int n, int64_t x0, int64_t x1, int *ok);
 
+/* The dtypes a thread moves 4 of at once: f32 (16 bytes), bf16 (8). */
+static int vec_dtype(DType t) { return t == DT_F32 || t == DT_BF16; }
+
+/* The vector type of 4 elements of slot s (vec4_kernel). */
+static const char *vec_type(const Kernel *k, int s) { return k->arg_dtype[s] == DT_BF16 ? "ushort4" : "float4"; }
+
 /* A pointwise kernel, 4 | extent, whose stores are to the item's own f32 or
  * bf16 element, with no load of a slot after a store to it. A load of the
  * item's own element is one vector load for the 4; a load whose index reads
@@ -397,9 +397,6 @@ static int64_t eval_at(const Kernel *k, int n, int64_t x0, int64_t x1, int *ok);
  * and 7.) Not with lane loads beside sines, cosines, powers or float
  * divides: rope's 4 lanes of sinf, cosf and powf spilled registers, and
  * mixtral's gate renormalization's 4 divides with 4 lane loads 4 bytes. */
-/* The dtypes a thread moves 4 of at once: f32 (16 bytes), bf16 (8). */
-static int vec_dtype(DType t) { return t == DT_F32 || t == DT_BF16; }
-
 static int vec4_ok(const Kernel *k)
 {
     if (k->pattern != KP_POINTWISE || k->levels || k->extent % 4)
@@ -616,7 +613,7 @@ static void vec4_kernel(G *g)
     fprintf(f, "    const tcc_i64 q = TCC_BID * %dLL + TCC_TID;\n    if (q >= %lldLL)\n        return;\n",
             PW_BLOCK, (long long)k->extent / 4);
     for (int s = 0; s < k->nargs; s++) {
-        const char *v4 = k->arg_dtype[s] == DT_BF16 ? "ushort4" : "float4";
+        const char *v4 = vec_type(k, s);
         if (loaded[s] && g->lang == CG_CUDA)
             fprintf(f, "    const %s v%d = reinterpret_cast<const %s *>(a%d)[q];\n", v4, s, v4, s);
         else if (loaded[s])
@@ -652,8 +649,7 @@ static void vec4_kernel(G *g)
     g->lane = -1;
     for (int s = 0; s < k->nargs; s++)
         if (written[s] && g->lang == CG_CUDA)
-            fprintf(f, "    reinterpret_cast<%s *>(a%d)[q] = w%d;\n",
-                    k->arg_dtype[s] == DT_BF16 ? "ushort4" : "float4", s, s);
+            fprintf(f, "    reinterpret_cast<%s *>(a%d)[q] = w%d;\n", vec_type(k, s), s, s);
         else if (written[s])
             fprintf(f, "    vstore4(w%d, q, a%d);\n", s, s);
 }
