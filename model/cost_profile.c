@@ -29,13 +29,29 @@ static int part_of(const Stage *st, int i, int first_f, int last_b)
     return last_b >= 0 && i > last_b ? PART_EMBED : PART_HEAD;
 }
 
+/* Whether instruction in writes tensor t: t holds a result of the op it
+ * was lowered from (a pad's fill and its interior both write the pad's
+ * tensor, so the first toucher alone does not say who makes it). */
+static int writes(const Stage *st, const PlanInstr *in, int t)
+{
+    if (in->kind == PI_GEMM)
+        return t == in->gemm.c;
+    if (in->op <= 0 || in->op > st->local->ops.len)
+        return 0;
+    const Op *op = st->local->ops.data[in->op - 1];
+    for (int r = 0; r < op->nres; r++)
+        if (op->res[r]->id == st->p->tensors[t].value)
+            return 1;
+    return 0;
+}
+
 /* Bytes that a layer's weight gradients read and the rest of the step made:
  * under ZB-H1 the weight gradients wait in a W piece, and these wait with
  * them. The weight gradients are the layer's backward instructions that the
  * layer's input gradient does not need: what the embedding's backward
  * (after the layer's, position > last_b) reads, and everything the layer's
- * backward makes toward it, is needed (as the pipeline pass splits B and W,
- * passes/pipeline.c). first[t]: the position that makes tensor t. */
+ * backward writes toward it, is needed (as the pipeline pass splits B and W,
+ * passes/pipeline.c). first[t]: the position that first touches tensor t. */
 static double weight_grad_inputs(Arena *a, const Stage *st, const int *first, int last_b)
 {
     const Plan *p = st->p;
@@ -51,14 +67,14 @@ static double weight_grad_inputs(Arena *a, const Stage *st, const int *first, in
         int needed = i > last_b && in->phase == PH_BWD, k = plan_instr_ntensors(in);
         for (int j = 0; j < k && layer_bwd && !needed; j++) {
             int t = plan_instr_tensor(in, j);
-            needed = first[t] == i && need[t];
+            needed = need[t] && writes(st, in, t);
         }
         if (!needed && !layer_bwd)
             continue;
         w[i] = !needed;
         for (int j = 0; j < k && needed; j++) { /* what it reads is needed too */
             int t = plan_instr_tensor(in, j);
-            if (first[t] != i)
+            if (!writes(st, in, t))
                 need[t] = 1;
         }
     }

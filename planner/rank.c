@@ -34,11 +34,21 @@ static const CostProfile *profile_of(const PlanSpace *sp, int tp)
 
 /* What a schedule does with unit costs (passes/schedule.c): its bubble
  * fraction, and the most (microbatch, chunk) pairs the first rank holds
- * between their forward and backward. Cached by (kind, p, m, v). */
+ * between their forward and backward. Under ZB-H1 also, by rank, the
+ * moments that may be its largest: a microbatches between F and B (the one
+ * in B among them) and w with B done and W waiting (the one in B among
+ * them: its weight gradients' inputs pile up layer by layer as B runs),
+ * none holding more of both than another. Cached by (kind, p, m, v). */
+typedef struct Held {
+    int rank, a, w;
+} Held;
+
 typedef struct SchedFacts {
     SchedKind kind;
     int p, m, v;
     double bubble, pairs;
+    Held *held; /* ZB-H1 when simulated; NULL otherwise */
+    int nheld;
 } SchedFacts;
 
 /* How the pipeline pass cuts the units (the embedding, each layer, the head)
@@ -55,7 +65,44 @@ typedef struct Cache {
     VEC(Cut) cut;
 } Cache;
 
-#define SIM_PIECES 300000 /* above: closed forms (docs/schedules.md) instead of the simulator */
+#define SIM_PIECES 300000
+
+/* Adds (r, a, w) to f's moments unless one of rank r holds as much of both. */
+static void add_moment(SchedFacts *f, int cap, int r, int a, int w)
+{
+    for (int i = 0; i < f->nheld; i++) {
+        Held *h = &f->held[i];
+        if (h->rank == r && h->a >= a && h->w >= w)
+            return;
+        if (h->rank == r && h->a <= a && h->w <= w) { /* replaced */
+            h->a = a, h->w = w;
+            return;
+        }
+    }
+    if (f->nheld < cap)
+        f->held[f->nheld++] = (Held){r, a, w};
+}
+
+/* ZB-H1's moments on every rank, walking its pieces in order (v = 1). */
+static void zb_moments(Arena *ar, const Schedule *s, SchedFacts *f)
+{
+    if (s->kind != SCHED_ZB_H1 || s->v != 1)
+        return;
+    int cap = s->p * (s->m + 2);
+    f->held = arena_alloc(ar, sizeof(Held) * (size_t)cap);
+    for (int r = 0; r < s->p; r++) {
+        int a = 0, w = 0;
+        for (int i = 0; i < s->ranks[r].n; i++) {
+            PieceKind k = s->ranks[r].pieces[i].kind;
+            if (k == PIECE_F)
+                add_moment(f, cap, r, ++a, w);
+            else if (k == PIECE_B)
+                add_moment(f, cap, r, a--, ++w);
+            else
+                w--;
+        }
+    }
+} /* above: closed forms (docs/schedules.md) instead of the simulator */
 
 static const SchedFacts *sched_facts(Cache *ca, SchedKind kind, int p, int m, int v)
 {
@@ -64,7 +111,7 @@ static const SchedFacts *sched_facts(Cache *ca, SchedKind kind, int p, int m, in
         if (e->kind == kind && e->p == p && e->m == m && e->v == v)
             return e;
     }
-    SchedFacts f = {kind, p, m, v, 0, 0};
+    SchedFacts f = {kind, p, m, v, 0, 0, NULL, 0};
     Schedule s;
     SchedTimes t;
     char err[256];
@@ -73,7 +120,7 @@ static const SchedFacts *sched_facts(Cache *ca, SchedKind kind, int p, int m, in
     f.pairs = kind == SCHED_GPIPE ? (double)m * v : (double)(m < p ? m : p) * v;
     if ((double)p * m * v <= SIM_PIECES && sched_build(ca->a, kind, p, m, v, &s, err, sizeof err) == 0 &&
         sched_simulate(ca->a, &s, NULL, NULL, 0, &t, err, sizeof err) == 0)
-        f.bubble = t.bubble, f.pairs = t.peak[0];
+        f.bubble = t.bubble, f.pairs = t.peak[0], zb_moments(ca->a, &s, &f);
     VEC_PUSH(ca->a, ca->f, f);
     return &ca->f.data[ca->f.len - 1];
 }
@@ -173,6 +220,26 @@ static double recompute_s(const CostDevice *d, const CostProfile *P, const PlanC
                                    : 0;
 }
 
+/* Under ZB-H1: the most a rank's microbatches hold, over the schedule's
+ * moments (sched_facts): a microbatches' saved activations and w waiting
+ * weight gradients' inputs (the profile's w_held) for each of the rank's
+ * layers, with k rows each, and the temporaries of one piece. */
+static double zb_held(const SchedFacts *sf, const CostProfile *P, const Cut *cut, int L,
+                      const PlanChoice *c, double act, double k)
+{
+    double most = 0;
+    for (int i = 0; i < sf->nheld; i++) {
+        const Held *h = &sf->held[i];
+        int nl = L, e = 1, hd = 1;
+        rank_units(cut, L, c->pp, c->v, h->rank, &nl, &e, &hd);
+        double tr = fmax(P->transient, fmax(e ? P->transient_embed : 0, hd ? P->transient_head : 0));
+        double b = h->a * k * (act * nl + e * P->act_embed + hd * P->act_head) +
+                   h->w * k * P->w_held * nl + k * tr;
+        most = fmax(most, b);
+    }
+    return most;
+}
+
 static void evaluate(const PlanSpace *sp, const CostProfile *P, Cache *ca, PlanChoice *c)
 {
     const CostDevice *d = sp->d;
@@ -245,7 +312,7 @@ static void evaluate(const PlanSpace *sp, const CostProfile *P, Cache *ca, PlanC
      * flight; the optimizer's state, sharded from ZeRO 1 on */
     double pm = c->zero ? P->params1 : P->params;
     double persist = masters * pm * (c->zero >= 3 ? over : 1) +
-                     masters * (c->zero >= 1 ? over : 1) + P->params_layer +
+                     masters * (c->zero >= 2 ? over : 1) + P->params_layer +
                      state * P->optimizer * (c->zero >= 1 ? over : 1);
     double act = c->rc == RC_FULL ? P->act_full : c->rc == RC_SELECTIVE ? P->act_sel : P->act_none;
     /* (microbatch, chunk) pairs held on the first rank, each chunk its share of the layers */
@@ -257,7 +324,9 @@ static void evaluate(const PlanSpace *sp, const CostProfile *P, Cache *ca, PlanC
                   k * fmax(P->transient, has_head ? P->transient_head : 0);
     /* ZB-H1: rank r keeps up to r microbatches' weight gradients waiting (passes/schedule.c),
      * each with what they read: the most on the last rank */
-    if (c->sched == SCHED_ZB_H1)
+    if (c->sched == SCHED_ZB_H1 && sf && sf->held && cut)
+        first = last = zb_held(sf, P, cut, sp->layers, c, act, k);
+    else if (c->sched == SCHED_ZB_H1)
         last += (c->pp - 1 < c->m ? c->pp - 1 : c->m) * k * P->w_held * last_layers;
     if (c->pp == 1)
         first = last = inflight * k * (act * sp->layers + P->act_embed + P->act_head) +
