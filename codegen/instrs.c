@@ -121,6 +121,9 @@ int cg_lower_op(Gen *gen, const Op *op)
         }
         return cg_op_kernels(gen, op);
     case OP_UPDATE: copy(gen, op); return 0;
+    case OP_LR: cg_learning_rate(gen, op); return 0;
+    case OP_SGD: cg_sgd(gen, op); return 0;
+    case OP_ADAMW: cg_adamw(gen, op); return 0;
     case OP_ADD:
         if (gen->bias_add && gen->bias_add[op->id]) {
             const Value *bias, *m = cg_bias_matmul(op, NULL, &bias);

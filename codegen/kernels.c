@@ -228,10 +228,33 @@ static int dropout_expr(Kernel *k, Gen *gen, const Op *op, const Value *out, int
     return kb_node(k, KN_SELECT, KT_FLOAT, eval, x, kept);
 }
 
+static void around(Kernel *k, int i, const Value *out, int dim, int *o, int *j, int *in,
+                   int64_t *inner);
+
+/* pad at element i of its own shape (out has it): x at (o, j - before, in)
+ * when that lies inside x, else 0. The index is clamped into x, so the load
+ * is safe either way; x's own fused producers are computed at it. */
+static int pad_expr(Kernel *k, Gen *gen, const Op *op, const Value *out, int i)
+{
+    const Value *x = op->args[0];
+    int dim = norm_dim(ir_op_attr_int(op, "dim", -1), out->rank), o, j, in;
+    int64_t inner, n = x->shape[dim];
+    around(k, i, out, dim, &o, &j, &in, &inner);
+    int jx = ki(k, KN_SUB, j, kb_iconst(k, ir_op_attr_int(op, "before", 0)));
+    int inside = ki(k, KN_MUL, kb_node(k, KN_LE, KT_INT, kb_iconst(k, 0), jx, 0),
+                    kb_node(k, KN_LT, KT_INT, jx, kb_iconst(k, n), 0));
+    int jc = ki(k, KN_MIN, ki(k, KN_MAX, jx, kb_iconst(k, 0)), kb_iconst(k, n - 1));
+    int row = ki(k, KN_ADD, ki(k, KN_MUL, o, kb_iconst(k, n)), jc);
+    int v = operand(k, gen, x, x, ki(k, KN_ADD, ki(k, KN_MUL, row, kb_iconst(k, inner)), in));
+    return kb_node(k, KN_SELECT, KT_FLOAT, inside, v, kb_const(k, 0));
+}
+
 static int pw_expr(Kernel *k, Gen *gen, const Op *op, const Value *out, int i)
 {
     if (op->kind == OP_DROPOUT)
         return dropout_expr(k, gen, op, out, i);
+    if (op->kind == OP_PAD)
+        return pad_expr(k, gen, op, out, i);
     int x = op->nargs > 0 ? operand(k, gen, op->args[0], out, i) : -1;
     int y = op->nargs > 1 ? operand(k, gen, op->args[1], out, i) : -1;
     int z = op->nargs > 2 ? operand(k, gen, op->args[2], out, i) : -1;
@@ -282,6 +305,14 @@ static int operand(Kernel *k, Gen *gen, const Value *v, const Value *out, int i)
 
 /* Elementwise ops, casts, expand and constants: one store per element, with
  * the single-use elementwise producers of the operands inlined. */
+/* The helpers optimizer_kernels.c shares. */
+int64_t cg_numel(const Value *v) { return numel(v); }
+DType cg_ftype(const Op *op) { return ftype_of(op); }
+int cg_operand(Kernel *k, Gen *gen, const Value *v, const Value *out, int i)
+{
+    return operand(k, gen, v, out, i);
+}
+
 static void pointwise(Gen *gen, const Op *op)
 {
     const Value *out = op->res[0];
@@ -292,12 +323,19 @@ static void pointwise(Gen *gen, const Op *op)
     kb_finish(gen, k);
 }
 
+/* A cast between bf16 and f32 computes in the kernel's float type as its
+ * reader does (f64 and f16 casts, and integer ones, keep their kernel). */
+static int float_cast(const Op *op)
+{
+    DType a = op->args[0]->dtype, b = op->res[0]->dtype;
+    return (a == DT_F32 || a == DT_BF16) && (b == DT_F32 || b == DT_BF16);
+}
+
 int cg_fusable(const Op *op)
 {
     switch (op->kind) {
-    case OP_CAST: /* between bf16 and f32 (f64, f16 and integer casts keep their kernel) */
-        return (op->args[0]->dtype == DT_F32 || op->args[0]->dtype == DT_BF16) &&
-               (op->res[0]->dtype == DT_F32 || op->res[0]->dtype == DT_BF16);
+    case OP_CAST: return float_cast(op);
+    case OP_PAD: return 1;
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_EXP: case OP_LOG:
     case OP_SQRT: case OP_RSQRT: case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU:
     case OP_SILU: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_CONSTANT:
@@ -307,86 +345,6 @@ int cg_fusable(const Op *op)
     default: return 0;
     }
 }
-
-/* lr at step t: linear warm-up to lr, then constant, linear or cosine decay
- * from lr (first step after warm-up) to min_lr (last step). */
-static void learning_rate(Gen *gen, const Op *op)
-{
-    Kernel *k = kb_new(gen, KP_POINTWISE, 1, ftype_of(op));
-    int zero = kb_iconst(k, 0);
-    int t = kb_load(k, kb_arg(k, gen, T(gen, op->args[0])), zero);
-    double lr = ir_op_attr_float(op, "lr", 0.01), lo = ir_op_attr_float(op, "min_lr", 0);
-    double warm = (double)ir_op_attr_int(op, "warmup", 0), total = (double)ir_op_attr_int(op, "total", 0);
-    const Attr *s = ir_op_attr(op, "schedule");
-    const char *sched = s && s->kind == ATTR_STR ? s->s : "constant";
-    /* the peak rate is a hyperparameter the runtime may change (--lr); the
-     * floor keeps its ratio to it */
-    int base = kb_load(k, kb_arg(k, gen, gen_hyper(gen, "lr", op->res[0]->dtype, lr)), zero);
-    int v = base;
-    if (strcmp(sched, "constant") != 0) {
-        double span = total - warm - 1;
-        int p = span > 0 ? kf(k, KN_DIV, kf(k, KN_SUB, t, kb_const(k, warm + 1)), kb_const(k, span))
-                         : kb_const(k, 1);
-        p = kf(k, KN_MIN, kb_const(k, 1), kf(k, KN_MAX, kb_const(k, 0), p));
-        int frac = !strcmp(sched, "linear")
-                       ? kf(k, KN_SUB, kb_const(k, 1), p)
-                       : kf(k, KN_MUL, kb_const(k, 0.5),
-                            kf(k, KN_ADD, kb_const(k, 1),
-                               kb_node(k, KN_COS, KT_FLOAT, kf(k, KN_MUL, kb_const(k, M_PI), p), 0, 0)));
-        double floor = lr > 0 ? lo / lr : 0;
-        v = kf(k, KN_MUL, base, kf(k, KN_ADD, kb_const(k, floor), kf(k, KN_MUL, frac, kb_const(k, 1 - floor))));
-    }
-    if (warm > 0) {
-        int in_warm = kb_node(k, KN_LT, KT_INT, t, kb_const(k, warm + 0.5), 0);
-        int ramp = kf(k, KN_MUL, base, kf(k, KN_DIV, t, kb_const(k, warm)));
-        v = kb_node(k, KN_SELECT, KT_FLOAT, in_warm, ramp, v);
-    }
-    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), zero, v);
-    kb_finish(gen, k);
-}
-
-static void sgd(Gen *gen, const Op *op)
-{
-    const Value *p = op->args[0];
-    Kernel *k = kb_new(gen, KP_POINTWISE, numel(p), ftype_of(op));
-    int i = kb_idx(k, 0), z = kb_iconst(k, 0);
-    int pv = kb_load(k, kb_arg(k, gen, T(gen, p)), i);
-    int g = operand(k, gen, op->args[1], op->res[0], i); /* may be computed here: clipped */
-    int mom = kb_load(k, kb_arg(k, gen, T(gen, op->args[2])), i);
-    int lr = kb_load(k, kb_arg(k, gen, T(gen, op->args[3])), z);
-    int m = kf(k, KN_ADD, kf(k, KN_MUL, kb_const(k, ir_op_attr_float(op, "momentum", 0)), mom),
-               kf(k, KN_ADD, g, kf(k, KN_MUL, kb_const(k, ir_op_attr_float(op, "weight_decay", 0)), pv)));
-    kb_store(k, kb_arg(k, gen, T(gen, op->res[1])), i, m);
-    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), i, kf(k, KN_SUB, pv, kf(k, KN_MUL, lr, m)));
-    kb_finish(gen, k);
-}
-
-static void adamw(Gen *gen, const Op *op)
-{
-    const Value *p = op->args[0];
-    Kernel *k = kb_new(gen, KP_POINTWISE, numel(p), ftype_of(op));
-    int i = kb_idx(k, 0), z = kb_iconst(k, 0), one = kb_const(k, 1);
-    double b1 = ir_op_attr_float(op, "beta1", 0.9), b2 = ir_op_attr_float(op, "beta2", 0.999);
-    int ld[6];
-    for (int a = 0; a < 6; a++) /* the gradient may be computed here: clipped */
-        ld[a] = a == 1 ? operand(k, gen, op->args[a], op->res[0], i)
-                       : kb_load(k, kb_arg(k, gen, T(gen, op->args[a])), a < 4 ? i : z);
-    int g = ld[1], lr = ld[4], t = ld[5];
-    int m = kf(k, KN_ADD, kf(k, KN_MUL, kb_const(k, b1), ld[2]), kf(k, KN_MUL, kb_const(k, 1 - b1), g));
-    int v = kf(k, KN_ADD, kf(k, KN_MUL, kb_const(k, b2), ld[3]),
-               kf(k, KN_MUL, kb_const(k, 1 - b2), kf(k, KN_MUL, g, g)));
-    int mh = kf(k, KN_DIV, m, kf(k, KN_SUB, one, kf(k, KN_POW, kb_const(k, b1), t)));
-    int vh = kf(k, KN_DIV, v, kf(k, KN_SUB, one, kf(k, KN_POW, kb_const(k, b2), t)));
-    int den = kf(k, KN_ADD, kb_node(k, KN_SQRT, KT_FLOAT, vh, 0, 0),
-                 kb_const(k, ir_op_attr_float(op, "eps", 1e-8)));
-    int decay = kf(k, KN_SUB, one, kf(k, KN_MUL, lr, kb_const(k, ir_op_attr_float(op, "weight_decay", 0))));
-    int np = kf(k, KN_SUB, kf(k, KN_MUL, ld[0], decay), kf(k, KN_MUL, lr, kf(k, KN_DIV, mh, den)));
-    kb_store(k, kb_arg(k, gen, T(gen, op->res[1])), i, m);
-    kb_store(k, kb_arg(k, gen, T(gen, op->res[2])), i, v);
-    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), i, np);
-    kb_finish(gen, k);
-}
-
 
 /* ---- data movement: one load per output element at a computed index ---- */
 
@@ -1167,9 +1125,6 @@ int cg_op_kernels(Gen *gen, const Op *op)
         pointwise(gen, op);
         return 0;
     case OP_ARANGE: arange(gen, op); return 0;
-    case OP_LR: learning_rate(gen, op); return 0;
-    case OP_SGD: sgd(gen, op); return 0;
-    case OP_ADAMW: adamw(gen, op); return 0;
     case OP_TRANSPOSE: transpose(gen, op); return 0;
     case OP_SLICE: slice(gen, op); return 0;
     case OP_PAD: case OP_CONCAT: segments(gen, op); return 0;

@@ -150,6 +150,16 @@ const Graph *cg_localize(Arena *a, const Graph *g);
 
 /* One or more kernels computing op's results; -1 when no kernel exists. */
 int cg_op_kernels(Gen *gen, const Op *op);
+/* kernels.c's helpers for the other lowering files: a value's elements, an
+ * op's float type (f64 if any operand or result is, else f32), and the
+ * value v at element i of out, computed here when v is fused into out. */
+int64_t cg_numel(const Value *v);
+DType cg_ftype(const Op *op);
+int cg_operand(Kernel *k, Gen *gen, const Value *v, const Value *out, int i);
+/* optimizer_kernels.c: the step's learning rate, SGD and AdamW (one kernel each). */
+void cg_learning_rate(Gen *gen, const Op *op);
+void cg_sgd(Gen *gen, const Op *op);
+void cg_adamw(Gen *gen, const Op *op);
 
 /* emit_attention.c: the GPU renderings of an attention kernel (pattern
  * attention or attention backward): its launch, and its body after the

@@ -287,12 +287,18 @@ static void evaluate(const PlanSpace *sp, const CostProfile *P, Cache *ca, PlanC
     double comm = 0, window = W * 2 / 3; /* the last microbatch's backward on the stage */
     CostLink dl = cost_link(d, (long)(c->dp - 1) * c->tp);
     if (c->dp > 1) {
+        /* ZeRO's collectives go one per parameter tensor (ZeRO 0's all-reduces in
+         * buckets, codegen/buckets.c): each its latency, and each gather's slice
+         * of the update and copy back a launch */
+        double nt = P->nshapes_layer * nl + (P->nshapes - P->nshapes_layer) * share;
+        double lat = nt * (c->dp - 1) * dl.lat, launches = nt * 2 * d->k.launch_s;
+        double rs = cost_gather(masters, c->dp, dl) + lat, ag = rs + launches;
         if (c->zero == 0)
             comm = fmax(0, cost_all_reduce(masters, c->dp, dl) - window);
         else if (c->zero == 1)
-            comm = fmax(0, cost_gather(masters, c->dp, dl) - window) + cost_gather(masters, c->dp, dl);
+            comm = fmax(0, rs - window) + ag;
         else
-            comm = c->m * fmax(0, cost_gather(masters, c->dp, dl) - window) + cost_gather(masters, c->dp, dl);
+            comm = c->m * fmax(0, rs - window) + ag;
         if (c->zero == 3) /* each microbatch gathers its 16-bit weights for F and B */
             comm += c->m * 2 * fmax(0, cost_gather(masters / 2, c->dp, dl) - W / 3);
     }
