@@ -84,6 +84,10 @@ typedef struct KAttention {
     int64_t bias_heads; /* the bias's heads: heads, or 1 (one bias for all heads) */
     int dbias;      /* the backward's argument of the bias's gradient (the kernel's last, zeroed
                        before: the bias's shape, summed over the batch); -1 (0): none */
+    int64_t in_pitch[3], in_head[3], in_off[3]; /* q, k, v read in place from a fused q/k/v tensor
+                       (codegen/fusion.c, views): element d of head h of row r (b S + i) at
+                       r in_pitch + h in_head + in_off + d; in_pitch 0: a tensor of its own, row r at
+                       r heads head_dim (as the outputs always are) */
 } KAttention;
 
 typedef struct Kernel {

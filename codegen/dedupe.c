@@ -82,6 +82,9 @@ static uint64_t ir_hash(const Kernel *k)
         h = MIX(h, at->alibi), h = MIX(h, at->heads_whole), h = MIX(h, at->hoff);
     if (at->bias > 0) /* likewise (a kernel of another pattern: 0) */
         h = MIX(h, at->bias), h = MIX(h, at->bias_heads), h = MIX(h, at->dbias);
+    for (int i = 0; i < 3; i++) /* views (likewise) */
+        if (at->in_pitch[i])
+            h = MIX(h, at->in_pitch[i]), h = MIX(h, at->in_head[i]), h = MIX(h, at->in_off[i]);
     return MIX(h, at->scale);
 }
 
@@ -110,7 +113,8 @@ static int same_ir(const Kernel *x, const Kernel *y)
         !same_bits(p->softcap, q->softcap) || p->alibi != q->alibi ||
         p->heads_whole != q->heads_whole || p->hoff != q->hoff || p->seq_k != q->seq_k ||
         p->head_dim_v != q->head_dim_v || p->bias != q->bias || p->bias_heads != q->bias_heads ||
-        p->dbias != q->dbias)
+        p->dbias != q->dbias || memcmp(p->in_pitch, q->in_pitch, sizeof p->in_pitch) ||
+        memcmp(p->in_head, q->in_head, sizeof p->in_head) || memcmp(p->in_off, q->in_off, sizeof p->in_off))
         return 0;
     for (int i = 0; i < x->nodes.len; i++)
         if (!same_node(&x->nodes.data[i], &y->nodes.data[i]))

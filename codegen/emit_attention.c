@@ -100,7 +100,7 @@ static const char *att_tile_load =
     "        TCC_BARRIER();\n"
     "        for (int e = tid; e < KT * DH; e += ROWS * 32) {\n"
     "            const int jj = e / DH, d = e % DH;\n"
-    "            const tcc_i64 j = j0 + jj, at = (b * $KS + j) * KC + kh * DH + d;\n"
+    "            const tcc_i64 j = j0 + jj, at = (b * $KS + j) * $KP + kh * $KH$KO + d;\n"
     "            Ks[jj][d] = j < $KS ? $LD1(a1[at]) : 0;\n"
     "$VLOAD"
     "        }\n"
@@ -117,7 +117,7 @@ static const char *att_common =
     "    const int tid = TCC_TID, lane = tid & 31, w = tid >> 5;\n"
     "    const tcc_i64 nqb = (S + ROWS - 1) / ROWS, blk = TCC_BID;\n"
     "    const tcc_i64 qb = blk % nqb, h = blk / nqb % H, b = blk / nqb / H, kh = h / (H / KV);\n"
-    "    const tcc_i64 QC = (tcc_i64)H * DH, KC = (tcc_i64)KV * DH,$VCDECL i = qb * ROWS + w;\n"
+    "    const tcc_i64 QC = (tcc_i64)H * DH,$KCDECL$VCDECL i = qb * ROWS + w;\n"
     "$SLOPE"
     "    const int live = i < S;\n"
     "    const tcc_i64 last = CAUSAL && qb * ROWS + ROWS - 1 < $KS - 1 ? qb * ROWS + ROWS - 1 : $KS - 1;\n"
@@ -127,7 +127,7 @@ static const char *att_common =
     "$DOSDECL"
     "    for (int e = tid; e < ROWS * DH; e += ROWS * 32) {\n"
     "        const tcc_i64 r = qb * ROWS + e / DH;\n"
-    "        Qs[e / DH][e % DH] = r < S ? $LD0(a0[(b * S + r) * QC + h * DH + e % DH]) : 0;\n"
+    "        Qs[e / DH][e % DH] = r < S ? $LD0(a0[(b * S + r) * $QP + h * $QH$QO + e % DH]) : 0;\n"
     "$DOSLOAD"
     "    }\n"
     "$DOSLOADV"
@@ -206,12 +206,12 @@ static const char *att_bwd_tail =
  * in two: one over DH, one over DV. Each word's first text is the one of
  * before (Dv = Dh), the second the split. */
 static const char *vload[2] = {
-    "            Vs[jj][d] = j < $KS ? $LD2(a2[at]) : 0;\n", ""};
+    "            Vs[jj][d] = j < $KS ? $LD2(a2[at$VK]) : 0;\n", ""};
 static const char *vload_v[2] = {
     "", "        for (int e = tid; e < KT * DV; e += ROWS * 32) {\n"
         "            const int jj = e / DV, d = e % DV;\n"
         "            const tcc_i64 j = j0 + jj;\n"
-        "            Vs[jj][d] = j < $KS ? $LD2(a2[(b * $KS + j) * VC + kh * DV + d]) : 0;\n"
+        "            Vs[jj][d] = j < $KS ? $LD2(a2[(b * $KS + j) * $VP + kh * $VH$VO + d]) : 0;\n"
         "        }\n"};
 static const char *dos_load_v =
     "    for (int e = tid; e < ROWS * DV; e += ROWS * 32) {\n"
@@ -278,6 +278,38 @@ static void vdim_subs(At *g, Arena *a, Sub *subs)
     subs[9] = (Sub){"DKDV", dkdv[v]};
 }
 
+/* The inputs' words (KAttention.in_pitch): q's pitch, head stride and
+ * offset (QP, QH, QO) and its element's index where the tensor-core kernels
+ * share one with dout (QAT); k's (KP, KH, KO); v's at k's index (VK: their
+ * offsets apart, k and v being views alike: fusion.c) and its own (VP, VH,
+ * VO); the declarations only the loads need (KCDECL, KCM, ATDECL). A tensor
+ * of its own: QC, DH, nothing, and so on, the text of before. */
+static void view_subs(At *g, Arena *a, Sub *subs)
+{
+    const KAttention *at = &g->k->attn;
+    const char *P[3] = {"QC", "KC", at->head_dim_v != at->head_dim ? "VC" : "KC"};
+    const char *Hd[3] = {"DH", "DH", at->head_dim_v != at->head_dim ? "DV" : "DH"};
+    static const char *const key[3][3] = {{"QP", "QH", "QO"}, {"KP", "KH", "KO"}, {"VP", "VH", "VO"}};
+    for (int n = 0; n < 3; n++) {
+        int v = at->in_pitch[n] != 0;
+        subs[3 * n] = (Sub){key[n][0], v ? arena_printf(a, "%lld", (long long)at->in_pitch[n]) : P[n]};
+        subs[3 * n + 1] = (Sub){key[n][1], v ? arena_printf(a, "%lld", (long long)at->in_head[n]) : Hd[n]};
+        subs[3 * n + 2] = (Sub){key[n][2], v ? arena_printf(a, " + %lld", (long long)at->in_off[n]) : ""};
+    }
+    subs[9] = (Sub){"QAT", at->in_pitch[0] ? arena_printf(a, "(b * S + r) * %lld + h * %lld + %lld + e %% DH",
+                                                            (long long)at->in_pitch[0], (long long)at->in_head[0],
+                                                            (long long)at->in_off[0])
+                                          : "at"};
+    /* what only loads read: k's pitch in the forward, the row's index that q
+     * shares with dout (NVRTC warns of a variable declared and not used) */
+    int bwd = g->k->pattern == KP_ATTENTION_BWD, kc = bwd || !at->in_pitch[1];
+    subs[11] = (Sub){"KCDECL", kc ? " KC = (tcc_i64)KV * DH," : ""};
+    subs[12] = (Sub){"KCM", kc ? ", KC = (tcc_i64)KV * DH" : ""};
+    subs[13] = (Sub){"ATDECL", bwd || !at->in_pitch[0] ? ", at = (b * S + r) * QC + h * DH + e % DH" : ""};
+    subs[10] = (Sub){"VK", at->in_pitch[2] ? arena_printf(a, " + %lld", (long long)(at->in_off[2] - at->in_off[1]))
+                                          : ""};
+}
+
 static const char *ld_of(const At *g, Arena *a, int s)
 {
     return g->k->arg_dtype[s] == DT_BF16 ? "tcc_bf2f" : arena_printf(a, "(%s)", ft(g));
@@ -342,7 +374,7 @@ static const char *mma_common =
     "    const int tid = TCC_TID, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;\n"
     "    const tcc_i64 nqb = (S + BQ - 1) / BQ, blk = TCC_BID;\n"
     "    const tcc_i64 qb = blk % nqb, h = blk / nqb % H, b = blk / nqb / H, kh = h / (H / KV);\n"
-    "    const tcc_i64 QC = (tcc_i64)H * DH, KC = (tcc_i64)KV * DH;\n"
+    "    const tcc_i64 QC = (tcc_i64)H * DH$KCM;\n"
     "    const tcc_i64 r0 = qb * BQ + w * 16 + g; /* this lane's rows: r0, r0 + 8 */\n"
     "$SLOPE"
     "    const tcc_i64 last = CAUSAL && qb * BQ + BQ - 1 < $KS - 1 ? qb * BQ + BQ - 1 : $KS - 1;\n"
@@ -351,8 +383,8 @@ static const char *mma_common =
     "$PDDECL"
     "    TCC_EMDECL\n"
     "    for (int e = tid; e < BQ * DH; e += NW * 32) {\n"
-    "        const tcc_i64 r = qb * BQ + e / DH, at = (b * S + r) * QC + h * DH + e % DH;\n"
-    "        Qd[0][e / DH][e % DH] = r < S ? a0[at] : 0;\n"
+    "        const tcc_i64 r = qb * BQ + e / DH$ATDECL;\n"
+    "        Qd[0][e / DH][e % DH] = r < S ? a0[$QAT] : 0;\n"
     "$DOLOAD"
     "    }\n"
     "    float o[ND][4], m[2] = {-TCC_INF_F, -TCC_INF_F}, l[2] = {0, 0};\n"
@@ -443,9 +475,9 @@ static const char *mma_tile_load =
     "        TCC_BARRIER();\n"
     "        for (int e = tid; e < KT * DH; e += NW * 32) {\n"
     "            const int jj = e / DH, d = e % DH;\n"
-    "            const tcc_i64 j = j0 + jj, at = (b * $KS + j) * KC + kh * DH + d;\n"
+    "            const tcc_i64 j = j0 + jj, at = (b * $KS + j) * $KP + kh * $KH$KO + d;\n"
     "            Ks[jj][d] = j < $KS ? a1[at] : 0;\n"
-    "            Vs[jj][d] = j < $KS ? a2[at] : 0;\n"
+    "            Vs[jj][d] = j < $KS ? a2[at$VK] : 0;\n"
     "        }\n"
     "        TCC_BARRIER();\n";
 
@@ -747,11 +779,13 @@ static void attention_body(At *g, Arena *a, int nw, int kt)
         {0}, {0}, {0}, {0}, {0}, {0}, /* softcap_subs */
         {0}, {0}, /* bias_subs */
         {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}, /* vdim_subs */
+        {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}, /* view_subs */
     };
     int nsubs = (int)(sizeof subs / sizeof subs[0]);
-    softcap_subs(g, a, nw, subs + nsubs - 18);
-    bias_subs(g, a, nw, subs + nsubs - 12);
-    vdim_subs(g, a, subs + nsubs - 10);
+    softcap_subs(g, a, nw, subs + nsubs - 32);
+    bias_subs(g, a, nw, subs + nsubs - 26);
+    vdim_subs(g, a, subs + nsubs - 24);
+    view_subs(g, a, subs + nsubs - 14);
     for (int part = 0; part < 2; part++)
         fill_deep(g, nw ? (part ? (bwd ? mma_bwd_tail : mma_fwd_tail) : mma_common)
                         : (part ? (bwd ? att_bwd_tail : att_fwd_tail) : att_common),

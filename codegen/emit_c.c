@@ -396,6 +396,25 @@ static const char *attention_range =
 static const char *attention_tile, *attention_keys, *attention_bwd_pass, *attention_bwd_kv, *attention_bwd_grad,
     *attention_bwd_dq, *attention_bwd_tiles;
 
+/* Input n's (q 0, k 1, v 2) row pitch ($pn), head stride ($en) and offset
+ * ($fn) in its tensor: the numbers of a view of a fused q/k/v tensor
+ * (KAttention.in_pitch), else QC or KC (VC), DH (DV) and nothing. */
+static void view_word(Out *o, char w, int n)
+{
+    const KAttention *a = &o->k->attn;
+    int dv = a->head_dim_v != a->head_dim;
+    if (n < 0 || n > 2)
+        BUG("attention template: bad word $%c%d", w, n);
+    if (a->in_pitch[n] && w == 'f')
+        fprintf(o->f, " + %lld", (long long)a->in_off[n]);
+    else if (a->in_pitch[n])
+        fprintf(o->f, "%lld", (long long)(w == 'p' ? a->in_pitch[n] : a->in_head[n]));
+    else if (w == 'p')
+        fputs(n == 0 ? "QC" : n == 2 && dv ? "VC" : "KC", o->f);
+    else if (w == 'e')
+        fputs(n == 2 && dv ? "DV" : "DH", o->f);
+}
+
 /* The soft cap's word w ($C, $D, $V, $O, $J above); `at` is its column. */
 static void softcap_word(Out *o, char w, int at)
 {
@@ -560,6 +579,10 @@ static void attention_fill(Out *o, const char *tmpl, int indent)
             fputs(w == 'M' ? (o->f32 ? "tcc_fmaxf" : "tcc_fmax") : o->f32 ? "tcc_expf" : "exp", o->f);
             continue;
         }
+        if (w == 'p' || w == 'e' || w == 'f') { /* input n's pitch, head stride, offset */
+            view_word(o, w, *++p - '0');
+            continue;
+        }
         int n = *++p - '0';
         if (n < 0 || n >= k->nargs || (w != 'S' && w != 'L' && w != 'W'))
             BUG("attention template: bad word $%c%c", w, *p);
@@ -654,7 +677,7 @@ static const char *attention_tile =
     "for (int64_t d = 0; d < $v; d++) acc[r][d] *= corr;\n"
     "for (int64_t j = 0; j < nr; j++) {\n"
     "    const $T p = s[j];\n"
-    "    const $S2 *vj = a2 + (b * $Z + j0 + j) * $c + kh * $v;\n"
+    "    const $S2 *vj = a2 + (b * $Z + j0 + j) * $p2 + kh * $e2$f2;\n"
     "    #pragma GCC unroll 1\n"
     "    for (int64_t d = 0; d < $v; d++) acc[r][d] += p * $L2(vj[d]);\n"
     "}\n"
@@ -667,7 +690,7 @@ static const char *attention_keys =
     "for (int64_t j0 = first; j0 <= last; j0 += TILE) {\n"
     "    const int64_t n = last - j0 + 1 < TILE ? last - j0 + 1 : TILE;\n"
     "    for (int64_t j = 0; j < n; j++) {\n"
-    "        const $S1 *kj = a1 + (b * $Z + j0 + j) * KC + kh * DH;\n"
+    "        const $S1 *kj = a1 + (b * $Z + j0 + j) * $p1 + kh * $e1$f1;\n"
     "        #pragma GCC unroll 1\n"
     "        for (int64_t d = 0; d < DH; d++) kt[d][j] = $L1(kj[d]);\n"
     "    }\n"
@@ -687,7 +710,7 @@ static const char *attention_fwd =
     "        $R"
     "        $T m[QB], l[QB], q[QB][DH], acc[QB][$v], kt[DH][TILE], s[TILE];\n"
     "        for (int64_t r = 0; r < ni; r++) {\n"
-    "            const $S0 *qi = a0 + (b * S + i0 + r) * QC + h * DH;\n"
+    "            const $S0 *qi = a0 + (b * S + i0 + r) * $p0 + h * $e0$f0;\n"
     "            m[r] = -INFINITY, l[r] = 0;\n"
     "            #pragma GCC unroll 1\n"
     "            for (int64_t d = 0; d < DH; d++) q[r][d] = $L0(qi[d])$(, acc[r][d] = 0$|;\n"
@@ -766,7 +789,7 @@ static const char *attention_bwd_block =
     "        a7[(b * H + h) * S + i0 + r] = lse[r], a7[((B + b) * H + h) * S + i0 + r] = dot_o[r];\n"
     "    $I"
     "            for (int64_t j = 0; j < nr; j++) {\n"
-    "                const $S1 *kj = a1 + (b * $Z + j0 + j) * KC + kh * DH;\n"
+    "                const $S1 *kj = a1 + (b * $Z + j0 + j) * $p1 + kh * $e1$f1;\n"
     "                const $T p = s[j], ds = dp[j];\n"
     "                #pragma GCC unroll 1\n"
     "                for (int64_t d = 0; d < DH; d++) dq[r][d] += ds * $L1(kj[d]);\n"
@@ -806,7 +829,7 @@ static const char *attention_bwd_tile =
     "         i < (WIN > 0 && j0 + n + WIN - 1 < S ? j0 + n + WIN - 1 : S); i++) {\n"
     "        const int64_t r = 0, nr = CAUSAL && i - j0 + 1 < n ? i - j0 + 1 : n;\n"
     "        const $T lse[1] = {a7[(b * H + h) * S + i]}, dot_o[1] = {a7[((B + b) * H + h) * S + i]};\n"
-    "        const $S0 *qi = a0 + (b * S + i) * QC + h * DH;\n"
+    "        const $S0 *qi = a0 + (b * S + i) * $p0 + h * $e0$f0;\n"
     "        const $S3 *doi = a3 + (b * S + i) * $o + h * $v;\n"
     "        #pragma GCC unroll 1\n"
     "        for (int64_t d = 0; d < DH; d++) q[0][d] = $L0(qi[d])$(, $|;\n"
@@ -869,7 +892,7 @@ static const char *attention_bwd_tiles =
  * log-sum-exp and dot(dout, out) from a first pass over the keys. */
 static const char *attention_bwd_pass =
     "for (int64_t r = 0; r < ni; r++) {\n"
-    "    const $S0 *qi = a0 + (b * S + i0 + r) * QC + h * DH;\n"
+    "    const $S0 *qi = a0 + (b * S + i0 + r) * $p0 + h * $e0$f0;\n"
     "    const $S3 *doi = a3 + (b * S + i0 + r) * $o + h * $v;\n"
     "    m[r] = -INFINITY, l[r] = 0, dot_o[r] = 0;\n"
     "    #pragma GCC unroll 1\n"
@@ -890,8 +913,8 @@ static const char *attention_bwd_pass =
 /* $K: the tile's keys and values widened and transposed. */
 static const char *attention_bwd_kv =
     "for (int64_t j = 0; j < n; j++) {\n"
-    "    const $S1 *kj = a1 + (b * $Z + j0 + j) * KC + kh * DH;\n"
-    "    const $S2 *vj = a2 + (b * $Z + j0 + j) * $c + kh * $v;\n"
+    "    const $S1 *kj = a1 + (b * $Z + j0 + j) * $p1 + kh * $e1$f1;\n"
+    "    const $S2 *vj = a2 + (b * $Z + j0 + j) * $p2 + kh * $e2$f2;\n"
     "    #pragma GCC unroll 1\n"
     "    for (int64_t d = 0; d < DH; d++) kt[d][j] = $L1(kj[d])$(, $|;\n"
     "    #pragma GCC unroll 1\n"

@@ -2,7 +2,9 @@
  * writes gen->fused (computed inside its only user's kernel, or written by
  * a GEMM: its bias epilogue, its transposed product), gen->kept (computed
  * and stored by its first reader's kernel), gen->dead (ops whose results
- * nothing reads), gen->bias_add and gen->tgemm; and says what a GEMM
+ * nothing reads), gen->view (attention's q, k and v read in place from
+ * the fused tensor they are sliced from), gen->bias_add and gen->tgemm; and
+ * says what a GEMM
  * operand reads through transposes (cg_gemm_source), as the instructions
  * then do (instrs.c).
  * Key idea: an elementwise result with one use, by an elementwise op of the
@@ -254,6 +256,96 @@ static void find_kept(Gen *gen, const int *uses, const int *recomputed)
     }
 }
 
+/* ---- attention's q, k and v read in place ---- */
+
+/* The slice s of a fused q/k/v tensor x [..., G, W] along its last dim that
+ * operand n of attention op a reads, through a reshape r to [B, S, heads
+ * x d]: a view when each group of W holds one head of the operand (its head
+ * size is the slice's width), so that head h of row i is at i G W + h W +
+ * start. Then attention reads x (0: not such a slice). */
+static int view_fits(const Op *a, int n, const Value *r, const Op *s)
+{
+    const Value *x = s->args[0];
+    int rx = x->rank;
+    int64_t dim = ir_op_attr_int(s, "dim", -1);
+    if (s->kind != OP_SLICE || rx < 3 || r->rank != 3 || (dim < 0 ? dim + rx : dim) != rx - 1)
+        return 0;
+    int64_t heads = n == 0 ? ir_op_attr_int(a, "heads", 1)
+                           : ir_op_attr_int(a, "kv_heads", ir_op_attr_int(a, "heads", 1));
+    int64_t w = ir_op_attr_int(s, "end", 0) - ir_op_attr_int(s, "start", 0), rows = 1;
+    for (int i = 0; i < rx - 2; i++)
+        rows *= x->shape[i];
+    return heads > 0 && r->shape[2] % heads == 0 && w == r->shape[2] / heads &&
+           x->shape[rx - 2] == heads && rows == r->shape[0] * r->shape[1] && a->stage == s->stage;
+}
+
+/* Marks the views: slices every reader of which (through reshapes) is an
+ * attention op's q, k or v that fits (view_fits), k and v both or neither
+ * (the GPU kernels load a value at its key's index, plus the offset
+ * between them), x itself in memory. */
+static void find_views(Gen *gen)
+{
+    const Graph *g = gen->g;
+    int nv = g->values.len;
+    char *ok = arena_alloc(gen->a, (size_t)nv + 1), *seen = arena_alloc(gen->a, (size_t)nv + 1);
+    memset(ok, 1, (size_t)nv + 1);
+    memset(seen, 0, (size_t)nv + 1);
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *op = g->ops.data[i];
+        int att = op->kind == OP_ATTENTION || op->kind == OP_ATTENTION_GRAD;
+        for (int j = 0; j < op->nargs; j++) {
+            const Value *v = op->args[j];
+            const Op *d = v->def;
+            if (d && d->kind == OP_SLICE && d->nres == 1) { /* read other than through a reshape */
+                if (op->kind != OP_RESHAPE)
+                    ok[v->id] = 0;
+                seen[v->id] = 1;
+                continue;
+            }
+            if (!d || d->kind != OP_RESHAPE || !d->args[0]->def || d->args[0]->def->kind != OP_SLICE)
+                continue;
+            const Value *sv = d->args[0];
+            const Value *x = sv->def->args[0];
+            int fits = att && j < 3 && view_fits(op, j, v, sv->def) && !gen->fused[x->id] &&
+                       !gen->fused[sv->id];
+            if (fits && j > 0) { /* k and v: both views of one x, one pitch and head stride */
+                const Op *o = op->args[3 - j]->def;
+                fits = o && o->kind == OP_RESHAPE && o->args[0]->def && o->args[0]->def->kind == OP_SLICE &&
+                       o->args[0]->def->args[0] == x && view_fits(op, 3 - j, op->args[3 - j], o->args[0]->def);
+            }
+            if (!fits)
+                ok[sv->id] = 0;
+        }
+    }
+    for (int i = 0; i < g->outputs.len; i++) { /* an output keeps its memory */
+        const Value *v = g->outputs.data[i];
+        if (v->def && v->def->kind == OP_RESHAPE)
+            v = v->def->args[0];
+        ok[v->id] = 0;
+    }
+    for (int i = 0; i < nv; i++)
+        ok[i] &= seen[i] && !gen->kept[i];
+    for (int changed = 1; changed;) { /* k without v, or v without k: neither */
+        changed = 0;
+        for (int i = 0; i < g->ops.len; i++) {
+            const Op *op = g->ops.data[i];
+            if (op->kind != OP_ATTENTION && op->kind != OP_ATTENTION_GRAD)
+                continue;
+            int on[2] = {0, 0}, id[2] = {-1, -1};
+            for (int j = 1; j < 3; j++) {
+                const Op *d = op->args[j]->def;
+                if (d && d->kind == OP_RESHAPE && d->args[0]->def && d->args[0]->def->kind == OP_SLICE)
+                    id[j - 1] = d->args[0]->id, on[j - 1] = ok[id[j - 1]];
+            }
+            if (on[0] != on[1]) {
+                ok[on[0] ? id[0] : id[1]] = 0;
+                changed = 1;
+            }
+        }
+    }
+    gen->view = ok;
+}
+
 void cg_find_fusions(Gen *gen, int flags)
 {
     const Graph *g = gen->g;
@@ -312,6 +404,7 @@ void cg_find_fusions(Gen *gen, int flags)
             gen->fused[v->id] = 1;
     }
     find_kept(gen, uses, recomputed);
+    find_views(gen);
     gen->dead = arena_alloc(gen->a, (size_t)g->ops.len + 1);
     for (int i = g->ops.len - 1; i >= 0; i--) { /* backwards: a dead op frees its operands */
         const Op *op = g->ops.data[i];

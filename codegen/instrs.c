@@ -96,8 +96,9 @@ static void collective(Gen *gen, const Op *op)
 int cg_lower_op(Gen *gen, const Op *op)
 {
     gen->op = op;
-    if (op->nres == 1 && (gen->fused[op->res[0]->id] || gen->kept[op->res[0]->id]))
-        return 0; /* computed inside its user's kernel */
+    if (op->nres == 1 && (gen->fused[op->res[0]->id] || gen->kept[op->res[0]->id] ||
+                          (gen->view && gen->view[op->res[0]->id])))
+        return 0; /* computed inside its user's kernel, or read in place (a view) */
     if (gen->dead && gen->dead[op->id])
         return 0; /* nothing reads it */
     for (int i = 0; i < op->nres; i++)

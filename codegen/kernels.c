@@ -1040,6 +1040,24 @@ static void arange(Gen *gen, const Op *op)
     kb_finish(gen, k);
 }
 
+/* The tensor an attention operand (q 0, k 1, v 2) reads in place when it is
+ * a view (gen->view, codegen/fusion.c) of a fused q/k/v tensor x [..., G,
+ * W], with where head h of row r starts in it: r *pitch + h *head + *off;
+ * NULL when the operand has memory of its own. */
+static const Value *attention_view(const Gen *gen, const Value *operand, int64_t *pitch,
+                                   int64_t *head, int64_t *off)
+{
+    const Op *r = operand->def;
+    if (!gen->view || !r || r->kind != OP_RESHAPE || !gen->view[r->args[0]->id])
+        return NULL;
+    const Op *s = r->args[0]->def;
+    const Value *x = s->args[0];
+    *head = x->shape[x->rank - 1];
+    *pitch = x->shape[x->rank - 2] * *head;
+    *off = ir_op_attr_int(s, "start", 0);
+    return x;
+}
+
 static void attention(Gen *gen, const Op *op)
 {
     const Value *q = op->args[0];
@@ -1059,10 +1077,14 @@ static void attention(Gen *gen, const Op *op)
                            ir_op_attr_int(op, "window", 0), -1,
                            (int)ir_op_attr_int(op, "alibi", 0), ir_op_attr_int(op, "alibi_heads", H), -1,
                            ir_op_attr_float(op, "softcap", 0), op->args[1]->shape[1], Dv,
-                           -1, 0, -1};
+                           -1, 0, -1, {0}, {0}, {0}};
     int nq = op->kind == OP_ATTENTION ? 3 : 4; /* q, k, v (dout): the mask and the rest after */
-    for (int i = 0; i < nq; i++)
-        k->args[k->nargs] = T(gen, op->args[i]), k->arg_dtype[k->nargs++] = op->args[i]->dtype;
+    for (int i = 0; i < nq; i++) { /* q, k and v may be views of the fused tensor */
+        const Value *x = i < 3 ? attention_view(gen, op->args[i], &k->attn.in_pitch[i],
+                                                 &k->attn.in_head[i], &k->attn.in_off[i])
+                               : NULL;
+        k->args[k->nargs] = T(gen, x ? x : op->args[i]), k->arg_dtype[k->nargs++] = op->args[i]->dtype;
+    }
     for (int i = 0; i < op->nres && i < 3; i++)
         k->args[k->nargs] = T(gen, op->res[i]), k->arg_dtype[k->nargs++] = op->res[i]->dtype;
     if (op->kind == OP_ATTENTION_GRAD) { /* the C rendering's scratch: [2][B][H][S] */

@@ -30,6 +30,8 @@ typedef struct Gen {
     int *kept;      /* by Value.id: 1 + the index of the op whose kernel computes it and
                        stores it (its first reader: cg_find_fusions), or 0 */
     char *dead;     /* by op index: no result is read, nothing to run */
+    char *view;     /* by Value.id: a slice of a fused q/k/v tensor that attention reads in
+                       place (fusion.c, kernels.c), no memory, no kernel; NULL: none */
     char *bias_add; /* by op index: an add of a bias that its matmul's GEMM does (epilogue) */
     char *tgemm;    /* by op index: a transpose of a product that its matmul's GEMM writes */
     uint64_t slab;

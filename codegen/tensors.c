@@ -218,7 +218,7 @@ void cg_place_values(Gen *gen)
             gen->op = op;
             for (int j = 0; j < op->nres; j++) {
                 const Value *v = op->res[j];
-                if (gen->fused[v->id])
+                if (gen->fused[v->id] || (gen->view && gen->view[v->id]))
                     continue;
                 if (op->kind == OP_RESHAPE) { /* same memory, another shape */
                     gen->tensor_of[v->id] = gen->tensor_of[op->args[0]->id];

@@ -48,11 +48,11 @@ const DeviceSpec *dev_table(void) { return devices; }
  * NCCL's protocol): about 2 us over NVLink and 6 us across the network on
  * both systems (docs/cost.md says how they were chosen). */
 
-/* The fitted fractions of the peaks (docs/cost.md): large GEMMs 0.76 of the
+/* The fitted fractions of the peaks (docs/cost.md): large GEMMs 0.74 of the
  * dense peak, a GEMM dimension d keeping d / (d + 96) of that, attention
- * kernels 0.25, memory-bound kernels 0.60 of HBM, collectives 0.80 of a
+ * kernels 0.20, memory-bound kernels 0.65 of HBM, collectives 0.80 of a
  * link, 3 us a launch. */
-#define GPU_CONSTS {0.74, 96, 0.25, 0.65, 0.80, 3e-6}
+#define GPU_CONSTS {0.74, 96, 0.20, 0.65, 0.80, 3e-6}
 
 static const ClusterSpec clusters[] = {
     {"dgx-a100", "NVIDIA DGX A100 (8 A100 80GB, NVSwitch, 8x200 Gb/s HDR InfiniBand)",

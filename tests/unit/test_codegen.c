@@ -896,3 +896,77 @@ Test(codegen, pads_and_bf16_casts_fuse_with_the_bits_of_stored_values)
     remove_cache();
     ctx_free(c);
 }
+
+/* Attention over one fused q/k/v operand reads q, k and v in place where
+ * each group of the fused row holds one head of them (codegen/fusion.c,
+ * views): no slice kernel, and a step with the bits of the plan that stores
+ * every slice (loss, gradients, inputs byte for byte). Multi-head in f32
+ * and bf16; grouped-query (4 heads, 2 kv heads: two query heads a group),
+ * where q stays a slice and k and v are views. */
+Test(codegen, attention_reads_q_k_v_in_place_with_the_bits_of_stored_slices)
+{
+    static const struct {
+        const char *qkv, *heads;
+        int width, slices; /* the output's width; slice kernels left in the fused plan */
+    } form[] = {{"x @ w", "heads = 2", 16, 0}, {"cast(x @ w, bf16)", "heads = 2", 16, 0},
+                {"x @ w", "heads = 4, kv_heads = 2", 24, 1}};
+    for (int f = 0; f < 3; f++) {
+        char src[512];
+        snprintf(src, sizeof src,
+                 "input x : f32[2, 24, 16]\n"
+                 "input r : f32[2, 24, %d]\n"
+                 "param w : f32[16, 48] = normal(0.3)\n"
+                 "o = attention(%s, %s, causal)\n"
+                 "loss = sum(sum(sum(cast(o, f32) * r)))\n",
+                 form[f].width, form[f].qkv, form[f].heads);
+        Ctx *c = ctx_new(stderr);
+        Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
+        cr_assert_not_null(g);
+        cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
+        make_cache();
+        Plan plan[2];
+        Runtime *rt[2];
+        char err[512];
+        int slices[2] = {0, 0};
+        for (int p = 0; p < 2; p++) { /* 0: every value stored; 1: views */
+            cr_assert_eq(cg_build_plan(c, g, &ts_settings(c, g, 0)->train, p ? 0 : CG_KEEP_VALUES, &plan[p]), 0);
+            for (int i = 0; i < plan[p].ninstrs; i++)
+                slices[p] += plan[p].instrs[i].kind == PI_KERNEL &&
+                             strstr(plan[p].kernels[plan[p].instrs[i].kernel].name, "_slice") != NULL;
+            rt[p] = rt_open(&plan[p], cache, err, sizeof err);
+            cr_assert_not_null(rt[p], "%s", err);
+            rt_init_params(rt[p], 7);
+            for (int i = 0; i < plan[p].ntensors; i++)
+                if (plan[p].tensors[i].role == PT_INPUT) {
+                    float *d = rt_tensor_data(rt[p], i);
+                    uint64_t u = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+                    for (int64_t j = 0; j < numel(&plan[p].tensors[i]); j++) {
+                        u = u * 6364136223846793005ull + 1442695040888963407ull;
+                        d[j] = (float)((double)(u >> 11) / 9007199254740992.0 * 2 - 1);
+                    }
+                }
+            cr_assert_eq(rt_step(rt[p], 1, err, sizeof err), 0, "%s", err);
+        }
+        cr_assert_eq(slices[0], 3, "form %d: the stored plan slices q, k and v: %d", f, slices[0]);
+        cr_assert_eq(slices[1], form[f].slices, "form %d: %d slice kernels with views", f, slices[1]);
+        int compared = 0;
+        for (int i = 0; i < plan[1].ntensors; i++) {
+            const PlanTensor *t = &plan[1].tensors[i];
+            if (t->value < 0 || (t->role == PT_TEMP && !is_output(g, t->value)))
+                continue;
+            int j = 0;
+            while (j < plan[0].ntensors && plan[0].tensors[j].value != t->value)
+                j++;
+            cr_assert_lt(j, plan[0].ntensors);
+            cr_assert(!memcmp(rt_tensor_data(rt[1], i), rt_tensor_data(rt[0], j), t->bytes),
+                      "form %d: '%s' differs between the plan with views and the stored one", f,
+                      t->name ? t->name : "?");
+            compared++;
+        }
+        cr_assert_geq(compared, 3, "form %d: loss, the gradient and the inputs: %d", f, compared);
+        for (int p = 0; p < 2; p++)
+            rt_close(rt[p]);
+        remove_cache();
+        ctx_free(c);
+    }
+}
