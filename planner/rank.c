@@ -65,21 +65,23 @@ typedef struct Cache {
     VEC(Cut) cut;
 } Cache;
 
-#define SIM_PIECES 300000
+#define SIM_PIECES 300000 /* above: closed forms (docs/schedules.md) instead of the simulator */
 
-/* Adds (r, a, w) to f's moments unless one of rank r holds as much of both. */
+/* Adds (r, a, w) to f's moments unless one of rank r holds as much of both,
+ * dropping those of rank r it holds as much as: a rank's moments differ in
+ * a (0 to m), so there are at most p (m + 1) of them. */
 static void add_moment(SchedFacts *f, int cap, int r, int a, int w)
 {
+    int n = 0;
     for (int i = 0; i < f->nheld; i++) {
-        Held *h = &f->held[i];
-        if (h->rank == r && h->a >= a && h->w >= w)
-            return;
-        if (h->rank == r && h->a <= a && h->w <= w) { /* replaced */
-            h->a = a, h->w = w;
-            return;
-        }
+        Held h = f->held[i];
+        if (h.rank == r && h.a >= a && h.w >= w)
+            return; /* what it dropped, this one holds as much as too */
+        if (h.rank != r || h.a > a || h.w > w)
+            f->held[n++] = h;
     }
-    if (f->nheld < cap)
+    f->nheld = n;
+    if (n < cap)
         f->held[f->nheld++] = (Held){r, a, w};
 }
 
@@ -102,7 +104,7 @@ static void zb_moments(Arena *ar, const Schedule *s, SchedFacts *f)
                 w--;
         }
     }
-} /* above: closed forms (docs/schedules.md) instead of the simulator */
+}
 
 static const SchedFacts *sched_facts(Cache *ca, SchedKind kind, int p, int m, int v)
 {
@@ -314,8 +316,9 @@ static void evaluate(const PlanSpace *sp, const CostProfile *P, Cache *ca, PlanC
     /* memory: the first stage (the most in flight) and the last (the head) */
     /* parameters per master byte (their 16-bit casts), as measured without ZeRO
      * and with ZeRO 1; the gradients: an f32 accumulator per master (sharded
-     * from ZeRO 1 on, as the plan reduce-scatters it) and a layer's parts in
-     * flight; the optimizer's state, sharded from ZeRO 1 on */
+     * from ZeRO 2 on, which reduce-scatters each microbatch's part; under ZeRO
+     * 0 and 1 the microbatches sum whole and the step reduces them once) and a
+     * layer's parts in flight; the optimizer's state, sharded from ZeRO 1 on */
     double pm = c->zero ? P->params1 : P->params;
     double persist = masters * pm * (c->zero >= 3 ? over : 1) +
                      masters * (c->zero >= 2 ? over : 1) + P->params_layer +
