@@ -830,6 +830,57 @@ Test(codegen, residual_sums_and_the_mlp_bias_are_kept_in_the_norm_and_gelu_kerne
     ctx_free(c);
 }
 
+/* One step of g with every value stored (plan 0) and of its fused plan
+ * (plan 1), from the same parameters and the same inputs (a fixed stream);
+ * kernels[p]: plan p's kernels whose name holds `kind`. Then every
+ * persistent tensor and output of the fused plan against the stored plan's,
+ * byte for byte: how many were compared. */
+static int step_stored_and_fused(Ctx *c, Graph *g, const char *kind, int kernels[2], const char *what)
+{
+    make_cache();
+    Plan plan[2];
+    Runtime *rt[2];
+    char err[512];
+    for (int p = 0; p < 2; p++) {
+        cr_assert_eq(cg_build_plan(c, g, &ts_settings(c, g, 0)->train, p ? 0 : CG_KEEP_VALUES, &plan[p]), 0);
+        kernels[p] = 0;
+        for (int i = 0; i < plan[p].ninstrs; i++)
+            kernels[p] += plan[p].instrs[i].kind == PI_KERNEL &&
+                          strstr(plan[p].kernels[plan[p].instrs[i].kernel].name, kind) != NULL;
+        rt[p] = rt_open(&plan[p], cache, err, sizeof err);
+        cr_assert_not_null(rt[p], "%s", err);
+        rt_init_params(rt[p], 7);
+        for (int i = 0; i < plan[p].ntensors; i++)
+            if (plan[p].tensors[i].role == PT_INPUT) {
+                float *d = rt_tensor_data(rt[p], i);
+                uint64_t u = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+                for (int64_t j = 0; j < numel(&plan[p].tensors[i]); j++) {
+                    u = u * 6364136223846793005ull + 1442695040888963407ull;
+                    d[j] = (float)((double)(u >> 11) / 9007199254740992.0 * 2 - 1);
+                }
+            }
+        cr_assert_eq(rt_step(rt[p], 1, err, sizeof err), 0, "%s", err);
+    }
+    int compared = 0;
+    for (int i = 0; i < plan[1].ntensors; i++) {
+        const PlanTensor *t = &plan[1].tensors[i];
+        if (t->value < 0 || (t->role == PT_TEMP && !is_output(g, t->value)))
+            continue;
+        int j = 0;
+        while (j < plan[0].ntensors && plan[0].tensors[j].value != t->value)
+            j++;
+        cr_assert_lt(j, plan[0].ntensors);
+        cr_assert_eq(t->bytes, plan[0].tensors[j].bytes);
+        cr_assert(!memcmp(rt_tensor_data(rt[1], i), rt_tensor_data(rt[0], j), t->bytes),
+                  "%s: '%s' differs between the fused plan and the stored one", what, t->name ? t->name : "?");
+        compared++;
+    }
+    for (int p = 0; p < 2; p++)
+        rt_close(rt[p]);
+    remove_cache();
+    return compared;
+}
+
 /* One step of a bf16 program whose backward assembles the gradient of a
  * fused q/k/v projection from attention's three gradients (dk and dv in f32,
  * cast to bf16), and whose forward multiplies a cast product: the pads and
@@ -850,50 +901,11 @@ Test(codegen, pads_and_bf16_casts_fuse_with_the_bits_of_stored_values)
     Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
     cr_assert_not_null(g);
     cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
-    make_cache();
-    Plan plan[2];
-    Runtime *rt[2];
-    char err[512];
-    int pads[2] = {0, 0};
-    for (int p = 0; p < 2; p++) { /* 0: every value stored; 1: fused */
-        cr_assert_eq(cg_build_plan(c, g, &ts_settings(c, g, 0)->train, p ? 0 : CG_KEEP_VALUES, &plan[p]), 0);
-        for (int i = 0; i < plan[p].ninstrs; i++)
-            pads[p] += plan[p].instrs[i].kind == PI_KERNEL &&
-                       strstr(plan[p].kernels[plan[p].instrs[i].kernel].name, "_pad") != NULL;
-        rt[p] = rt_open(&plan[p], cache, err, sizeof err);
-        cr_assert_not_null(rt[p], "%s", err);
-        rt_init_params(rt[p], 7);
-        for (int i = 0; i < plan[p].ntensors; i++) /* the same inputs in both: a fixed stream */
-            if (plan[p].tensors[i].role == PT_INPUT) {
-                float *d = rt_tensor_data(rt[p], i);
-                uint64_t u = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
-                for (int64_t j = 0; j < numel(&plan[p].tensors[i]); j++) {
-                    u = u * 6364136223846793005ull + 1442695040888963407ull;
-                    d[j] = (float)((double)(u >> 11) / 9007199254740992.0 * 2 - 1);
-                }
-            }
-        cr_assert_eq(rt_step(rt[p], 1, err, sizeof err), 0, "%s", err);
-    }
+    int pads[2];
+    int compared = step_stored_and_fused(c, g, "_pad", pads, "pads");
     cr_assert_gt(pads[0], 0, "the unfused plan pads the three gradients");
     cr_assert_eq(pads[1], 0, "%d pad kernels in the fused plan", pads[1]);
-    int compared = 0;
-    for (int i = 0; i < plan[1].ntensors; i++) {
-        const PlanTensor *t = &plan[1].tensors[i];
-        if (t->value < 0 || (t->role == PT_TEMP && !is_output(g, t->value)))
-            continue;
-        int j = 0;
-        while (j < plan[0].ntensors && plan[0].tensors[j].value != t->value)
-            j++;
-        cr_assert_lt(j, plan[0].ntensors);
-        cr_assert_eq(t->bytes, plan[0].tensors[j].bytes);
-        cr_assert(!memcmp(rt_tensor_data(rt[1], i), rt_tensor_data(rt[0], j), t->bytes),
-                  "'%s' differs between the fused plan and the stored one", t->name ? t->name : "?");
-        compared++;
-    }
     cr_assert_geq(compared, 4, "loss, the two gradients and the inputs: %d", compared);
-    for (int p = 0; p < 2; p++)
-        rt_close(rt[p]);
-    remove_cache();
     ctx_free(c);
 }
 
@@ -911,7 +923,7 @@ Test(codegen, attention_reads_q_k_v_in_place_with_the_bits_of_stored_slices)
     } form[] = {{"x @ w", "heads = 2", 16, 0}, {"cast(x @ w, bf16)", "heads = 2", 16, 0},
                 {"x @ w", "heads = 4, kv_heads = 2", 24, 1}};
     for (int f = 0; f < 3; f++) {
-        char src[512];
+        char src[512], what[32];
         snprintf(src, sizeof src,
                  "input x : f32[2, 24, 16]\n"
                  "input r : f32[2, 24, %d]\n"
@@ -919,54 +931,16 @@ Test(codegen, attention_reads_q_k_v_in_place_with_the_bits_of_stored_slices)
                  "o = attention(%s, %s, causal)\n"
                  "loss = sum(sum(sum(cast(o, f32) * r)))\n",
                  form[f].width, form[f].qkv, form[f].heads);
+        snprintf(what, sizeof what, "form %d", f);
         Ctx *c = ctx_new(stderr);
         Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
         cr_assert_not_null(g);
         cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
-        make_cache();
-        Plan plan[2];
-        Runtime *rt[2];
-        char err[512];
-        int slices[2] = {0, 0};
-        for (int p = 0; p < 2; p++) { /* 0: every value stored; 1: views */
-            cr_assert_eq(cg_build_plan(c, g, &ts_settings(c, g, 0)->train, p ? 0 : CG_KEEP_VALUES, &plan[p]), 0);
-            for (int i = 0; i < plan[p].ninstrs; i++)
-                slices[p] += plan[p].instrs[i].kind == PI_KERNEL &&
-                             strstr(plan[p].kernels[plan[p].instrs[i].kernel].name, "_slice") != NULL;
-            rt[p] = rt_open(&plan[p], cache, err, sizeof err);
-            cr_assert_not_null(rt[p], "%s", err);
-            rt_init_params(rt[p], 7);
-            for (int i = 0; i < plan[p].ntensors; i++)
-                if (plan[p].tensors[i].role == PT_INPUT) {
-                    float *d = rt_tensor_data(rt[p], i);
-                    uint64_t u = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
-                    for (int64_t j = 0; j < numel(&plan[p].tensors[i]); j++) {
-                        u = u * 6364136223846793005ull + 1442695040888963407ull;
-                        d[j] = (float)((double)(u >> 11) / 9007199254740992.0 * 2 - 1);
-                    }
-                }
-            cr_assert_eq(rt_step(rt[p], 1, err, sizeof err), 0, "%s", err);
-        }
-        cr_assert_eq(slices[0], 3, "form %d: the stored plan slices q, k and v: %d", f, slices[0]);
-        cr_assert_eq(slices[1], form[f].slices, "form %d: %d slice kernels with views", f, slices[1]);
-        int compared = 0;
-        for (int i = 0; i < plan[1].ntensors; i++) {
-            const PlanTensor *t = &plan[1].tensors[i];
-            if (t->value < 0 || (t->role == PT_TEMP && !is_output(g, t->value)))
-                continue;
-            int j = 0;
-            while (j < plan[0].ntensors && plan[0].tensors[j].value != t->value)
-                j++;
-            cr_assert_lt(j, plan[0].ntensors);
-            cr_assert(!memcmp(rt_tensor_data(rt[1], i), rt_tensor_data(rt[0], j), t->bytes),
-                      "form %d: '%s' differs between the plan with views and the stored one", f,
-                      t->name ? t->name : "?");
-            compared++;
-        }
-        cr_assert_geq(compared, 3, "form %d: loss, the gradient and the inputs: %d", f, compared);
-        for (int p = 0; p < 2; p++)
-            rt_close(rt[p]);
-        remove_cache();
+        int slices[2];
+        int compared = step_stored_and_fused(c, g, "_slice", slices, what);
+        cr_assert_eq(slices[0], 3, "%s: the stored plan slices q, k and v: %d", what, slices[0]);
+        cr_assert_eq(slices[1], form[f].slices, "%s: %d slice kernels with views", what, slices[1]);
+        cr_assert_geq(compared, 3, "%s: loss, the gradient and the inputs: %d", what, compared);
         ctx_free(c);
     }
 }
