@@ -231,6 +231,16 @@ static int dropout_expr(Kernel *k, Gen *gen, const Op *op, const Value *out, int
 static void around(Kernel *k, int i, const Value *out, int dim, int *o, int *j, int *in,
                    int64_t *inner);
 
+/* The index of x's element (o, j, in) with j clamped into [0, n): always a
+ * safe load (slices, concatenations and pads). */
+static int clamped_at(Kernel *k, const Value *x, int dim, int o, int j, int in, int64_t inner)
+{
+    int64_t n = x->shape[dim];
+    int jc = ki(k, KN_MIN, ki(k, KN_MAX, j, kb_iconst(k, 0)), kb_iconst(k, n - 1));
+    int row = ki(k, KN_ADD, ki(k, KN_MUL, o, kb_iconst(k, n)), jc);
+    return ki(k, KN_ADD, ki(k, KN_MUL, row, kb_iconst(k, inner)), in);
+}
+
 /* pad at element i of its own shape (out has it): x at (o, j - before, in)
  * when that lies inside x, else 0. The index is clamped into x, so the load
  * is safe either way; x's own fused producers are computed at it. */
@@ -243,9 +253,7 @@ static int pad_expr(Kernel *k, Gen *gen, const Op *op, const Value *out, int i)
     int jx = ki(k, KN_SUB, j, kb_iconst(k, ir_op_attr_int(op, "before", 0)));
     int inside = ki(k, KN_MUL, kb_node(k, KN_LE, KT_INT, kb_iconst(k, 0), jx, 0),
                     kb_node(k, KN_LT, KT_INT, jx, kb_iconst(k, n), 0));
-    int jc = ki(k, KN_MIN, ki(k, KN_MAX, jx, kb_iconst(k, 0)), kb_iconst(k, n - 1));
-    int row = ki(k, KN_ADD, ki(k, KN_MUL, o, kb_iconst(k, n)), jc);
-    int v = operand(k, gen, x, x, ki(k, KN_ADD, ki(k, KN_MUL, row, kb_iconst(k, inner)), in));
+    int v = operand(k, gen, x, x, clamped_at(k, x, dim, o, jx, in, inner));
     return kb_node(k, KN_SELECT, KT_FLOAT, inside, v, kb_const(k, 0));
 }
 
@@ -387,10 +395,7 @@ static void around(Kernel *k, int i, const Value *out, int dim, int *o, int *j, 
 static int load_at(Kernel *k, Gen *gen, const Value *x, int dim, int o, int j, int in,
                    int64_t inner)
 {
-    int64_t n = x->shape[dim];
-    int jc = ki(k, KN_MIN, ki(k, KN_MAX, j, kb_iconst(k, 0)), kb_iconst(k, n - 1));
-    int row = ki(k, KN_ADD, ki(k, KN_MUL, o, kb_iconst(k, n)), jc);
-    int idx = ki(k, KN_ADD, ki(k, KN_MUL, row, kb_iconst(k, inner)), in);
+    int idx = clamped_at(k, x, dim, o, j, in, inner);
     return kb_load(k, kb_arg(k, gen, T(gen, x)), idx);
 }
 
