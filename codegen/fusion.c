@@ -346,6 +346,41 @@ static void find_views(Gen *gen)
     gen->view = ok;
 }
 
+/* ---- the cross-entropy and its gradient in one row kernel ---- */
+
+/* A cross_entropy and the cross_entropy_grad of the same logits and targets,
+ * on one stage and in one piece, whose loss gradient the compile knows (1,
+ * or 1 / microbatches): the loss's row kernel computes the row's max and sum
+ * once for both and writes the gradient too (kernels.c), so the logits, the
+ * step's largest activation, are read in one kernel instead of two; the
+ * gradient's operand chain is then read by nothing (uses). Not with
+ * recomputation of the logits. The gradient's bits are those of its own
+ * kernel: the same max, sum and scale, each rounded as there. */
+static void find_ce_pairs(Gen *gen, int *uses)
+{
+    const Graph *g = gen->g;
+    const Value **twin = ir_recompute_twins(g, gen->a);
+    gen->ce_pair = arena_alloc(gen->a, sizeof(int) * (size_t)(g->ops.len + 1));
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *b = g->ops.data[i];
+        double dl;
+        if (b->kind != OP_CROSS_ENTROPY_GRAD || b->phase == PH_RECOMPUTE || twin[b->args[0]->id] ||
+            !ir_scalar_value(b->args[2], &dl))
+            continue;
+        for (int j = 0; j < g->ops.len; j++) {
+            const Op *f = g->ops.data[j];
+            if (f->kind != OP_CROSS_ENTROPY || f->args[0] != b->args[0] || f->args[1] != b->args[1] ||
+                f->stage != b->stage || f->tick != b->tick || f->phase == PH_RECOMPUTE ||
+                gen->ce_pair[j] || j > i)
+                continue;
+            gen->ce_pair[j] = i + 1;
+            gen->ce_pair[i] = -(j + 1);
+            uses[b->args[2]->id]--;
+            break;
+        }
+    }
+}
+
 void cg_find_fusions(Gen *gen, int flags)
 {
     const Graph *g = gen->g;
@@ -405,6 +440,7 @@ void cg_find_fusions(Gen *gen, int flags)
     }
     find_kept(gen, uses, recomputed);
     find_views(gen);
+    find_ce_pairs(gen, uses);
     gen->dead = arena_alloc(gen->a, (size_t)g->ops.len + 1);
     for (int i = g->ops.len - 1; i >= 0; i--) { /* backwards: a dead op frees its operands */
         const Op *op = g->ops.data[i];

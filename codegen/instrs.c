@@ -101,6 +101,8 @@ int cg_lower_op(Gen *gen, const Op *op)
         return 0; /* computed inside its user's kernel, or read in place (a view) */
     if (gen->dead && gen->dead[op->id])
         return 0; /* nothing reads it */
+    if (gen->ce_pair && gen->ce_pair[op->id] < 0)
+        return 0; /* written by its cross_entropy's kernel */
     for (int i = 0; i < op->nres; i++)
         if (op->res[i]->dtype == DT_F16) {
             diag_error(&gen->c->diag, op->loc, "no CPU kernels for f16 (use f32, bf16 or f64)");

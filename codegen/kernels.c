@@ -877,19 +877,40 @@ static void norm_grad(Gen *gen, const Op *op)
     }
 }
 
-/* log-sum-exp of the row minus the target's logit, per row, then the mean. */
+/* The gradient's loop over row R of x: (exp(x - m) / s - [column is target t]) * scale into out. */
+static void ce_grad_loop(Row *R, Gen *gen, const Value *x, int m, int s, int t, int scale, const Value *out)
+{
+    Kernel *k = R->k;
+    int c, loop = row_open(R, &c), idx = at(R, c);
+    int p = kf(k, KN_DIV, kb_node(k, KN_EXP, KT_FLOAT, kf(k, KN_SUB, ld(R, gen, x, idx), m), 0, 0), s);
+    int hot = kb_node(k, KN_TOFLOAT, KT_FLOAT, kb_node(k, KN_EQ, KT_INT, c, t, 0), 0, 0);
+    kb_store(k, kb_arg(k, gen, T(gen, out)), idx, kf(k, KN_MUL, kf(k, KN_SUB, p, hot), scale));
+    kb_end(k, loop);
+}
+
+/* log-sum-exp of the row minus the target's logit, per row, then the mean.
+ * Paired with its gradient (gen->ce_pair, fusion.c), the row kernel also
+ * writes the gradient, in the logits' own memory when tensors.c put it
+ * there: the target's logit is read before the row's first loop, so every
+ * element is read before any is written. */
 static void cross_entropy(Gen *gen, const Op *op)
 {
     const Value *x = op->args[0];
+    const Op *grad = gen->ce_pair && gen->ce_pair[op->id] > 0 ? gen->g->ops.data[gen->ce_pair[op->id] - 1] : NULL;
     Row R = row_begin(gen, op, x, x->rank - 1);
     Kernel *k = R.k;
     int64_t rows = k->extent;
     int tmp = gen_temp(gen, ftype_of(op), 1, &rows);
-    int m = row_max(&R, gen, x), s = row_sumexp(&R, gen, x, m);
     int t = kb_load(k, kb_arg(k, gen, T(gen, op->args[1])), kb_idx(k, 0));
     int xt = ld(&R, gen, x, ki(k, KN_ADD, R.base, t));
+    int m = row_max(&R, gen, x), s = row_sumexp(&R, gen, x, m);
     int loss = kf(k, KN_SUB, kf(k, KN_ADD, m, kb_node(k, KN_LOG, KT_FLOAT, s, 0, 0)), xt);
     kb_store(k, kb_arg(k, gen, tmp), kb_idx(k, 0), loss);
+    double dl;
+    if (grad && ir_scalar_value(grad->args[2], &dl)) { /* the loss's gradient, folded */
+        double n = (double)ir_op_attr_int(grad, "rows", rows);
+        ce_grad_loop(&R, gen, x, m, s, t, kf(k, KN_DIV, kb_const(k, dl), kb_const(k, n)), grad->res[0]);
+    }
     kb_finish(gen, k);
     Kernel *k2 = kb_new(gen, KP_ROW, 1, ftype_of(op));
     int l = kb_loop(k2, rows);
@@ -909,11 +930,7 @@ static void cross_entropy_grad(Gen *gen, const Op *op)
     int t = kb_load(k, kb_arg(k, gen, T(gen, op->args[1])), kb_idx(k, 0));
     int dl = kb_load(k, kb_arg(k, gen, T(gen, op->args[2])), kb_iconst(k, 0));
     int scale = kf(k, KN_DIV, dl, kb_const(k, (double)ir_op_attr_int(op, "rows", k->extent)));
-    int c, loop = row_open(&R, &c), idx = at(&R, c);
-    int p = kf(k, KN_DIV, kb_node(k, KN_EXP, KT_FLOAT, kf(k, KN_SUB, ld(&R, gen, x, idx), m), 0, 0), s);
-    int hot = kb_node(k, KN_TOFLOAT, KT_FLOAT, kb_node(k, KN_EQ, KT_INT, c, t, 0), 0, 0);
-    kb_store(k, kb_arg(k, gen, T(gen, op->res[0])), idx, kf(k, KN_MUL, kf(k, KN_SUB, p, hot), scale));
-    kb_end(k, loop);
+    ce_grad_loop(&R, gen, x, m, s, t, scale, op->res[0]);
     kb_finish(gen, k);
 }
 

@@ -34,6 +34,9 @@ typedef struct Gen {
                        place (fusion.c, kernels.c), no memory, no kernel; NULL: none */
     char *bias_add; /* by op index: an add of a bias that its matmul's GEMM does (epilogue) */
     char *tgemm;    /* by op index: a transpose of a product that its matmul's GEMM writes */
+    int *ce_pair;   /* by op index: a cross_entropy whose row kernel also writes its gradient:
+                       1 + the cross_entropy_grad's index; that gradient: -(1 + the
+                       cross_entropy's), no kernel of its own; 0 otherwise (fusion.c) */
     uint64_t slab;
     uint64_t *stage_slab; /* by pipeline stage: its slab (cg_plan_memory) */
     const Op *op;   /* the op being lowered: phase, layer, name */

@@ -158,6 +158,26 @@ static const Op *runs_in(const Gen *gen, const Op **user, const Op *op)
     return op;
 }
 
+/* The gradient of the logits that cross_entropy f's row kernel writes
+ * (gen->ce_pair) takes the logits' tensor when f and the gradient are their
+ * only readers and nothing reads them after f: that kernel reads every
+ * element of a row before it writes one (kernels.c), so the step holds one
+ * copy of the vocabulary's activations, not two. */
+static void logits_in_place(Gen *gen, const Op *f, const Op *b, const int *uses, const int *last,
+                            int *into)
+{
+    const Value *x = f->args[0], *v = b->res[0];
+    for (int i = 0; i < gen->g->outputs.len; i++)
+        if (gen->g->outputs.data[i] == x || gen->g->outputs.data[i] == v)
+            return;
+    if (!x->def || x->def->kind == OP_RESHAPE || cg_role_of(x->def) != PT_TEMP || uses[x->id] != 2 ||
+        last[x->id] > f->id || x->def->stage != f->stage || x->dtype != v->dtype ||
+        x->rank != v->rank || memcmp(x->shape, v->shape, sizeof(int64_t) * (size_t)x->rank) ||
+        gen->fused[x->id] || gen->fused[v->id] || (gen->view && (gen->view[x->id] || gen->view[v->id])))
+        return;
+    into[v->id] = x->id;
+}
+
 /* By value id, the value whose tensor it takes (-1: its own): the
  * optimizer's new parameter or state (an adamw or sgd result that only its
  * update reads) is written straight into its target, whose kernel reads
@@ -183,6 +203,8 @@ static int *in_place_updates(Gen *gen)
         if (op->kind == OP_UPDATE || (gen->dead && gen->dead[op->id]))
             continue;
         int at = runs_in(gen, user, op)->id;
+        if (gen->ce_pair && gen->ce_pair[op->id] < 0) /* run in its cross_entropy's kernel */
+            at = -gen->ce_pair[op->id] - 1;
         for (int j = 0; j < op->nargs; j++)
             if (at > last[op->args[j]->id])
                 last[op->args[j]->id] = at;
@@ -200,6 +222,9 @@ static int *in_place_updates(Gen *gen)
             continue;
         into[v->id] = t->id;
     }
+    for (int i = 0; i < g->ops.len && gen->ce_pair; i++) /* the logits' gradient */
+        if (gen->ce_pair[i] > 0)
+            logits_in_place(gen, g->ops.data[i], g->ops.data[gen->ce_pair[i] - 1], uses, last, into);
     return into;
 }
 

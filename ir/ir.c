@@ -418,3 +418,28 @@ const char *ir_type_str(char *buf, size_t n, DType t, int rank, const int64_t *s
         snprintf(buf + k, n - k, "]");
     return buf;
 }
+
+int ir_scalar_value(const Value *v, double *out)
+{
+    const Op *d = v->def;
+    double a, b = 0;
+    if (!d || v->rank != 0 || (v->dtype != DT_F32 && v->dtype != DT_F64) || d->nres != 1)
+        return 0;
+    switch (d->kind) {
+    case OP_CONSTANT: a = ir_op_attr_float(d, "value", 0); break;
+    case OP_NEG:
+        if (!ir_scalar_value(d->args[0], &a))
+            return 0;
+        a = -a;
+        break;
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV:
+        if (d->nargs != 2 || !ir_scalar_value(d->args[0], &a) || !ir_scalar_value(d->args[1], &b))
+            return 0;
+        /* in double, then rounded once to f32: the f32 result itself (53 >= 2 * 24 + 2) */
+        a = d->kind == OP_ADD ? a + b : d->kind == OP_SUB ? a - b : d->kind == OP_MUL ? a * b : a / b;
+        break;
+    default: return 0;
+    }
+    *out = v->dtype == DT_F32 ? (double)(float)a : a;
+    return 1;
+}

@@ -207,6 +207,10 @@ void ir_op_finish(Graph *g, Op *op, Attr **attrs, int nattrs, const char *who);
 const Attr *ir_op_attr(const Op *op, const char *key);   /* NULL when absent */
 int64_t ir_op_attr_int(const Op *op, const char *key, int64_t dflt);
 double ir_op_attr_float(const Op *op, const char *key, double dflt); /* INT or FLOAT */
+/* Whether v is a scalar that the compile knows (a constant, or the add, sub,
+ * mul, div or neg of such; f32 or f64), each step rounded to its dtype as
+ * its kernel would: its value in *out. */
+int ir_scalar_value(const Value *v, double *out);
 /* The permutation of a transpose: result dim d is operand dim perm[d]. Its
  * attr perm, or without one the last two dims swapped. The one reading of
  * a transpose every room shares (shape, sharding, autodiff, kernels). */

@@ -853,10 +853,14 @@ static int step_stored_and_fused(Ctx *c, Graph *g, const char *kind, int kernels
         for (int i = 0; i < plan[p].ntensors; i++)
             if (plan[p].tensors[i].role == PT_INPUT) {
                 float *d = rt_tensor_data(rt[p], i);
+                int32_t *id = rt_tensor_data(rt[p], i); /* i32: ids below the tensor's limit */
                 uint64_t u = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
                 for (int64_t j = 0; j < numel(&plan[p].tensors[i]); j++) {
                     u = u * 6364136223846793005ull + 1442695040888963407ull;
-                    d[j] = (float)((double)(u >> 11) / 9007199254740992.0 * 2 - 1);
+                    if (plan[p].tensors[i].dtype == PD_I32)
+                        id[j] = (int32_t)((u >> 33) % (uint64_t)plan[p].tensors[i].limit);
+                    else
+                        d[j] = (float)((double)(u >> 11) / 9007199254740992.0 * 2 - 1);
                 }
             }
         cr_assert_eq(rt_step(rt[p], 1, err, sizeof err), 0, "%s", err);
@@ -941,6 +945,48 @@ Test(codegen, attention_reads_q_k_v_in_place_with_the_bits_of_stored_slices)
         cr_assert_eq(slices[0], 3, "%s: the stored plan slices q, k and v: %d", what, slices[0]);
         cr_assert_eq(slices[1], form[f].slices, "%s: %d slice kernels with views", what, slices[1]);
         cr_assert_geq(compared, 3, "%s: loss, the gradient and the inputs: %d", what, compared);
+        ctx_free(c);
+    }
+}
+
+/* The cross-entropy's row kernel also writes its gradient (codegen/fusion.c,
+ * ce_pair) into the logits' own memory: the logits are read by one kernel,
+ * not two, no cross_entropy_grad kernel runs, and the step holds one copy of
+ * them (the gradient takes their tensor). Bits: the loss and every gradient
+ * equal those of the plan that stores every value, byte for byte (same max,
+ * sum and scale, each rounded as in the gradient's own kernel), for f32 and
+ * bf16 logits. */
+Test(codegen, cross_entropy_writes_its_gradient_over_the_logits_with_the_bits_of_its_own_kernel)
+{
+    static const char *logits[] = {"x @ w + b", "cast(x @ w, bf16) + cast(b, bf16)"};
+    for (int f = 0; f < 2; f++) {
+        char src[512], what[32];
+        snprintf(src, sizeof src,
+                 "input x : f32[3, 8, 16]\n"
+                 "input t : i32[3, 8]\n"
+                 "param w : f32[16, 40] = normal(0.5)\n"
+                 "param b : f32[40] = normal(0.5)\n"
+                 "loss = cross_entropy(%s, t)\n",
+                 logits[f]);
+        snprintf(what, sizeof what, "form %d", f);
+        Ctx *c = ctx_new(stderr);
+        Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
+        cr_assert_not_null(g);
+        cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
+        int grads[2];
+        int compared = step_stored_and_fused(c, g, "cross_entropy_grad", grads, what);
+        cr_assert_eq(grads[0], 1, "%s: the stored plan has the gradient's kernel: %d", what, grads[0]);
+        cr_assert_eq(grads[1], 0, "%s: %d gradient kernels in the fused plan", what, grads[1]);
+        cr_assert_geq(compared, 3, "%s: loss, the two gradients and the inputs: %d", what, compared);
+        Plan plan;
+        cr_assert_eq(cg_build_plan(c, g, &ts_settings(c, g, 0)->train, 0, &plan), 0);
+        int logits_id = -1, grad = -1, held[2] = {0, 0}; /* the tensors holding each */
+        for (int i = 0; i < g->ops.len; i++)
+            if (g->ops.data[i]->kind == OP_CROSS_ENTROPY_GRAD)
+                logits_id = g->ops.data[i]->args[0]->id, grad = g->ops.data[i]->res[0]->id;
+        for (int i = 0; i < plan.ntensors; i++)
+            held[0] += plan.tensors[i].value == logits_id, held[1] += plan.tensors[i].value == grad;
+        cr_assert(held[0] == 1 && held[1] == 0, "%s: the logits' gradient has a tensor of its own", what);
         ctx_free(c);
     }
 }
