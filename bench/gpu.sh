@@ -8,7 +8,9 @@
 #      STEPS steps each (default 30) on a byte-level shard made by tccdata
 #      from the machine's license texts; ms/step, tokens/s and MFU are the
 #      medians of steps 11..STEPS, and the losses of both are printed side by
-#      side (both start from random weights of the same shapes).
+#      side (both start from random weights of the same shapes); then tcc's
+#      program 15 steps without CUDA graphs (TCC_CUDA_GRAPHS=0), for what
+#      the graphs save.
 #   2. tcc's GPT-2 step profiled (TCC_PROFILE: each instruction waited for,
 #      4 steps): the 15 instructions that take the most time, with their
 #      share and their achieved TFLOP/s (GEMMs, attention) or GB/s (the rest).
@@ -75,6 +77,9 @@ T_MS=$(column "$OUT/gpt2.log" ms | med)
 T_TOK=$(column "$OUT/gpt2.log" tok/s | med)
 T_MFU=$(mfu "$(flops "$OUT/gpt2.plan/plan.json")" "$T_MS")
 say "tcc gpt2-124M: median ms/step $T_MS, tokens/s $T_TOK, MFU% $T_MFU (steps 11..$STEPS)"
+# the same step without CUDA graphs (every kernel, GEMM and copy launched by the host): what the graphs save
+TCC_CUDA_GRAPHS=0 "$OUT/gpt2" --device cuda --data "$DATA" --steps 15 --log-every 1 >"$OUT/gpt2-eager.log" 2>&1
+say "tcc gpt2-124M without CUDA graphs: median ms/step $(column "$OUT/gpt2-eager.log" ms | med) (steps 11..15)"
 
 # ---- 1. GPT-2 124M: llm.c ----
 say "## llm.c GPT-2 124M bf16 B=64 T=1024: $LLMC $DATA 64 1024 $STEPS"

@@ -86,7 +86,10 @@ static int open_gpu(Runtime *rt, const char *cache_dir, char *err, size_t n)
         return plan_errorf(err, n, "no CUDA device found (%s)", msg);
     if (ordinal >= count)
         return plan_errorf(err, n, "local rank %d has no GPU: this node has %d", ordinal, count);
-    if (!(rt->gpu = rt_cuda_open(rt->p, ordinal, cache_dir, msg, sizeof msg)))
+    int graphs;
+    if (rt_cuda_graphs_setting(&graphs, err, n))
+        return -1;
+    if (!(rt->gpu = rt_cuda_open(rt->p, ordinal, cache_dir, graphs, msg, sizeof msg)))
         return plan_errorf(err, n, "cuda:%d: %s", ordinal, msg);
     rt->dev_stale = 1; /* the first step uploads the whole slab */
     return 0;
@@ -333,9 +336,9 @@ static int run_group(Runtime *rt, int i, int to, int fwd_only)
     return g;
 }
 
-/* The instructions [from, to) of this device's stage in order; only the
- * forward ones (phase 0) when fwd_only. */
-static int walk(Runtime *rt, int from, int to, int fwd_only, char *err, size_t n)
+/* The instructions [from, to) of this device's stage in order, one by one;
+ * only the forward ones (phase 0) when fwd_only. */
+static int walk_each(Runtime *rt, int from, int to, int fwd_only, char *err, size_t n)
 {
     const Plan *p = rt->p;
     for (int i = from; i < to; i++) {
@@ -351,6 +354,31 @@ static int walk(Runtime *rt, int from, int to, int fwd_only, char *err, size_t n
             return -1;
     }
     return 0;
+}
+
+/* walk_each, on the cuda device through a CUDA graph of the walk: captured
+ * the first time, replayed after (rt_cuda_walk_begin), unless a test hook or
+ * a profile wants the instructions one by one. A capture that fails is said
+ * once, and that walk runs one by one from then on. */
+static int walk(Runtime *rt, int from, int to, int fwd_only, char *err, size_t n)
+{
+    char msg[400];
+    if (!rt->gpu || rt->prof || rt->hang_at >= 0 || rt->poison_at >= 0)
+        return walk_each(rt, from, to, fwd_only, err, n);
+    int r = rt_cuda_walk_begin(rt->gpu, from, to, fwd_only, msg, sizeof msg);
+    if (r < 0)
+        return plan_errorf(err, n, "step %" PRId64 ", a CUDA graph: %s", rt->step_now, msg);
+    if (r == 1)
+        return 0;
+    int ok = walk_each(rt, from, to, fwd_only, err, n) == 0;
+    msg[0] = 0;
+    r = rt_cuda_walk_end(rt->gpu, from, to, fwd_only, ok, msg, sizeof msg);
+    if (r < 0)
+        return plan_errorf(err, n, "step %" PRId64 ", a CUDA graph: %s", rt->step_now, msg);
+    if (r == 1 && msg[0])
+        fprintf(stderr, "cuda: instrs[%d..%d] run without a CUDA graph: its capture failed (%s)\n",
+                from, to - 1, msg);
+    return r == 1 ? walk_each(rt, from, to, fwd_only, err, n) : ok ? 0 : -1;
 }
 
 /* After a walk: the outputs to the host (cuda) and, with stages, from their
@@ -418,6 +446,17 @@ int rt_forward(Runtime *rt, char *err, size_t n)
     if (prologue(rt, err, n) || walk(rt, 0, rt->p->ninstrs, 1, err, n))
         return -1;
     return epilogue(rt, 1, err, n);
+}
+
+int rt_cuda_graphs_setting(int *on, char *err, size_t n)
+{
+    const char *g = getenv("TCC_CUDA_GRAPHS");
+    *on = !g || !*g || strcmp(g, "0");
+    if (g && *g && strcmp(g, "0") && strcmp(g, "1"))
+        return plan_errorf(err, n, "TCC_CUDA_GRAPHS=%s: 1 (the default: each walk of the step "
+                                   "captured once, then replayed) or 0 (instruction by instruction)",
+                           g);
+    return 0;
 }
 
 int rt_cuda_devices(char *err, size_t n)

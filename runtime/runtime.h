@@ -44,6 +44,10 @@ Runtime *rt_open_device(const Plan *p, RtKernel const *kernels, RtDeviceKind kin
 /* The CUDA devices this process sees (>= 1), or 0 with why there are none in
  * err ("built without CUDA" in a runtime built without the toolkit). */
 int rt_cuda_devices(char *err, size_t n);
+/* TCC_CUDA_GRAPHS, the cuda device's, into *on: unset, empty or 1: each walk
+ * of the step is captured once into a CUDA graph and replayed (1); 0: its
+ * instructions are queued one by one (0). Anything else: -1 with a message. */
+int rt_cuda_graphs_setting(int *on, char *err, size_t n);
 /* "cpu" or "cuda": the device rt runs on. */
 const char *rt_device_name(const Runtime *rt);
 /* On the cuda device: the whole slab into the host mirror (rt_tensor_data

@@ -1044,6 +1044,10 @@ static int choose_device(Job *J, int mpi, char *msg, size_t n)
 {
     char why[512];
     const char *opt = J->o.device;
+    int graphs;
+    if (rt_cuda_graphs_setting(&graphs, msg, n)) /* the cuda device's; refused on any */
+        return 1;
+    const char *how = graphs ? ", CUDA graphs" : ", no CUDA graphs (TCC_CUDA_GRAPHS=0)";
     int gpus = strcmp(opt, "cpu") ? rt_cuda_devices(why, sizeof why) : 0;
     J->device = RT_CPU;
     if (!strcmp(opt, "cpu")) {
@@ -1060,7 +1064,7 @@ static int choose_device(Job *J, int mpi, char *msg, size_t n)
         else /* the driver's words stay for --device cuda, which fails with them */
             snprintf(why, sizeof why, "no GPU");
         if (J->device == RT_CUDA)
-            snprintf(J->device_note, sizeof J->device_note, "device cuda (auto)");
+            snprintf(J->device_note, sizeof J->device_note, "device cuda (auto)%s", how);
         else
             snprintf(J->device_note, sizeof J->device_note, "device cpu (auto: %s)", why);
         return 0;
@@ -1075,7 +1079,7 @@ static int choose_device(Job *J, int mpi, char *msg, size_t n)
                              "(mpirun -np %d %s --device cuda); the threads backend is CPU-only",
                      J->nranks, J->nranks, J->prog);
     J->device = RT_CUDA;
-    snprintf(J->device_note, sizeof J->device_note, "device cuda");
+    snprintf(J->device_note, sizeof J->device_note, "device cuda%s", how);
     return 0;
 }
 

@@ -261,7 +261,8 @@ static int open_streams(CudaDevice *d, char *err, size_t n)
         d->slot_of[i] = -1;
     for (int k = 0; k < CUDA_MARKS; k++)
         CUDA(cudaEventCreateWithFlags, &d->marks[k], cudaEventDisableTiming);
-    d->first_run = -1;
+    CUDA(cudaEventCreateWithFlags, &d->join, cudaEventDisableTiming);
+    d->first_run = d->replay_from = -1;
     for (int i = 0; i < p->ninstrs; i++)
         if (p->instrs[i].kind == PI_COLL) {
             CUDA(cudaEventCreateWithFlags, &d->before[i], cudaEventDisableTiming);
@@ -270,14 +271,15 @@ static int open_streams(CudaDevice *d, char *err, size_t n)
     return 0;
 }
 
-CudaDevice *rt_cuda_open(const Plan *p, int ordinal, const char *cache_dir, char *err, size_t n)
+CudaDevice *rt_cuda_open(const Plan *p, int ordinal, const char *cache_dir, int graphs, char *err,
+                         size_t n)
 {
     CudaDevice *d = calloc(1, sizeof *d);
     if (!d) {
         plan_errorf(err, n, "calloc: out of memory");
         return NULL;
     }
-    d->p = p, d->ordinal = ordinal;
+    d->p = p, d->ordinal = ordinal, d->graphs = graphs;
     if (rt_comm_timeout(&d->timeout, err, n)) {
         free(d);
         return NULL;
@@ -311,6 +313,11 @@ void rt_cuda_close(CudaDevice *d)
     for (int k = 0; k < CUDA_MARKS; k++)
         if (d->marks[k])
             cudaEventDestroy(d->marks[k]);
+    for (int k = 0; k < CUDA_GRAPHS; k++)
+        if (d->walks[k].exec)
+            cudaGraphExecDestroy(d->walks[k].exec);
+    if (d->join)
+        cudaEventDestroy(d->join);
     if (d->spin_flag)
         cudaFreeHost((void *)d->spin_flag);
     if (d->spin_lib)
@@ -418,7 +425,13 @@ static int watchdog(CudaDevice *d, char *err, size_t n)
     for (int j = 0; j < d->nissued && c < 0; j++)
         if (unfinished(d->done[d->issued[j]]))
             c = d->issued[j];
-    if (c >= 0) {
+    if (d->replay_from >= 0) { /* one launch: the graph does not say which node */
+        snprintf(what, sizeof what, "the CUDA graph of instrs[%d..%d]", d->replay_from,
+                 d->replay_to - 1);
+        snprintf(who, sizeof who, "%s", "a kernel, GEMM, copy or collective of it does not end "
+                                        "(TCC_CUDA_GRAPHS=0 runs it instruction by instruction "
+                                        "and names which)");
+    } else if (c >= 0) {
         nccl_describe(d, c, group, sizeof group);
         nccl_absent(d, c, who, sizeof who);
         snprintf(what, sizeof what, "instrs[%d] (%s%s%s)", c,
@@ -478,7 +491,7 @@ int rt_cuda_sync(CudaDevice *d, char *err, size_t n)
     if (watch(d, NULL, err, n))
         return -1;
     d->npending = d->nissued = d->nmarks = d->since_mark = 0;
-    d->first_run = -1;
+    d->first_run = d->replay_from = -1;
     return 0;
 }
 
@@ -598,6 +611,8 @@ int rt_cuda_run(CudaDevice *d, int i, char *err, size_t n)
     }
     if (rc)
         return -1;
+    if (d->capturing) /* nothing runs yet: no mark to wait for */
+        return 0;
     if (d->first_run < 0)
         d->first_run = i;
     if (++d->since_mark == CUDA_MARK_EVERY) { /* for the watchdog */
@@ -608,5 +623,89 @@ int rt_cuda_run(CudaDevice *d, int i, char *err, size_t n)
         d->mark_at[d->nmarks++ % CUDA_MARKS] = i;
         d->since_mark = 0;
     }
+    return 0;
+}
+
+/* ---- CUDA graphs ---- */
+
+/* The walk [from, to) (fwd: forward instructions only): its slot, a new one
+ * when there is room, or NULL. */
+static CudaWalk *walk_slot(CudaDevice *d, int from, int to, int fwd)
+{
+    for (int k = 0; k < CUDA_GRAPHS; k++) {
+        CudaWalk *w = &d->walks[k];
+        if (!w->used)
+            *w = (CudaWalk){from, to, fwd, 1, 0, NULL};
+        if (w->from == from && w->to == to && w->fwd == fwd)
+            return w;
+    }
+    return NULL;
+}
+
+int rt_cuda_walk_begin(CudaDevice *d, int from, int to, int fwd, char *err, size_t n)
+{
+    CudaWalk *w = d->graphs && !d->stuck ? walk_slot(d, from, to, fwd) : NULL;
+    if (!w || w->failed)
+        return 0; /* no graph: no room for one, or its capture failed */
+    /* the collectives still in flight from the work before: the graph starts after them */
+    for (int j = 0; j < d->npending; j++)
+        CUDA(cudaStreamWaitEvent, d->compute, d->done[d->pending[j]], 0);
+    d->npending = 0;
+    if (w->exec) {
+        CUDA(cudaGraphLaunch, w->exec, d->compute);
+        d->replay_from = from, d->replay_to = to;
+        return 1;
+    }
+    CUDA(cudaStreamBeginCapture, d->compute, cudaStreamCaptureModeRelaxed);
+    d->capturing = 1;
+    return 0;
+}
+
+/* Inside a capture: every other stream that it forked (the collectives',
+ * the pipeline channels') joins the compute stream again. */
+static cudaError_t join_streams(CudaDevice *d)
+{
+    cudaError_t e = cudaSuccess;
+    for (int k = -1; k < d->nchans && e == cudaSuccess; k++) {
+        cudaStream_t s = k < 0 ? d->comm : d->chans[k].stream;
+        enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+        if (!s || (e = cudaStreamIsCapturing(s, &st)) != cudaSuccess ||
+            st != cudaStreamCaptureStatusActive)
+            continue;
+        if ((e = cudaEventRecord(d->join, s)) == cudaSuccess)
+            e = cudaStreamWaitEvent(d->compute, d->join, 0);
+    }
+    return e;
+}
+
+int rt_cuda_walk_end(CudaDevice *d, int from, int to, int fwd, int ok, char *err, size_t n)
+{
+    if (!d->capturing)
+        return 0;
+    CudaWalk *w = walk_slot(d, from, to, fwd);
+    cudaGraph_t g = NULL;
+    cudaError_t e = ok ? join_streams(d) : cudaSuccess;
+    const char *call = "cudaStreamIsCapturing";
+    cudaError_t end = cudaStreamEndCapture(d->compute, &g);
+    d->capturing = 0;
+    d->npending = d->nissued = 0; /* captured, not run */
+    if (e == cudaSuccess)
+        e = end, call = "cudaStreamEndCapture";
+    if (e == cudaSuccess && ok)
+        e = cudaGraphInstantiate(&w->exec, g, 0), call = "cudaGraphInstantiate";
+    if (g)
+        cudaGraphDestroy(g);
+    if (!ok || e != cudaSuccess)
+        w->failed = 1;
+    if (!ok)
+        return 1; /* the walk failed while captured: run it again, to fail where it fails */
+    if (e != cudaSuccess) {
+        w->exec = NULL;
+        cudaGetLastError(); /* a capture's failure is not sticky: clear it */
+        cuda_fail(e, call, err, n);
+        return 1;
+    }
+    CUDA(cudaGraphLaunch, w->exec, d->compute);
+    d->replay_from = from, d->replay_to = to;
     return 0;
 }

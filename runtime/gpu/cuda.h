@@ -28,9 +28,11 @@ int rt_cuda_count(char *err, size_t n);
 
 /* Device ordinal for plan p (which passed plan_check): the slab, the kernels of
  * p->gpu_source compiled for the device's sm_XY (cache_dir as rt_nvrtc_compile's),
- * the GEMM descriptors and algorithms, the streams and events. NULL with a
- * message (the plan has kernels but no CUDA rendering: says so). */
-CudaDevice *rt_cuda_open(const Plan *p, int ordinal, const char *cache_dir, char *err, size_t n);
+ * the GEMM descriptors and algorithms, the streams and events; graphs: walks
+ * are captured into CUDA graphs (rt_cuda_walk_begin). NULL with a message
+ * (the plan has kernels but no CUDA rendering: says so). */
+CudaDevice *rt_cuda_open(const Plan *p, int ordinal, const char *cache_dir, int graphs, char *err,
+                         size_t n);
 void rt_cuda_close(CudaDevice *d); /* d may be NULL */
 
 /* bytes at slab offset off from the host mirror to the device (put) or back;
@@ -52,6 +54,23 @@ int rt_cuda_hang(CudaDevice *d, char *err, size_t n);
 /* Queue instruction i (a kernel, GEMM or copy) on the compute stream, after
  * the collectives whose tensors it touches. */
 int rt_cuda_run(CudaDevice *d, int i, char *err, size_t n);
+
+/* CUDA graphs (TCC_CUDA_GRAPHS: rt_cuda_graphs_setting, runtime.h). Before a walk of the instructions [from, to) (fwd: only the forward ones)
+ * that the executor would queue one by one: 1 when the walk's graph was
+ * launched (the walk is done: queue nothing); 0 when the executor queues the
+ * walk itself, into a capture when this is the walk's first time (with graphs
+ * on, no capture of it failed before, and room for it), and then calls
+ * rt_cuda_walk_end; -1 on a failure. A graph starts after the collectives in
+ * flight before it, and its own have all ended when it ends. While a capture
+ * is open nothing runs and the watchdog sets no marks; a replay's watchdog
+ * names the graph's instructions as a whole. */
+int rt_cuda_walk_begin(CudaDevice *d, int from, int to, int fwd, char *err, size_t n);
+/* After the walk rt_cuda_walk_begin left to the executor (ok: it queued every
+ * instruction): a capture is closed, instantiated and launched (0). 1: the
+ * capture failed (a message in err when the graph API failed; none when the
+ * walk did, !ok): the executor queues the walk again, without a graph, which
+ * it keeps for that walk from then on. 0 as well when nothing was captured. */
+int rt_cuda_walk_end(CudaDevice *d, int from, int to, int fwd, int ok, char *err, size_t n);
 
 /* The NCCL communicator of group slot for the members of c (collective over
  * c: its member 0 makes the unique id and broadcasts it over c). */

@@ -33,6 +33,16 @@ typedef struct LtGemm { /* a GEMM instruction, resolved at open */
 #define CUDA_MARKS 64
 #define CUDA_AHEAD 32
 
+/* A walk of instructions captured into a CUDA graph (rt_cuda_walk_begin):
+ * the instructions [from, to), forward ones only with fwd; exec NULL when
+ * not captured yet or when its capture failed (failed: the walk then runs
+ * instruction by instruction from then on). */
+#define CUDA_GRAPHS 4
+typedef struct CudaWalk {
+    int from, to, fwd, used, failed;
+    cudaGraphExec_t exec;
+} CudaWalk;
+
 typedef struct CudaChannel {
     int from, to; /* stages: member indices of the send/recv group */
     ncclComm_t comm;
@@ -69,6 +79,12 @@ struct CudaDevice {
     int nmarks, since_mark, first_run; /* marks since the last wait; first_run: the first
                                           compute instruction since then */
     int stuck;                    /* a wait timed out: the streams may never finish */
+    /* CUDA graphs (rt_cuda_walk_begin): the walks captured, the one being captured */
+    int graphs;                   /* 1: walks are captured and replayed (TCC_CUDA_GRAPHS) */
+    CudaWalk walks[CUDA_GRAPHS];
+    int capturing;                /* a capture is open on the compute stream: no host waits */
+    int replay_from, replay_to;   /* the walk replayed since the last wait (-1: none) */
+    cudaEvent_t join;             /* the other streams' end, for the compute stream's */
     cudaLibrary_t spin_lib;       /* TCC_TEST_GPU_HANG's kernel, its flag in mapped host memory */
     cudaKernel_t spin;
     volatile int *spin_flag;

@@ -18,7 +18,8 @@ int rt_cuda_count(char *err, size_t n)
     return 0;
 }
 
-CudaDevice *rt_cuda_open(const Plan *p, int ordinal, const char *cache_dir, char *err, size_t n)
+CudaDevice *rt_cuda_open(const Plan *p, int ordinal, const char *cache_dir, int graphs, char *err,
+                         size_t n)
 {
     no_cuda(err, n);
     return NULL;
@@ -61,6 +62,14 @@ int rt_cuda_coll(CudaDevice *d, int i, int slot, int64_t blk, char *err, size_t 
 
 /* There is never a device to call it on (rt_cuda_open fails). */
 int rt_cuda_channels(CudaDevice *d, const int8_t *axes, int naxes, RtComm *c, char *err, size_t n)
+{
+    return no_cuda(err, n);
+}
+int rt_cuda_walk_begin(CudaDevice *d, int from, int to, int fwd, char *err, size_t n)
+{
+    return no_cuda(err, n);
+}
+int rt_cuda_walk_end(CudaDevice *d, int from, int to, int fwd, int ok, char *err, size_t n)
 {
     return no_cuda(err, n);
 }

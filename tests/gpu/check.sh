@@ -8,7 +8,8 @@
 #   3. the cuda backend against the cpu backend: each sample, tiny shapes,
 #      trains N steps from the same seed on both; every step's loss agrees
 #      within a tolerance (f32: 1e-3 relative, the GPU's reductions run in
-#      another order; bf16: 2e-2);
+#      another order; bf16: 2e-2); and with CUDA graphs (the default)
+#      against TCC_CUDA_GRAPHS=0: the same printed losses and norms;
 #   4. the contract on GPUs: mesh plans under mpirun, one process per GPU,
 #      against one GPU (skipped with fewer than 2 GPUs);
 #   5. the watchdog: a kernel that never ends (TCC_TEST_GPU_HANG) is named
@@ -122,6 +123,28 @@ for m in "${!SHAPE[@]}"; do
             pass "$m $prec: cuda tracks cpu ($r)"
         else
             fail "$m $prec: cuda against cpu: $r (logs $OUT/$m-$prec.{cpu,cuda}.log)"
+        fi
+    done
+done
+
+# ---- 3b. CUDA graphs: replayed steps give the bits of steps queued one by one ----
+# Each walk of the step is captured into a graph once and replayed
+# (docs/runtime.md, "CUDA graphs"); TCC_CUDA_GRAPHS=0 queues its
+# instructions one by one. Same kernels in the same order on one GPU: every
+# printed loss and grad norm the same, and no capture failed.
+for m in "${!SHAPE[@]}"; do
+    for prec in f32 bf16; do
+        bin=$OUT/$m-$prec
+        [ -x "$bin" ] || continue
+        TCC_CUDA_GRAPHS=0 "$bin" --device cuda --steps "$STEPS" --seed 7 >"$OUT/$m-$prec.eager.log" 2>&1
+        strip() { sed -n 's/^\(step *[0-9]*\/[0-9]*  loss [^ ]*  lr [^ ]*  grad norm [^ ]*\).*/\1/p' "$1"; }
+        if grep -q '^device cuda, CUDA graphs' "$OUT/$m-$prec.cuda.log" &&
+            ! grep -q 'run without a CUDA graph' "$OUT/$m-$prec.cuda.log" &&
+            [ -n "$(strip "$OUT/$m-$prec.cuda.log")" ] &&
+            cmp -s <(strip "$OUT/$m-$prec.cuda.log") <(strip "$OUT/$m-$prec.eager.log"); then
+            pass "$m $prec: CUDA graphs replay the steps of TCC_CUDA_GRAPHS=0 bit for bit"
+        else
+            fail "$m $prec: CUDA graphs against TCC_CUDA_GRAPHS=0 (logs $OUT/$m-$prec.{cuda,eager}.log)"
         fi
     done
 done
