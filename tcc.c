@@ -27,6 +27,9 @@ static void usage(FILE *f)
             "  --sequence-parallel   split norms and elementwise ops on the sequence over\n"
             "                        the tensor axis (train setting sequence_parallel)\n"
             "  --role AXIS=ROLE      give a mesh axis another role (data, fsdp, tensor, ...)\n"
+            "  --place AXIS,...      place the mesh's axes on the ranks, innermost first (the\n"
+            "                        GPUs of a server, then servers); default: by traffic,\n"
+            "                        the tensor axis innermost\n"
             "  --verify[=N]          the contract: the model in float64 (precision = f64)\n"
             "                        on the mesh (threads) and on one device, N steps (3):\n"
             "                        each step's loss, step 1's gradients (to the scale of\n"
@@ -180,7 +183,7 @@ static int calibrate_args(const Ctx *c, const Options *o)
 {
     int other = o->input || o->from_ir || o->emit || o->gpu || o->cluster || o->verify ||
                 o->dump_after || o->stop_after || o->zero >= 0 || o->sequence_parallel >= 0 ||
-                o->nroles || o->schedule || o->nsets || o->device_memory > 0 || o->has_headroom ||
+                o->nroles || o->place || o->schedule || o->nsets || o->device_memory > 0 || o->has_headroom ||
                 o->print_commands ||
                 o->portable || o->mesh || c->defines.len || o->nwhy;
     if (other)
@@ -419,6 +422,8 @@ static int parse_device_arg(Options *o, int argc, char **argv, int *i)
         o->schedule = v;
     } else if (!strcmp(a, "--sequence-parallel")) {
         o->sequence_parallel = 1;
+    } else if ((v = opt_value(argc, argv, i, "--place"))) {
+        o->place = v;
     } else if ((v = opt_value(argc, argv, i, "--role"))) {
         if (o->nroles >= 8)
             return fail("%s", "at most 8 --role options");

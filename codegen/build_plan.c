@@ -52,7 +52,10 @@ static void fill_plan(Gen *gen, Plan *p)
     for (int i = 0; i < g->mesh.naxes; i++)
         p->axes[i] = (PlanAxis){arena_strdup(gen->a, g->mesh.axes[i].name),
                                 arena_strdup(gen->a, ir_role_name(g->mesh.axes[i].role)),
-                                g->mesh.axes[i].size};
+                                g->mesh.axes[i].size, 0};
+    p->ntensors = gen->tensors.len;
+    p->tensors = gen->tensors.data;
+    cg_place_axes(gen, p);
     p->slab_bytes = gen->slab ? gen->slab : PLAN_ALIGN;
     /* without a memory plan NULL: every stage's slab is slab_bytes */
     p->stage_slab_bytes = gen->stage_slab;

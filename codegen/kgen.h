@@ -105,6 +105,10 @@ void cg_group_kernels(Gen *gen);
  * and gpu_source (CUDA; "" without kernels or when one has no rendering). */
 void cg_kernel_sources(Gen *gen, Plan *p);
 
+/* placement.c: the plan's axes placed on the ranks (PlanAxis.stride): --place,
+ * else by role and traffic, the tensor axis innermost. After the instructions. */
+void cg_place_axes(const Gen *gen, Plan *p);
+
 /* train_hash.c: Plan.train_hash, the same for every mesh of one run ("" when
  * the train block does not read). */
 void cg_train_hash(Gen *gen, Plan *p);

@@ -657,7 +657,7 @@ int cg_loop_memory(Gen *gen)
     for (int i = 0; i < g->mesh.naxes; i++)
         m.view.axes[i] = (PlanAxis){(char *)g->mesh.axes[i].name,
                                     (char *)ir_role_name(g->mesh.axes[i].role),
-                                    g->mesh.axes[i].size};
+                                    g->mesh.axes[i].size, 0};
     m.view.instrs = gen->instrs.data, m.view.ninstrs = gen->instrs.len;
     m.view.sched = gen->sched.data, m.view.nsched = gen->sched.len;
     m.view.microbatches = gen->k, m.view.ntags = gen->ntags;

@@ -166,6 +166,22 @@ static void warn_unrunnable(Ctx *c, const Options *o, const Plan *p, const Graph
                  need / 1073741824.0, big->name, most / 1073741824.0, here / 1073741824.0);
 }
 
+void drv_warn_placement(Ctx *c, const Options *o, const Plan *p)
+{
+    CostDevice d;
+    char text[512];
+    if (!o->has_cluster)
+        return;
+    cost_device_of_cluster(&o->cluster_spec, &d);
+    int a = cost_placement_text(p, &d, text, sizeof text);
+    if (a < 0)
+        return;
+    diag_warning(&c->diag, LOC_NONE, "the %s axis '%s' (%d devices) crosses servers of %d GPUs: its "
+                                     "collectives go over the network (%s)",
+                 p->axes[a].role, p->axes[a].name, p->axes[a].size, d.per_node,
+                 o->place ? "--place puts it there" : "it has more devices than a server");
+}
+
 /* The plan into DIR/plan.json (DIR is created), or its kernels as C or CUDA C. */
 int drv_write_plan(Ctx *c, const Options *o, const Graph *g)
 {
@@ -182,6 +198,7 @@ int drv_write_plan(Ctx *c, const Options *o, const Graph *g)
                 (double)plan.slab_bytes / 1048576.0);
     if (!o->emit || !strcmp(o->emit, "plan"))
         warn_unrunnable(c, o, &plan, local);
+    drv_warn_placement(c, o, &plan);
     if (!o->emit)
         return cg_write_program(c, &plan, o->out, o->print_commands, o->portable);
     if (!strcmp(o->emit, "memory") || !strcmp(o->emit, "memory-plan")) /* the plan as it is */

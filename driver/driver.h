@@ -36,6 +36,8 @@ typedef struct Options {
     int sequence_parallel;  /* --sequence-parallel: 1; 0 false; -1 */
     const char *roles[8];   /* --role AXIS=ROLE */
     int nroles;
+    const char *place;      /* --place AXIS,AXIS,...: the mesh's placement, innermost first; NULL:
+                               by traffic (codegen/placement.c) */
     const char *schedule;   /* --schedule=NAME: the train setting schedule; NULL */
     int virtual_stages;     /* 0 */
     int verify;             /* --verify[=STEPS]: steps to compare, 0 when absent */
@@ -118,6 +120,9 @@ int drv_measure_cpu(Ctx *c, Options *o);
 /* The device the cost model prices plan p on: --cluster's or --gpu's, else
  * this machine's CPU (measured where the CPU file is short). */
 int drv_cost_device(Ctx *c, Options *o, const Plan *p, CostDevice *d);
+/* A warning when a GPU cluster is given (--gpu, --cluster) and plan p's
+ * tensor or sequence axis crosses its servers (cost_placement_text). */
+void drv_warn_placement(Ctx *c, const Options *o, const Plan *p);
 /* The stages of the pipeline with their one-line summaries (--help). */
 void drv_print_stages(FILE *f);
 

@@ -8,6 +8,43 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* --place AXIS,AXIS,...: every axis of the mesh of more than one device
+ * once, innermost first; the axes of one device after them. */
+static int set_place(Graph *g, const char *list)
+{
+    const char *at = list;
+    int n = 0, seen = 0, bad = 0;
+    while (*at && n < g->mesh.naxes) {
+        size_t len = strcspn(at, ",");
+        int ax = -1;
+        for (int k = 0; k < g->mesh.naxes; k++)
+            if (strlen(g->mesh.axes[k].name) == len && !strncmp(g->mesh.axes[k].name, at, len))
+                ax = k;
+        if (ax < 0 || (seen >> ax & 1))
+            break;
+        seen |= 1 << ax;
+        g->mesh.place[n++] = (int8_t)ax;
+        at += len + (at[len] == ',');
+    }
+    for (int k = 0; k < g->mesh.naxes; k++)
+        if (!(seen >> k & 1)) {
+            bad |= g->mesh.axes[k].size > 1;
+            g->mesh.place[n++] = (int8_t)k;
+        }
+    if (*at || bad) {
+        fprintf(stderr, "tcc: error: --place %s: expected each axis of the mesh with more than one "
+                        "device once, innermost first (", list);
+        for (int k = 0, m = 0; k < g->mesh.naxes; k++)
+            if (g->mesh.axes[k].size > 1)
+                fprintf(stderr, "%s%s", m++ ? ", " : "", g->mesh.axes[k].name);
+        fprintf(stderr, ")\n");
+        g->mesh.nplace = 0;
+        return -1;
+    }
+    g->mesh.nplace = n;
+    return 0;
+}
+
 /* The train-block settings and axis roles given on the command line. */
 void drv_set_train(Graph *g, Attr *a)
 {
@@ -157,6 +194,6 @@ int drv_apply_settings(Ctx *c, const Options *o, Graph *g)
         }
         g->mesh.axes[ax].role = (AxisRole)role;
     }
-    return 0;
+    return o->place ? set_place(g, o->place) : 0;
 }
 

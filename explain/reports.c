@@ -132,6 +132,7 @@ int ex_emit_cost(Ctx *c, Options *o)
         mem_model(c, one.g, &one.s.train, one.local, &one.plan, !d.cpu, &mm) != 0 ||
         cost_model(c, one.g, &one.s.train, one.local, &one.plan, &d, &cm) != 0)
         return -1;
+    drv_warn_placement(c, o, &one.plan);
     double budget = pl_budget_of(o);
     if (d.cpu && budget <= 0) /* the devices of the threads backend share the memory */
         budget = d.host->v[CPU_MEMORY] * GIB / cm.devices;
@@ -145,6 +146,13 @@ int ex_emit_cost(Ctx *c, Options *o)
         free(text);
         cJSON_AddNumberToObject(root, "peak_memory_bytes", mm.peak);
         cJSON_AddBoolToObject(root, "fits", mm.peak <= budget);
+        cJSON *place = cJSON_AddArrayToObject(root, "placement"); /* each axis's rank stride */
+        for (int a = 0; place && a < one.plan.naxes; a++) {
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddStringToObject(x, "axis", one.plan.axes[a].name);
+            cJSON_AddNumberToObject(x, "stride", (double)plan_axis_stride(&one.plan, a));
+            cJSON_AddItemToArray(place, x);
+        }
         text = cJSON_Print(root);
         cJSON_Delete(root);
         fprintf(f, "%s\n", text);
@@ -155,6 +163,12 @@ int ex_emit_cost(Ctx *c, Options *o)
             fprintf(f, "%s%s=%d", i ? " x " : " ", one.g->mesh.axes[i].name,
                     one.g->mesh.axes[i].size);
         fprintf(f, " (%.0f devices) on %s\n", cm.devices, device_text(c, o, &d));
+        if (!d.cpu && one.plan.naxes > 1) {
+            char place[512];
+            cost_placement_text(&one.plan, &d, place, sizeof place);
+            fprintf(f, "placement, innermost first: %s%s\n", place,
+                    o->place ? " (--place)" : " (by traffic)");
+        }
         cost_print(f, &cm);
         double room = pl_budget_of(o) > 0 ? pl_headroom_of(o) : 0; /* none in a CPU's share */
         fprintf(f, "memory: peak %.2f GiB per device (stage %d) of %.2f GiB", mm.peak / GIB,

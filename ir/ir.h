@@ -33,6 +33,8 @@ typedef struct MeshAxis {
 typedef struct Mesh {
     int naxes;
     MeshAxis axes[IR_MAX_AXES];
+    int nplace;                 /* --place: 0, or naxes with place[0] the innermost axis */
+    int8_t place[IR_MAX_AXES];
 } Mesh;
 
 /* Why a sharding was chosen. Printed next to every non-trivial sharding. */

@@ -53,6 +53,30 @@ CostLink cost_link(const CostDevice *d, int64_t span)
     return (CostLink){d->inter_bw * d->k.link_eff, d->inter_lat};
 }
 
+int cost_placement_text(const Plan *p, const CostDevice *d, char *buf, size_t n)
+{
+    int order[PLAN_MAX_AXES], crossing = -1;
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; i < p->naxes && i < PLAN_MAX_AXES; i++) { /* innermost first */
+        int j = i;
+        for (; j > 0 && plan_axis_stride(p, order[j - 1]) > plan_axis_stride(p, i); j--)
+            order[j] = order[j - 1];
+        order[j] = i;
+    }
+    for (int k = 0; k < p->naxes && k < PLAN_MAX_AXES && at < n; k++) {
+        const PlanAxis *a = &p->axes[order[k]];
+        int64_t span = (int64_t)(a->size - 1) * plan_axis_stride(p, order[k]);
+        int across = a->size > 1 && span >= d->per_node;
+        if (across && crossing < 0 && a->role &&
+            (!strcmp(a->role, "tensor") || !strcmp(a->role, "sequence")))
+            crossing = order[k];
+        at += (size_t)snprintf(buf + at, n - at, "%s%s=%d%s", k ? ", " : "", a->name, a->size,
+                               a->size < 2 ? "" : across ? " (across servers)" : " (in a server)");
+    }
+    return crossing;
+}
+
 double cost_all_reduce(double S, int n, CostLink l)
 {
     if (n <= 1)
@@ -67,17 +91,13 @@ double cost_gather(double S, int n, CostLink l)
     return n <= 1 ? 0 : (double)(n - 1) / n * S / l.bw + (n - 1) * l.lat;
 }
 
-/* The group along axes of the mesh (row-major, the last axis innermost):
+/* The group along axes of the mesh (placed as the plan says, plan_axis_stride):
  * its members' ranks span (size - 1) x stride over its axes. */
 static CostLink group_link(const Plan *p, const CostDevice *d, const int8_t *axes, int naxes)
 {
     int64_t span = 0;
-    for (int i = 0; i < naxes; i++) {
-        int64_t stride = 1;
-        for (int j = axes[i] + 1; j < p->naxes; j++)
-            stride *= p->axes[j].size;
-        span += (int64_t)(p->axes[axes[i]].size - 1) * stride;
-    }
+    for (int i = 0; i < naxes; i++)
+        span += (int64_t)(p->axes[axes[i]].size - 1) * plan_axis_stride(p, axes[i]);
     return cost_link(d, span);
 }
 

@@ -208,6 +208,11 @@ typedef struct CostLink {
     double bw, lat;
 } CostLink;
 CostLink cost_link(const CostDevice *d, int64_t span);
+/* The plan's placement in words, innermost axis first, each with where its
+ * groups lie on d ("tp=8 (in a server), pp=2 (across servers)"), into buf;
+ * returns the first axis of role tensor or sequence, of more than one
+ * device, whose groups cross servers (-1: none), the one a warning names. */
+int cost_placement_text(const Plan *p, const CostDevice *d, char *buf, size_t n);
 /* Seconds of an all-reduce of S bytes over n members (the faster of ring and
  * tree), and of an all-gather (S: the output), reduce-scatter or all-to-all
  * (S: the input) by ring. */

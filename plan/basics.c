@@ -71,6 +71,30 @@ int64_t plan_mesh_size(const Plan *p)
     return n;
 }
 
+int64_t plan_axis_stride(const Plan *p, int a)
+{
+    if (p->axes[a].stride > 0)
+        return p->axes[a].stride;
+    int64_t s = 1;
+    for (int j = a + 1; j < p->naxes; j++)
+        s *= p->axes[j].size;
+    return s;
+}
+
+void plan_coords(const Plan *p, int64_t rank, int *coord)
+{
+    for (int a = 0; a < p->naxes; a++)
+        coord[a] = (int)(rank / plan_axis_stride(p, a) % p->axes[a].size);
+}
+
+int64_t plan_rank(const Plan *p, const int *coord)
+{
+    int64_t r = 0;
+    for (int a = 0; a < p->naxes; a++)
+        r += coord[a] * plan_axis_stride(p, a);
+    return r;
+}
+
 int64_t plan_axes_size(const Plan *p, const int8_t *axes, int naxes)
 {
     int64_t n = 1;

@@ -395,6 +395,43 @@ static int check_instr_stage(const Plan *p, int i, char *err, size_t n)
     return 0;
 }
 
+/* The axes' strides: none (row-major), or a placement: taken from the
+ * smallest, each the product of the sizes of the axes inside it (1 first),
+ * so every rank has one coordinate each. */
+static int check_placement(const Plan *p, char *err, size_t n)
+{
+    int placed = 0, order[PLAN_MAX_AXES];
+    for (int i = 0; i < p->naxes; i++)
+        placed += p->axes[i].stride != 0;
+    if (!placed)
+        return 0;
+    if (placed != p->naxes || p->naxes > PLAN_MAX_AXES)
+        return plan_errorf(err, n, "axes: a stride on %d of %d axes (all or none)", placed, p->naxes);
+    for (int i = 0; i < p->naxes; i++) { /* by stride, axes of size 1 first: an insertion sort */
+        int j = i;
+        for (; j > 0; j--) {
+            const PlanAxis *b = &p->axes[order[j - 1]], *a = &p->axes[i];
+            if (b->stride < a->stride || (b->stride == a->stride && (b->size == 1 || a->size > 1)))
+                break;
+            order[j] = order[j - 1];
+        }
+        order[j] = i;
+    }
+    int64_t want = 1;
+    for (int k = 0; k < p->naxes; k++) {
+        const PlanAxis *a = &p->axes[order[k]];
+        if (a->stride != want)
+            return plan_errorf(err, n, "axes[%d] (%s): stride %" PRId64 " where the axes inside it "
+                                       "make %" PRId64 " (not a placement of the mesh)",
+                               order[k], plan_str_or_empty(a->name), a->stride, want);
+        if (want > ((int64_t)1 << 62) / a->size)
+            return plan_errorf(err, n, "axes: more than 2^62 devices");
+        want *= a->size;
+    }
+    return 0;
+}
+
+
 static int check_counts(const Plan *p, char *err, size_t n)
 {
     if (p->version != PLAN_VERSION)
@@ -415,6 +452,8 @@ static int check_counts(const Plan *p, char *err, size_t n)
     for (int i = 0; i < p->naxes; i++)
         if (!*plan_str_or_empty(p->axes[i].name) || p->axes[i].size < 1)
             return plan_errorf(err, n, "axes[%d]: needs a name and a size >= 1", i);
+    if (check_placement(p, err, n))
+        return -1;
     if (*p->train_hash && strspn(p->train_hash, "0123456789abcdef") != 16)
         return plan_errorf(err, n, "train_hash: expected 16 lowercase hex digits or \"\"");
     return check_stage_slabs(p, err, n);

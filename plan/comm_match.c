@@ -95,33 +95,29 @@ static int64_t mesh_devices(const Plan *p)
     return n;
 }
 
-/* "ranks 0, 2, 4 and 5 others": the devices of stage s, ascending. */
+/* "ranks 0, 2, 4 and 5 others": the devices of stage s, ascending (by the
+ * plan's placement). */
 static const char *stage_ranks(const Match *m, int s, char *buf, size_t n)
 {
     const Plan *p = m->p;
     int coord[PLAN_MAX_AXES] = {0}, count = 0;
-    int64_t all = mesh_devices(p);
-    for (int j = m->npipe - 1; j >= 0; j--) {
-        all = all < 0 ? -1 : all / p->axes[m->pipe[j]].size;
-        coord[m->pipe[j]] = s % p->axes[m->pipe[j]].size;
-        s /= p->axes[m->pipe[j]].size;
-    }
-    if (all < 0)
+    int64_t all = mesh_devices(p), each = all;
+    for (int j = m->npipe - 1; j >= 0; j--)
+        each = each < 0 ? -1 : each / p->axes[m->pipe[j]].size;
+    if (each < 0)
         return strcpy(buf, "its devices");
-    size_t at = (size_t)snprintf(buf, n, "rank%s", all > 1 ? "s" : "");
-    for (; count < 3 && count < all && at < n; count++) {
-        int64_t r = 0;
-        for (int a = 0; a < p->naxes; a++)
-            r = r * p->axes[a].size + coord[a];
+    size_t at = (size_t)snprintf(buf, n, "rank%s", each > 1 ? "s" : "");
+    for (int64_t r = 0; r < all && r < ((int64_t)1 << 24) && count < 3 && at < n; r++) {
+        plan_coords(p, r, coord);
+        int st = 0;
+        for (int j = 0; j < m->npipe; j++)
+            st = st * p->axes[m->pipe[j]].size + coord[m->pipe[j]];
+        if (st != s)
+            continue;
         at += (size_t)snprintf(buf + at, n - at, "%s %" PRId64, count ? "," : "", r);
-        for (int a = p->naxes - 1; a >= 0; a--) { /* the next device of the stage */
-            if (is_pipe_axis(p, a))
-                continue;
-            if (++coord[a] < p->axes[a].size)
-                break;
-            coord[a] = 0;
-        }
+        count++;
     }
+    all = each;
     if (all > count && at < n)
         snprintf(buf + at, n - at, " and %" PRId64 " other%s", all - count,
                  all - count > 1 ? "s" : "");

@@ -151,6 +151,8 @@ void plan_hash(const Plan *p, char out[17])
         fnv_str(&f, p->axes[i].name);
         fnv_str(&f, p->axes[i].role);
         fnv_i64(&f, p->axes[i].size);
+        if (p->axes[i].stride) /* a placement (none in older plans: their hash stays) */
+            fnv_i64(&f, p->axes[i].stride);
     }
     fnv_u64(&f, p->slab_bytes);
     int stages = plan_stages(p);

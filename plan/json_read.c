@@ -388,12 +388,15 @@ static void *rd_each(const cJSON *root, const char *key, size_t size, int *count
 
 static int rd_axis_one(const cJSON *o, const char *at, void *item, char *err, size_t n)
 {
-    static const char *const keys[] = {"name", "role", "size", NULL};
+    static const char *const keys[] = {"name", "role", "size", "stride", NULL};
     PlanAxis *a = item;
     if (rd_keys(o, at, keys, err, n) || rd_str(o, at, "name", &a->name, err, n) ||
         rd_str(o, at, "role", &a->role, err, n) || rd_i32(o, at, "size", &a->size, err, n))
         return -1;
-    return 0;
+    a->stride = 0; /* none: row-major */
+    return cJSON_GetObjectItemCaseSensitive(o, "stride")
+               ? rd_int(o, at, "stride", 1, (int64_t)1 << 62, &a->stride, err, n)
+               : 0;
 }
 
 static int rd_kernel_one(const cJSON *o, const char *at, void *item, char *err, size_t n)

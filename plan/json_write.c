@@ -234,6 +234,8 @@ static void wr_lists(Wr *w, cJSON *root, const Plan *p)
         wr_str(w, o, "name", p->axes[i].name);
         wr_str(w, o, "role", p->axes[i].role);
         wr_int(w, o, at, "size", p->axes[i].size);
+        if (p->axes[i].stride)
+            wr_int(w, o, at, "stride", p->axes[i].stride);
     }
     wr_u64(w, root, "", "slab_bytes", p->slab_bytes);
     cJSON *slabs = wr_add(w, root, "stage_slab_bytes", cJSON_CreateArray());

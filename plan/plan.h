@@ -184,6 +184,9 @@ typedef struct PlanAxis {
     char *name;
     char *role;
     int size;
+    int64_t stride; /* the placement: ranks between neighbours along the axis (the innermost
+                       axis 1, the next its size, ...); 0 in every axis: row-major, the last
+                       axis innermost (plan_axis_stride) */
 } PlanAxis;
 
 /* A loop plan's schedule table: on stage `stage`, piece `piece` runs for
@@ -254,6 +257,12 @@ const char *plan_coll_name(PlanCollKind k); /* "all_reduce" */
 const char *plan_instr_label(const Plan *p, int i, char *buf, size_t n);
 /* The devices of the mesh: the product of the axis sizes (1 without axes). */
 int64_t plan_mesh_size(const Plan *p);
+/* The placement of the mesh on the ranks: axis a's stride (PlanAxis.stride,
+ * or row-major when the plan has none); the coordinates of rank r; the rank
+ * of coordinates. */
+int64_t plan_axis_stride(const Plan *p, int a);
+void plan_coords(const Plan *p, int64_t rank, int *coord);
+int64_t plan_rank(const Plan *p, const int *coord);
 /* The devices of a group over axes[0..naxes) (indices into p->axes): the
  * product of their sizes (1 for none). */
 int64_t plan_axes_size(const Plan *p, const int8_t *axes, int naxes);

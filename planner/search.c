@@ -46,6 +46,7 @@ typedef struct Trial {
     int ok;
     char why[160];
     double saved_layers; /* stage 0's: what a microbatch's forward holds in layers */
+    char place[256];     /* the compiled plan's placement in words (cost_placement_text) */
     MemoryModel mm;
     CostModel cm;
     CostProfile prof;
@@ -71,6 +72,7 @@ static void trial(Ctx *c, const Options *o, const CostDevice *d, Trial *t)
                           : cost_model(q, one.g, &one.s.train, one.local, &one.plan, d, &t->cm)) == 0;
     if (t->ok) { /* the model's stages live in q's arena: keep the numbers only */
         t->saved_layers = t->mm.stage[0].saved_layers;
+        cost_placement_text(&one.plan, d, t->place, sizeof t->place);
         t->mm.stage = NULL;
         memset(&t->cm.sched, 0, sizeof t->cm.sched);
         memset(&t->cm.times, 0, sizeof t->cm.times);
@@ -442,8 +444,10 @@ static void report_choice(Ctx *c, const Options *o, const ModelShape *ms, const 
     int nsets;
     choice_args(c, ms, &all[best], &mesh, sets, &nsets);
     print_families(stderr, sp, all, n, &all[best]);
-    if (o->explain)
+    if (o->explain) {
         explain(stderr, sp, all, n, &all[best]);
+        fprintf(stderr, "  placement, innermost first: %s\n", won->place);
+    }
     fprintf(stderr, "plan: chose candidate %d:%s%s", best + 1, mesh ? " --mesh " : "",
             mesh ? mesh : "");
     for (int k = 0; k < nsets; k++)

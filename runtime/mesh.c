@@ -44,11 +44,14 @@ void rt_global_shape(const Plan *p, const PlanTensor *t, int64_t *shape)
         shape[d] = t->shape[d] * split_count(p, t, d);
 }
 
-static void coords_of(const Plan *p, int64_t rank, int *coord)
+/* The coordinates of member m of the group over every axis (its members are
+ * ordered by their block index over the axes, row-major: rt_comm_split's
+ * key), which is not world rank m under a placement. */
+static void member_coords(const Plan *p, int64_t m, int *coord)
 {
     for (int a = p->naxes - 1; a >= 0; a--) {
-        coord[a] = (int)(rank % p->axes[a].size);
-        rank /= p->axes[a].size;
+        coord[a] = (int)(m % p->axes[a].size);
+        m /= p->axes[a].size;
     }
 }
 
@@ -196,7 +199,7 @@ int rt_attach(Runtime *rt, RtWorld *w, char *err, size_t n)
                                    "srun (comm mpi); the %s backend is CPU-only",
                            rt_world_backend(w));
     rt->world = w;
-    coords_of(p, rt_world_rank(w), rt->coord);
+    plan_coords(p, rt_world_rank(w), rt->coord); /* the plan's placement */
     int8_t all[PLAN_MAX_AXES];
     for (int a = 0; a < p->naxes; a++)
         all[a] = (int8_t)a;
@@ -391,7 +394,7 @@ int rt_tensor_global(Runtime *rt, int t, void *global, char *err, size_t n)
     }
     for (int r = 0; r < size; r++) { /* a tensor of one stage: the copies of the others are stale */
         int coord[PLAN_MAX_AXES];
-        coords_of(p, r, coord);
+        member_coords(p, r, coord);
         if (pt->stage < 0 || rt->nstages <= 1 ||
             block_index(p, coord, rt->pipe, rt->npipe) == pt->stage)
             block_copy(p, pt, coord, global, blocks + (size_t)r * pt->bytes, 1);

@@ -56,8 +56,8 @@ int rt_sync_host(Runtime *rt, char *err, size_t n);
 
 /* ---- the mesh (runtime/mesh.c) ----
  * A plan for a mesh of N devices runs on N ranks, each with its own Runtime.
- * A rank's coordinates are its row-major index over the plan's axes (the first
- * axis major). Parameters and inputs are split as the plan says: every device
+ * A rank's coordinates follow the plan's placement (plan_coords: each axis's
+ * stride; row-major, the first axis major, in a plan without one). Parameters and inputs are split as the plan says: every device
  * initialises its block of the same global values as one device would. */
 typedef struct RtWorld RtWorld;
 

@@ -72,7 +72,7 @@ static Plan *sample(void)
     p->model = strdup("sample");
     p->naxes = 1;
     p->axes = calloc(1, sizeof *p->axes);
-    p->axes[0] = (PlanAxis){strdup("dp"), strdup("data"), 1};
+    p->axes[0] = (PlanAxis){strdup("dp"), strdup("data"), 1, 0};
     p->slab_bytes = 512;
     p->ntensors = 7;
     p->tensors = calloc(7, sizeof *p->tensors);
@@ -209,6 +209,7 @@ static void same_plan(const Plan *a, const Plan *b)
         cr_assert_str_eq(a->axes[i].name, b->axes[i].name);
         cr_assert_str_eq(a->axes[i].role, b->axes[i].role);
         cr_assert_eq(a->axes[i].size, b->axes[i].size);
+        cr_assert_eq(a->axes[i].stride, b->axes[i].stride);
     }
     cr_assert_eq(a->slab_bytes, b->slab_bytes);
     for (int s = 0; s < plan_stages(a); s++)

@@ -736,7 +736,7 @@ static Plan *mesh_plan(int devices)
     p->model = strdup("test");
     p->naxes = 1;
     p->axes = calloc(1, sizeof *p->axes);
-    p->axes[0] = (PlanAxis){strdup("dp"), strdup("data"), devices};
+    p->axes[0] = (PlanAxis){strdup("dp"), strdup("data"), devices, 0};
     p->ntensors = 4;
     p->tensors = calloc(4, sizeof *p->tensors);
     p->instrs = calloc(1, sizeof *p->instrs);

@@ -16,7 +16,7 @@
 
 #define REL(a, b) (fabs((a) - (b)) <= 1e-12 * fabs(b))
 
-static PlanAxis axes[2] = {{"dp", "data", 4}, {"tp", "tensor", 8}}; /* 32 devices, tp inner */
+static PlanAxis axes[2] = {{"dp", "data", 4, 0}, {"tp", "tensor", 8, 0}}; /* 32 devices, tp inner */
 static PlanTensor tensors[4];
 static Plan plan;
 
@@ -68,11 +68,16 @@ Test(cost, all_reduce_across_nodes_takes_the_network)
     double ring = 2 * (n - 1) / n * S / W + 2 * (n - 1) * l, tree = 2 * S / W + 2 * 2 * l;
     cr_assert(REL(cost_coll_time(&plan, &d, &in), fmin(ring, tree)));
     /* the same group with dp innermost stays in a node */
-    PlanAxis swapped[2] = {{"tp", "tensor", 8}, {"dp", "data", 4}};
+    PlanAxis swapped[2] = {{"tp", "tensor", 8, 0}, {"dp", "data", 4, 0}};
     plan.axes = swapped;
     in = coll(PC_ALL_REDUCE, 1, 1);
     W = 300e9 * d.k.link_eff, l = 2e-6;
     ring = 2 * (n - 1) / n * S / W + 2 * (n - 1) * l, tree = 2 * S / W + 2 * 2 * l;
+    cr_assert(REL(cost_coll_time(&plan, &d, &in), fmin(ring, tree)));
+    /* and so does it placed innermost by the plan's strides, in the first order of the axes */
+    PlanAxis placed[2] = {{"dp", "data", 4, 1}, {"tp", "tensor", 8, 4}};
+    plan.axes = placed;
+    in = coll(PC_ALL_REDUCE, 0, 1);
     cr_assert(REL(cost_coll_time(&plan, &d, &in), fmin(ring, tree)));
     plan.axes = axes;
 }
@@ -88,7 +93,7 @@ Test(cost, gather_scatter_and_messages)
     in = coll(PC_SEND, 0, 1);
     in.nargs = 1;
     cr_assert(REL(cost_coll_time(&plan, &d, &in), (1 << 26) / (25e9 * d.k.link_eff) + 6e-6));
-    PlanAxis one[2] = {{"dp", "data", 1}, {"tp", "tensor", 1}};
+    PlanAxis one[2] = {{"dp", "data", 1, 0}, {"tp", "tensor", 1, 0}};
     plan.axes = one;
     in = coll(PC_ALL_REDUCE, 1, 1);
     cr_assert_eq(cost_coll_time(&plan, &d, &in), 0, "a group of one moves nothing");
@@ -287,7 +292,7 @@ Test(cost, cpu_collectives_copy_between_the_members)
               cost_coll_time(&plan, &d, &in));
     in = coll(PC_ALL_GATHER, 1, 3); /* 256 MiB out */
     cr_assert(REL(cost_coll_time(&plan, &d, &in), 2.0 * (1 << 28) / bw + 2 * 8e-6));
-    PlanAxis one[2] = {{"dp", "data", 1}, {"tp", "tensor", 1}};
+    PlanAxis one[2] = {{"dp", "data", 1, 0}, {"tp", "tensor", 1, 0}};
     plan.axes = one;
     in = coll(PC_ALL_REDUCE, 1, 1);
     cr_assert_eq(cost_coll_time(&plan, &d, &in), 0, "a group of one copies nothing");

@@ -139,9 +139,9 @@ static Plan *model(int pipeline, int dp)
     p->model = strdup("pipe");
     p->axes = calloc(2, sizeof *p->axes);
     if (pipeline)
-        p->axes[p->naxes++] = (PlanAxis){strdup("pp"), strdup("pipeline"), 2};
+        p->axes[p->naxes++] = (PlanAxis){strdup("pp"), strdup("pipeline"), 2, 0};
     if (dp > 1)
-        p->axes[p->naxes++] = (PlanAxis){strdup("dp"), strdup("data"), dp};
+        p->axes[p->naxes++] = (PlanAxis){strdup("dp"), strdup("data"), dp, 0};
     p->ntensors = NTENSORS;
     p->tensors = calloc(NTENSORS, sizeof *p->tensors);
     tensor(p, X, "x", PT_INPUT, 1, n, -1);
@@ -313,6 +313,42 @@ Test(pipeline, two_stages_times_two_replicas_match_one_device)
     cr_assert_eq(rc, 0, "%s%s", err, text);
     cr_assert(strstr(text, "step 3: loss") && strstr(text, "param  w") && strstr(text, "verified"),
               "%s", text);
+    free(text);
+    plan_free(mesh);
+    plan_free(one);
+}
+
+/* The runtime numbers ranks by the plan's placement (PlanAxis.stride): with
+ * the pipeline axis innermost, ranks 0 and 2 run stage 0 and hold w, ranks
+ * 1 and 3 stage 1 (row-major, ranks 0 and 1 would be stage 0), and the step
+ * is still the one device's. */
+static int placed_rank(RtWorld *w, void *arg, char *err, size_t n)
+{
+    char msg[512] = "";
+    int rc = 0, rank = rt_world_rank(w);
+    Runtime *rt = rt_open(arg, cache, err, n);
+    if (!rt)
+        return -1;
+    RANK_CHECK(!rt_attach(rt, w, msg, sizeof msg), "rank %d: attach: %s", rank, msg);
+    RANK_CHECK(!rt_tensor_data(rt, W) == (rank % 2 == 1), "rank %d: holds w: %d", rank,
+               rt_tensor_data(rt, W) != NULL);
+done:
+    rt_close(rt);
+    return rc;
+}
+
+Test(pipeline, ranks_are_numbered_by_the_placement)
+{
+    char err[1024] = "", *text = NULL;
+    size_t len = 0;
+    Plan *mesh = model(1, 2), *one = checked(model(0, 1));
+    mesh->axes[0].stride = 1, mesh->axes[1].stride = 2; /* pp innermost */
+    checked(mesh);
+    cr_assert_eq(rt_run_threads(4, placed_rank, mesh, err, sizeof err), 0, "%s", err);
+    FILE *report = open_memstream(&text, &len);
+    int rc = rt_verify(mesh, one, 3, 5, 1e-12, cache, report, err, sizeof err);
+    fclose(report);
+    cr_assert_eq(rc, 0, "%s%s", err, text);
     free(text);
     plan_free(mesh);
     plan_free(one);

@@ -860,3 +860,61 @@ Test(plan, staging_is_what_each_copy_and_collective_stages)
         free(p.tensors[t].name), free(p.tensors[t].init);
     free(p.tensors), free(p.instrs);
 }
+
+/* ---- the placement: ranks numbered by the axes' strides ---- */
+
+/* The sample's one axis becomes three, dp = 2, tp = 3, pp = 2, placed with
+ * tp innermost (stride 1), pp next (3), dp outermost (6). */
+static void three_axes(Plan *p, int64_t dp, int64_t tp, int64_t pp)
+{
+    for (int a = 0; a < p->naxes; a++)
+        free(p->axes[a].name), free(p->axes[a].role);
+    free(p->axes);
+    p->naxes = 3;
+    p->axes = calloc(3, sizeof *p->axes);
+    p->axes[0] = (PlanAxis){strdup("dp"), strdup("data"), 2, dp};
+    p->axes[1] = (PlanAxis){strdup("tp"), strdup("tensor"), 3, tp};
+    p->axes[2] = (PlanAxis){strdup("pp"), strdup("data"), 2, pp};
+}
+
+Test(plan, placement_numbers_ranks_by_the_strides_and_round_trips)
+{
+    char err[512] = "";
+    Plan *p = sample();
+    three_axes(p, 0, 0, 0);
+    char row_major[17], placed[17];
+    plan_hash(p, row_major);
+    int seen[12] = {0}, c[PLAN_MAX_AXES];
+    for (int r = 0; r < 12; r++) { /* row-major: the last axis innermost */
+        plan_coords(p, r, c);
+        cr_assert(c[2] == r % 2 && c[1] == r / 2 % 3 && c[0] == r / 6, "rank %d", r);
+    }
+    three_axes(p, 6, 1, 3);
+    cr_assert_eq(plan_check(p, err, sizeof err), 0, "%s", err);
+    for (int r = 0; r < 12; r++) {
+        plan_coords(p, r, c);
+        cr_assert(c[1] == r % 3 && c[2] == r / 3 % 2 && c[0] == r / 6, "rank %d: tp innermost", r);
+        cr_assert_eq(plan_rank(p, c), r);
+        seen[c[0] * 6 + c[1] * 2 + c[2]]++;
+    }
+    for (int k = 0; k < 12; k++)
+        cr_assert_eq(seen[k], 1, "coordinates %d held by %d ranks", k, seen[k]);
+    plan_hash(p, placed);
+    cr_assert_str_neq(placed, row_major, "the placement is part of the plan's hash");
+    write_ok(p);
+    Plan *q = plan_load(path, err, sizeof err);
+    cr_assert_not_null(q, "%s", err);
+    same_plan(p, q);
+    plan_free(q);
+    plan_free(p);
+}
+
+static void stride_not_a_placement(Plan *p) { three_axes(p, 6, 1, 2); }
+static void stride_on_some_axes(Plan *p) { three_axes(p, 6, 1, 0); }
+
+Test(plan, strides_that_are_no_placement_are_refused)
+{
+    refused(stride_not_a_placement, "axes[2] (pp): stride 2 where the axes inside it make 3 (not a "
+                                    "placement of the mesh)");
+    refused(stride_on_some_axes, "axes: a stride on 2 of 3 axes (all or none)");
+}

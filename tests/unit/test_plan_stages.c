@@ -43,7 +43,7 @@ static Plan *two_stages(void)
     p->model = strdup("pipe");
     p->naxes = 1;
     p->axes = calloc(1, sizeof *p->axes);
-    p->axes[0] = (PlanAxis){strdup("pp"), strdup("pipeline"), 2};
+    p->axes[0] = (PlanAxis){strdup("pp"), strdup("pipeline"), 2, 0};
     p->slab_bytes = 256;
     p->stage_slab_bytes = malloc(2 * sizeof *p->stage_slab_bytes);
     p->stage_slab_bytes[0] = 192;
