@@ -127,6 +127,8 @@ int cg_lower_op(Gen *gen, const Op *op)
     case OP_LR: cg_learning_rate(gen, op); return 0;
     case OP_SGD: cg_sgd(gen, op); return 0;
     case OP_ADAMW: cg_adamw(gen, op); return 0;
+    case OP_CROSS_ENTROPY_SHARD: cg_cross_entropy_shard(gen, op); return 0;
+    case OP_CROSS_ENTROPY_GRAD_SHARD: cg_cross_entropy_grad_shard(gen, op); return 0;
     case OP_ADD:
         if (gen->bias_add && gen->bias_add[op->id]) {
             const Value *bias, *m = cg_bias_matmul(op, NULL, &bias);

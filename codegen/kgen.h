@@ -165,6 +165,12 @@ int cg_op_kernels(Gen *gen, const Op *op);
 int64_t cg_numel(const Value *v);
 DType cg_ftype(const Op *op);
 int cg_operand(Kernel *k, Gen *gen, const Value *v, const Value *out, int i);
+/* id - offset (the i32[] tensor `offset`) when it lies in [0, V), else 0;
+ * *keep is 1 or 0 accordingly (a table or logits split by rows or columns). */
+int cg_shifted_id(Kernel *k, Gen *gen, const Value *offset, int id, int64_t V, int *keep);
+/* loss_kernels.c: the vocabulary-parallel cross-entropy and its gradient. */
+void cg_cross_entropy_shard(Gen *gen, const Op *op);
+void cg_cross_entropy_grad_shard(Gen *gen, const Op *op);
 /* optimizer_kernels.c: the step's learning rate, SGD and AdamW (one kernel each). */
 void cg_learning_rate(Gen *gen, const Op *op);
 void cg_sgd(Gen *gen, const Op *op);
