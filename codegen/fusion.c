@@ -135,8 +135,10 @@ static void twin_uses(Gen *gen, int *uses, const int *recomputed)
 }
 
 /* Values computed in their first reader's kernel and stored there too, for
- * the readers after it: an elementwise result (f32 or f64: a stored bf16
- * value would be rounded where the inline one is not) read by more than one
+ * the readers after it: an elementwise result (f32, f64, or bf16, which its
+ * reader rounds as its store did: kernels.c kept_expr; not a bf16 sum that
+ * its GEMM's bias epilogue makes, rounded once there and twice inline) read
+ * by more than one
  * op whose first reader is an elementwise kernel of its shape (GELU of a
  * product plus its bias) or a layernorm or rmsnorm of it (the residual add
  * before the next block's norm). That kernel computes it from its operands
@@ -231,7 +233,9 @@ static void find_kept(Gen *gen, const int *uses, const int *recomputed)
         if (gen->fused[v->id] || uses[v->id] < 2 || !u || twin[v->id] || is_twin[v->id] ||
             elsewhere[v->id] ||
             recomputed[v->id] || op->phase == PH_RECOMPUTE || u->phase == PH_RECOMPUTE ||
-            (v->dtype != DT_F32 && v->dtype != DT_F64) || u->stage != op->stage || u->tick != op->tick)
+            (v->dtype != DT_F32 && v->dtype != DT_F64 && v->dtype != DT_BF16) ||
+            (v->dtype == DT_BF16 && gen->bias_add[op->id]) || u->stage != op->stage ||
+            u->tick != op->tick)
             continue;
         int64_t w = 0;
         int pointwise = cg_fusable(u) && u->kind != OP_CONSTANT && u->nres == 1 &&

@@ -288,6 +288,16 @@ static int pw_expr(Kernel *k, Gen *gen, const Op *op, const Value *out, int i)
     }
 }
 
+/* A kept value v (find_kept) computed at element i of out: a bf16 value as
+ * its own kernel computed it (its fused operands unrounded inside it) and
+ * rounded as its store rounded it, so its reader sees the bits it would load. */
+static int kept_expr(Kernel *k, Gen *gen, const Value *v, const Value *out, int i)
+{
+    if (v->dtype != DT_BF16)
+        return pw_expr(k, gen, v->def, out, i);
+    return kb_node(k, KN_BF16, KT_FLOAT, pw_expr(k, gen, v->def, v, i), 0, 0);
+}
+
 /* An operand is read from memory, or computed in place when its producer was
  * fused into this kernel. */
 static int operand(Kernel *k, Gen *gen, const Value *v, const Value *out, int i)
@@ -304,7 +314,7 @@ static int operand(Kernel *k, Gen *gen, const Value *v, const Value *out, int i)
         return e;
     }
     if (gen->kept[v->id] && gen->kept[v->id] == gen->op->id + 1) { /* computed and stored here */
-        int e = pw_expr(k, gen, v->def, out, i);
+        int e = kept_expr(k, gen, v, out, i);
         kb_store(k, kb_arg(k, gen, T(gen, v)), i, e);
         return e;
     }
@@ -598,7 +608,7 @@ static int ld_in(Row *R, Gen *gen, const Value *x, int idx, int first)
 {
     if (!first || !gen->kept[x->id] || gen->kept[x->id] != gen->op->id + 1)
         return ld(R, gen, x, idx);
-    int e = pw_expr(R->k, gen, x->def, x, idx);
+    int e = kept_expr(R->k, gen, x, x, idx);
     kb_store(R->k, kb_arg(R->k, gen, T(gen, x)), idx, e);
     return e;
 }

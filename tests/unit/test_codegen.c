@@ -990,3 +990,41 @@ Test(codegen, cross_entropy_writes_its_gradient_over_the_logits_with_the_bits_of
         ctx_free(c);
     }
 }
+
+/* A bf16 sum read by a layernorm and by another op (the residual stream
+ * before a block's norm) is computed in the norm's kernel and stored there
+ * (find_kept), rounded to bf16 before the norm uses it, as its store rounds
+ * it (kernels.c kept_expr): no add kernel of its own, and the step's bits
+ * are those of the plan that stores every value (loss, gradients, inputs). */
+Test(codegen, a_bf16_sum_kept_in_its_norm_has_the_bits_of_its_own_kernel)
+{
+    const char *src = "input x : f32[2, 8, 16]\n"
+                      "param w : f32[16, 16] = normal(0.3)\n"
+                      "param g : f32[16] = normal(1)\n"
+                      "param b : f32[16] = normal(1)\n"
+                      "h = cast(x, bf16)\n"
+                      "r = h + cast(x @ w, bf16)\n"
+                      "y = layernorm(r, cast(g, bf16), cast(b, bf16))\n"
+                      "loss = sum(sum(sum(cast(r * y, f32))))\n";
+    Ctx *c = ctx_new(stderr);
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
+    cr_assert_not_null(g);
+    cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
+    int norms[2];
+    int compared = step_stored_and_fused(c, g, "_layernorm", norms, "bf16 kept");
+    Plan plan;
+    cr_assert_eq(cg_build_plan(c, g, &ts_settings(c, g, 0)->train, 0, &plan), 0);
+    int adds = 0, stores = 0;
+    for (int i = 0; i < plan.ninstrs; i++) {
+        const PlanInstr *in = &plan.instrs[i];
+        if (in->kind != PI_KERNEL || in->phase != PH_FWD)
+            continue;
+        const char *name = plan.kernels[in->kernel].name;
+        adds += strstr(name, "_add") != NULL;
+        stores += strstr(name, "_layernorm") != NULL && in->nargs >= 5;
+    }
+    cr_assert_eq(adds, 0, "the forward's bf16 sum has a kernel of its own: %d adds", adds);
+    cr_assert_geq(stores, 1, "the norm stores the sum it computes");
+    cr_assert_geq(compared, 3, "loss, the gradients and the inputs: %d", compared);
+    ctx_free(c);
+}
