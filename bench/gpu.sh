@@ -3,7 +3,9 @@
 # on the same token shard and GPU, in one run. Its whole output is the
 # record of the run (bench/records/DATE-gpu-*.txt): the command, the
 # commit, nvidia-smi, the log lines.
-#   1. GPT-2 124M, bf16, B = 64, S = 1024 (one microbatch, as llm.c runs it):
+#   1. GPT-2 124M, bf16, B = 64, S = 1024 (one microbatch, as llm.c runs it;
+#      no recomputation: the plan's 26 GiB fit any 80 GB GPU, and the
+#      sample's selective recomputation moves 16% more bytes a step):
 #      tcc's program and llm.c's train_gpt2cu (../shared/peers/llmc-gpu/run.sh)
 #      STEPS steps each (default 30) on a byte-level shard made by tccdata
 #      from the machine's license texts; ms/step, tokens/s and MFU are the
@@ -66,7 +68,7 @@ flops() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["flops
 mfu() { awk -v f="$1" -v ms="$2" -v p="$PEAK" 'BEGIN { printf "%.1f", p > 0 ? f / (ms * 1e-3) / (p * 1e12) * 100 : 0 }'; }
 
 # ---- 1. GPT-2 124M: tcc ----
-G="samples/gpt2.tdl --set microbatches=1 --set precision=bf16"
+G="samples/gpt2.tdl --set microbatches=1 --set precision=bf16 --set recompute=none"
 say "## tcc GPT-2 124M bf16 B=64 S=1024: ./tcc $G -o $OUT/gpt2"
 # shellcheck disable=SC2086
 ./tcc $G --emit=plan -o "$OUT/gpt2.plan" >/dev/null && ./tcc $G -o "$OUT/gpt2" >"$OUT/gpt2.build.log" 2>&1 ||
