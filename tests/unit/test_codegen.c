@@ -205,6 +205,15 @@ static const float *dropout_mask(Runtime *rt, const Plan *plan, int value)
     return NULL;
 }
 
+/* src compiled, with the gradients of its loss (pass_autodiff). */
+static Graph *with_gradients(Ctx *c, const char *src)
+{
+    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
+    cr_assert_not_null(g);
+    cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
+    return g;
+}
+
 static double agree(const float *a, const float *b, int64_t n)
 {
     int64_t same = 0;
@@ -220,9 +229,7 @@ Test(codegen, dropout_masks_are_independent_streams_of_the_seed_step_call_and_ro
                       "y2 = dropout(x, 0.3)\n"
                       "loss = sum(sum(y1 + y2))\n";
     Ctx *c = ctx_new(stderr);
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
-    cr_assert_not_null(g);
-    cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
+    Graph *g = with_gradients(c, src);
     int ids[2], nd = 0;
     for (int i = 0; i < g->ops.len && nd < 2; i++)
         if (g->ops.data[i]->kind == OP_DROPOUT)
@@ -902,9 +909,7 @@ Test(codegen, pads_and_bf16_casts_fuse_with_the_bits_of_stored_values)
                       "o = attention(slice(h, 0, 16), slice(h, 16, 32), slice(h, 32, 48), heads = 2, causal)\n"
                       "loss = sum(sum(sum(cast(o, f32) * r)))\n";
     Ctx *c = ctx_new(stderr);
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
-    cr_assert_not_null(g);
-    cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
+    Graph *g = with_gradients(c, src);
     int pads[2];
     int compared = step_stored_and_fused(c, g, "_pad", pads, "pads");
     cr_assert_gt(pads[0], 0, "the unfused plan pads the three gradients");
@@ -937,9 +942,7 @@ Test(codegen, attention_reads_q_k_v_in_place_with_the_bits_of_stored_slices)
                  form[f].width, form[f].qkv, form[f].heads);
         snprintf(what, sizeof what, "form %d", f);
         Ctx *c = ctx_new(stderr);
-        Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
-        cr_assert_not_null(g);
-        cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
+        Graph *g = with_gradients(c, src);
         int slices[2];
         int compared = step_stored_and_fused(c, g, "_slice", slices, what);
         cr_assert_eq(slices[0], 3, "%s: the stored plan slices q, k and v: %d", what, slices[0]);
@@ -970,9 +973,7 @@ Test(codegen, cross_entropy_writes_its_gradient_over_the_logits_with_the_bits_of
                  logits[f]);
         snprintf(what, sizeof what, "form %d", f);
         Ctx *c = ctx_new(stderr);
-        Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
-        cr_assert_not_null(g);
-        cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
+        Graph *g = with_gradients(c, src);
         int grads[2];
         int compared = step_stored_and_fused(c, g, "cross_entropy_grad", grads, what);
         cr_assert_eq(grads[0], 1, "%s: the stored plan has the gradient's kernel: %d", what, grads[0]);
@@ -1007,9 +1008,7 @@ Test(codegen, a_bf16_sum_kept_in_its_norm_has_the_bits_of_its_own_kernel)
                       "y = layernorm(r, cast(g, bf16), cast(b, bf16))\n"
                       "loss = sum(sum(sum(cast(r * y, f32))))\n";
     Ctx *c = ctx_new(stderr);
-    Graph *g = fe_compile(c, "t.tdl", src, strlen(src), NULL);
-    cr_assert_not_null(g);
-    cr_assert_eq(pass_autodiff(c, g, ts_settings(c, g, 0)), 0);
+    Graph *g = with_gradients(c, src);
     int norms[2];
     int compared = step_stored_and_fused(c, g, "_layernorm", norms, "bf16 kept");
     Plan plan;
