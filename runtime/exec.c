@@ -370,15 +370,20 @@ static int walk(Runtime *rt, int from, int to, int fwd_only, char *err, size_t n
         return plan_errorf(err, n, "step %" PRId64 ", a CUDA graph: %s", rt->step_now, msg);
     if (r == 1)
         return 0;
-    int ok = walk_each(rt, from, to, fwd_only, err, n) == 0;
+    char why[640] = ""; /* an instruction's failure while captured */
+    int ok = walk_each(rt, from, to, fwd_only, why, sizeof why) == 0;
     msg[0] = 0;
     r = rt_cuda_walk_end(rt->gpu, from, to, fwd_only, ok, msg, sizeof msg);
     if (r < 0)
         return plan_errorf(err, n, "step %" PRId64 ", a CUDA graph: %s", rt->step_now, msg);
-    if (r == 1 && msg[0])
-        fprintf(stderr, "cuda: instrs[%d..%d] run without a CUDA graph: its capture failed (%s)\n",
-                from, to - 1, msg);
-    return r == 1 ? walk_each(rt, from, to, fwd_only, err, n) : ok ? 0 : -1;
+    if (r == 0)
+        return ok ? 0 : plan_errorf(err, n, "%s", why);
+    /* run again one by one: a real failure fails there, with its instruction */
+    if (walk_each(rt, from, to, fwd_only, err, n))
+        return -1;
+    fprintf(stderr, "cuda: instrs[%d..%d] run without a CUDA graph: its capture failed (%s)\n",
+            from, to - 1, msg[0] ? msg : why);
+    return 0;
 }
 
 /* After a walk: the outputs to the host (cuda) and, with stages, from their

@@ -663,17 +663,19 @@ int rt_cuda_walk_begin(CudaDevice *d, int from, int to, int fwd, char *err, size
 
 /* Inside a capture: every other stream that it forked (the collectives',
  * the pipeline channels') joins the compute stream again. */
-static cudaError_t join_streams(CudaDevice *d)
+static cudaError_t join_streams(CudaDevice *d, const char **call)
 {
     cudaError_t e = cudaSuccess;
+    *call = "cudaStreamIsCapturing";
     for (int k = -1; k < d->nchans && e == cudaSuccess; k++) {
         cudaStream_t s = k < 0 ? d->comm : d->chans[k].stream;
         enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
         if (!s || (e = cudaStreamIsCapturing(s, &st)) != cudaSuccess ||
             st != cudaStreamCaptureStatusActive)
             continue;
+        *call = "cudaEventRecord";
         if ((e = cudaEventRecord(d->join, s)) == cudaSuccess)
-            e = cudaStreamWaitEvent(d->compute, d->join, 0);
+            *call = "cudaStreamWaitEvent", e = cudaStreamWaitEvent(d->compute, d->join, 0);
     }
     return e;
 }
@@ -684,8 +686,8 @@ int rt_cuda_walk_end(CudaDevice *d, int from, int to, int fwd, int ok, char *err
         return 0;
     CudaWalk *w = walk_slot(d, from, to, fwd);
     cudaGraph_t g = NULL;
-    cudaError_t e = ok ? join_streams(d) : cudaSuccess;
-    const char *call = "cudaStreamIsCapturing";
+    const char *call = "cudaStreamEndCapture";
+    cudaError_t e = ok ? join_streams(d, &call) : cudaSuccess;
     cudaError_t end = cudaStreamEndCapture(d->compute, &g);
     d->capturing = 0;
     d->npending = d->nissued = 0; /* captured, not run */

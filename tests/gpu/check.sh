@@ -9,7 +9,8 @@
 #      trains N steps from the same seed on both; every step's loss agrees
 #      within a tolerance (f32: 1e-3 relative, the GPU's reductions run in
 #      another order; bf16: 2e-2); and with CUDA graphs (the default)
-#      against TCC_CUDA_GRAPHS=0: the same printed losses and norms;
+#      against TCC_CUDA_GRAPHS=0: the same printed losses and norms where
+#      two runs without graphs agree to the digit, else that tolerance;
 #   4. the contract on GPUs: mesh plans under mpirun, one process per GPU,
 #      against one GPU (skipped with fewer than 2 GPUs);
 #   5. the watchdog: a kernel that never ends (TCC_TEST_GPU_HANG) is named
@@ -127,24 +128,37 @@ for m in "${!SHAPE[@]}"; do
     done
 done
 
-# ---- 3b. CUDA graphs: replayed steps give the bits of steps queued one by one ----
+# ---- 3b. CUDA graphs: replayed steps give the steps queued one by one ----
 # Each walk of the step is captured into a graph once and replayed
 # (docs/runtime.md, "CUDA graphs"); TCC_CUDA_GRAPHS=0 queues its
-# instructions one by one. Same kernels in the same order on one GPU: every
-# printed loss and grad norm the same, and no capture failed.
+# instructions one by one. Same kernels in the same order on one GPU: where
+# two runs without graphs print the same losses and norms (no atomics in
+# the step's sums), the graphs must print them too, digit for digit; where
+# they differ (the attention backward adds dk and dv with atomics), within
+# the cuda-against-cpu tolerance. No capture may fail.
+strip() { sed -n 's/^\(step *[0-9]*\/[0-9]*  loss [^ ]*  lr [^ ]*  grad norm [^ ]*\).*/\1/p' "$1"; }
 for m in "${!SHAPE[@]}"; do
     for prec in f32 bf16; do
         bin=$OUT/$m-$prec
         [ -x "$bin" ] || continue
+        tol=1e-3
+        [ "$prec" = bf16 ] && tol=2e-2
         TCC_CUDA_GRAPHS=0 "$bin" --device cuda --steps "$STEPS" --seed 7 >"$OUT/$m-$prec.eager.log" 2>&1
-        strip() { sed -n 's/^\(step *[0-9]*\/[0-9]*  loss [^ ]*  lr [^ ]*  grad norm [^ ]*\).*/\1/p' "$1"; }
-        if grep -q '^device cuda, CUDA graphs' "$OUT/$m-$prec.cuda.log" &&
-            ! grep -q 'run without a CUDA graph' "$OUT/$m-$prec.cuda.log" &&
-            [ -n "$(strip "$OUT/$m-$prec.cuda.log")" ] &&
-            cmp -s <(strip "$OUT/$m-$prec.cuda.log") <(strip "$OUT/$m-$prec.eager.log"); then
-            pass "$m $prec: CUDA graphs replay the steps of TCC_CUDA_GRAPHS=0 bit for bit"
+        TCC_CUDA_GRAPHS=0 "$bin" --device cuda --steps "$STEPS" --seed 7 >"$OUT/$m-$prec.eager2.log" 2>&1
+        log=$OUT/$m-$prec.cuda.log
+        if ! grep -q '^device cuda, CUDA graphs' "$log" || grep -q 'run without a CUDA graph' "$log" ||
+            [ -z "$(strip "$log")" ]; then
+            fail "$m $prec: no CUDA graphs, or a capture failed (log $log)"
+        elif cmp -s <(strip "$OUT/$m-$prec.eager.log") <(strip "$OUT/$m-$prec.eager2.log"); then
+            if cmp -s <(strip "$log") <(strip "$OUT/$m-$prec.eager.log"); then
+                pass "$m $prec: CUDA graphs replay the steps of TCC_CUDA_GRAPHS=0 digit for digit"
+            else
+                fail "$m $prec: CUDA graphs against TCC_CUDA_GRAPHS=0 (logs $log, $OUT/$m-$prec.eager.log)"
+            fi
+        elif r=$(agree "$log" "$OUT/$m-$prec.eager.log" $tol); then
+            pass "$m $prec: CUDA graphs track TCC_CUDA_GRAPHS=0 ($r; the step is run-dependent)"
         else
-            fail "$m $prec: CUDA graphs against TCC_CUDA_GRAPHS=0 (logs $OUT/$m-$prec.{cuda,eager}.log)"
+            fail "$m $prec: CUDA graphs against TCC_CUDA_GRAPHS=0: $r (logs $log, $OUT/$m-$prec.eager.log)"
         fi
     done
 done
