@@ -291,6 +291,9 @@ static int check_plan_options(Ctx *c, const Options *o)
         return fail("%s", "--plan=auto needs the GPU: --gpu NAME or --cluster NAME|FILE");
     if (o->mesh)
         return fail("--plan=auto chooses the mesh: drop --mesh %s", o->mesh);
+    if (o->place)
+        return fail("--plan=auto places the mesh it chooses (the tensor axis innermost): drop "
+                    "--place %s", o->place);
     if (o->from_ir)
         return fail("%s", "--plan=auto compiles the TDL input: give a TDL file");
     if (o->zero >= 0 || o->sequence_parallel >= 0 || o->schedule)

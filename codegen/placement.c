@@ -16,18 +16,21 @@
 static int place_class(AxisRole r) { return r == ROLE_TENSOR ? 0 : r == ROLE_SEQUENCE ? 1 : 2; }
 
 /* Bytes each axis's groups move a step: every collective's and message's
- * larger operand, times the microbatches that run it. */
+ * larger operand (a bucket's inputs together; a slice moves nothing), times
+ * the microbatches that run it. */
 static void axis_bytes(const Gen *gen, const Plan *p, double *bytes)
 {
     for (int a = 0; a < p->naxes; a++)
         bytes[a] = 0;
     for (int i = 0; i < gen->instrs.len; i++) {
         const PlanInstr *in = &gen->instrs.data[i];
-        if (in->kind != PI_COLL || in->nargs < 1)
+        if (in->kind != PI_COLL || in->nargs < 1 || in->coll.op == PC_SLICE) /* a slice: local */
             continue;
         double b = (double)p->tensors[in->args[0]].bytes;
-        if (in->nargs > 1 && (double)p->tensors[in->args[1]].bytes > b)
+        if (in->nargs == 2 && (double)p->tensors[in->args[1]].bytes > b)
             b = (double)p->tensors[in->args[1]].bytes;
+        for (int a = 2; in->nargs > 2 && a < in->nargs; a += 2) /* a bucket: its in/out pairs */
+            b += (double)p->tensors[in->args[a]].bytes;
         double times = gen->loop && in->mb >= 0 ? gen->k : 1;
         for (int j = 0; j < in->coll.naxes; j++)
             if (in->coll.axes[j] >= 0 && in->coll.axes[j] < p->naxes)

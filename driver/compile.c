@@ -176,10 +176,12 @@ void drv_warn_placement(Ctx *c, const Options *o, const Plan *p)
     int a = cost_placement_text(p, &d, text, sizeof text);
     if (a < 0)
         return;
+    const char *why = p->axes[a].size > d.per_node ? "it has more devices than a server"
+                      : o->place                   ? "--place puts it there"
+                                                   : "the axes inside it fill the server";
     diag_warning(&c->diag, LOC_NONE, "the %s axis '%s' (%d devices) crosses servers of %d GPUs: its "
                                      "collectives go over the network (%s)",
-                 p->axes[a].role, p->axes[a].name, p->axes[a].size, d.per_node,
-                 o->place ? "--place puts it there" : "it has more devices than a server");
+                 p->axes[a].role, p->axes[a].name, p->axes[a].size, d.per_node, why);
 }
 
 /* The plan into DIR/plan.json (DIR is created), or its kernels as C or CUDA C. */

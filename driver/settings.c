@@ -31,7 +31,8 @@ static int set_place(Graph *g, const char *list)
             bad |= g->mesh.axes[k].size > 1;
             g->mesh.place[n++] = (int8_t)k;
         }
-    if (*at || bad) {
+    size_t len = strlen(list);
+    if (*at || bad || !len || list[len - 1] == ',') {
         fprintf(stderr, "tcc: error: --place %s: expected each axis of the mesh with more than one "
                         "device once, innermost first (", list);
         for (int k = 0, m = 0; k < g->mesh.naxes; k++)

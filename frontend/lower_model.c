@@ -130,9 +130,9 @@ static int parse_size(const char *s, const char **end, int *out)
     return 0;
 }
 
-/* By name, the axes take the order given, the last innermost (devices are
- * numbered row-major over the axes, so the last axis's groups are neighbours:
- * the devices of one server); axes not named stay first. */
+/* By name, the axes take the order given (axes not named stay first); the
+ * devices' placement is the plan's (codegen/placement.c: the tensor axis
+ * innermost, then by traffic), which this order decides only in ties. */
 static void order_mesh(Mesh *m, const int *order, int n, const int *seen)
 {
     MeshAxis axes[IR_MAX_AXES];
@@ -145,8 +145,8 @@ static void order_mesh(Mesh *m, const int *order, int n, const int *seen)
     memcpy(m->axes, axes, sizeof(MeshAxis) * (size_t)m->naxes);
 }
 
-/* "8x4x2" binds sizes in declaration order; "dp=8,tp=4" binds by name, and
- * lays the devices out in that order (order_mesh). */
+/* "8x4x2" binds sizes in declaration order; "dp=8,tp=4" binds by name, in
+ * that order (order_mesh). */
 void fe_bind_mesh(Lower *L)
 {
     const char *spec = L->fo.mesh, *p = spec;

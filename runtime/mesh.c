@@ -3,10 +3,11 @@
  * and the blocks of split tensors.
  * Reads: the plan's axes, tensor splits and PI_COLL instructions, and a World.
  * Writes: the device's groups (made at attach), its coord tensors, and the
- * outputs of collectives. Key idea: a device's rank in the world is its
- * row-major index over the mesh axes (the first axis major), and its block of
- * a tensor split over axes (a0, a1, ...) along a dim is its block index over
- * them, major to minor; a group along axes orders its members the same way,
+ * outputs of collectives. Key idea: a device's coordinates are its world
+ * rank placed as the plan says (plan_coords: each axis's stride), and its
+ * block of a tensor split over axes (a0, a1, ...) along a dim is its block
+ * index over them, major to minor; a group along axes orders its members the
+ * same way, whatever the placement,
  * so a collective's member r holds block r, and in the group along the
  * pipeline axes member s is the device of stage s. */
 #include "runtime/exec.h"

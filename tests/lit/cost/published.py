@@ -4,9 +4,10 @@
 usage: published.py TCC SAMPLES TSV OUTDIR [--tol X] [--consts K=V,...] [EXTRA TCC ARGS...]
 Each row is compiled with its own layers, hidden size, heads, sequence,
 global batch and layout, on its own cluster (DGX A100 for the GPT rows, H100
-servers with RoCE for Llama), the mesh laid out as Megatron lays it out:
-pipeline outermost, then data, tensor innermost (tensor groups inside a
-server). Microbatches of one sequence; interleaved 1F1B with two chunks per
+servers with RoCE for Llama), the mesh given as Megatron lays it out
+(pipeline outermost, then data, tensor innermost) and placed by tcc (tensor
+innermost, then by traffic: docs/cost.md, "Ranks"; past the tensor axis
+every group crosses servers either way). Microbatches of one sequence; interleaved 1F1B with two chunks per
 rank on pipelines. The GPT rows (Narayanan et al. 2021) train with full
 recomputation and publish hardware TFLOP/s per GPU (recomputation counted):
 compared with tflops_per_gpu. The Llama rows train without recomputation,
