@@ -95,29 +95,40 @@ static int64_t mesh_devices(const Plan *p)
     return n;
 }
 
-/* "ranks 0, 2, 4 and 5 others": the devices of stage s, ascending (by the
- * plan's placement). */
+/* "ranks 0, 2, 4 and 5 others": the devices of stage s, ascending: its
+ * pipeline coordinates' ranks plus, counting k = 0, 1, ..., k's digits over
+ * the other axes taken innermost first (by the placement's strides, which
+ * make those sums increase with k). */
 static const char *stage_ranks(const Match *m, int s, char *buf, size_t n)
 {
     const Plan *p = m->p;
-    int coord[PLAN_MAX_AXES] = {0}, count = 0;
-    int64_t all = mesh_devices(p), each = all;
-    for (int j = m->npipe - 1; j >= 0; j--)
-        each = each < 0 ? -1 : each / p->axes[m->pipe[j]].size;
-    if (each < 0)
-        return strcpy(buf, "its devices");
-    size_t at = (size_t)snprintf(buf, n, "rank%s", each > 1 ? "s" : "");
-    for (int64_t r = 0; r < all && r < ((int64_t)1 << 24) && count < 3 && at < n; r++) {
-        plan_coords(p, r, coord);
-        int st = 0;
-        for (int j = 0; j < m->npipe; j++)
-            st = st * p->axes[m->pipe[j]].size + coord[m->pipe[j]];
-        if (st != s)
-            continue;
-        at += (size_t)snprintf(buf + at, n - at, "%s %" PRId64, count ? "," : "", r);
-        count++;
+    int other[PLAN_MAX_AXES], nother = 0, count = 0;
+    int64_t all = mesh_devices(p), base = 0;
+    for (int j = m->npipe - 1; j >= 0; j--) {
+        int64_t size = p->axes[m->pipe[j]].size;
+        all = all < 0 ? -1 : all / size;
+        base += s % size * plan_axis_stride(p, m->pipe[j]);
+        s /= (int)size;
     }
-    all = each;
+    if (all < 0)
+        return strcpy(buf, "its devices");
+    for (int a = 0; a < p->naxes && a < PLAN_MAX_AXES; a++) { /* by stride, innermost first */
+        if (is_pipe_axis(p, a))
+            continue;
+        int j = nother++;
+        for (; j > 0 && plan_axis_stride(p, other[j - 1]) > plan_axis_stride(p, a); j--)
+            other[j] = other[j - 1];
+        other[j] = a;
+    }
+    size_t at = (size_t)snprintf(buf, n, "rank%s", all > 1 ? "s" : "");
+    for (int64_t k = 0; count < 3 && k < all && at < n; k++, count++) {
+        int64_t r = base, rest = k;
+        for (int j = 0; j < nother; j++) {
+            r += rest % p->axes[other[j]].size * plan_axis_stride(p, other[j]);
+            rest /= p->axes[other[j]].size;
+        }
+        at += (size_t)snprintf(buf + at, n - at, "%s %" PRId64, count ? "," : "", r);
+    }
     if (all > count && at < n)
         snprintf(buf + at, n - at, " and %" PRId64 " other%s", all - count,
                  all - count > 1 ? "s" : "");

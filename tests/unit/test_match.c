@@ -186,7 +186,7 @@ static void send_dropped(Built *b, int k)
     int s = p2p(&b->p, PC_SEND, 0, 0, k), tag = b->p.instrs[s].coll.tag;
     char want[128];
     snprintf(want, sizeof want,
-             "on stage 1 (ranks 1, 3) has no send: stage 0 sends nothing with "
+             "on stage 1 (ranks 2, 3) has no send: stage 0 sends nothing with "
              "tag %d to stage 1",
              tag);
     drop(&b->p, s);
@@ -209,7 +209,7 @@ Test(match, a_loop_plan_is_checked_as_the_program_it_makes)
     send_dropped(&b, 0);
 }
 
-/* ---- mutated sends and recvs (2x1x2: stage 0 on ranks 0 and 2, stage 1 on 1 and 3) ---- */
+/* ---- mutated sends and recvs (2x1x2, dp innermost by traffic: stage 0 on ranks 0 and 1, stage 1 on 2 and 3) ---- */
 
 Test(match, a_dropped_send_is_refused_at_its_recv)
 {
@@ -225,7 +225,7 @@ Test(match, a_dropped_recv_is_refused_at_its_send)
     int r = p2p(&b.p, PC_RECV, 1, 0, 2), tag = b.p.instrs[r].coll.tag;
     char want[128];
     snprintf(want, sizeof want,
-             "on stage 0 (ranks 0, 2) has no recv: stage 1 receives nothing "
+             "on stage 0 (ranks 0, 1) has no recv: stage 1 receives nothing "
              "with tag %d from stage 0",
              tag);
     drop(&b.p, r);
@@ -256,8 +256,8 @@ Test(match, a_send_moved_after_the_recv_that_waits_for_it_deadlocks)
     move(&b.p, s, r); /* just after the recv, still before the next send to stage 1 */
     const char *rep = refused(&b);
     names_the_op(rep, "deadlock: instrs[");
-    cr_assert(strstr(rep, "on stage 0 (ranks 0, 2) waits for stage 1; instrs[") &&
-                  strstr(rep, "on stage 1 (ranks 1, 3) waits for stage 0"),
+    cr_assert(strstr(rep, "on stage 0 (ranks 0, 1) waits for stage 1; instrs[") &&
+                  strstr(rep, "on stage 1 (ranks 2, 3) waits for stage 0"),
               "%s", rep);
     done(&b);
 }
@@ -376,7 +376,7 @@ Test(match, a_dropped_collective_is_refused)
     with_collectives(&b);
     drop(&b.p, added(&b.p, 1));
     names_the_op(refused(&b), "(all_reduce of 64 bytes f32 over dp,pp; layer -1, phase opt) on "
-                              "stage 0 (ranks 0, 2) has no partner: stage 1 issues no collective "
+                              "stage 0 (ranks 0, 1) has no partner: stage 1 issues no collective "
                               "over dp,pp");
     done(&b);
 }
