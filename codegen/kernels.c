@@ -917,7 +917,9 @@ static void cross_entropy(Gen *gen, const Op *op)
     int loss = kf(k, KN_SUB, kf(k, KN_ADD, m, kb_node(k, KN_LOG, KT_FLOAT, s, 0, 0)), xt);
     kb_store(k, kb_arg(k, gen, tmp), kb_idx(k, 0), loss);
     double dl;
-    if (grad && ir_scalar_value(grad->args[2], &dl)) { /* the loss's gradient, folded */
+    if (grad) { /* the loss's gradient, which find_ce_pairs found the compile knows */
+        if (!ir_scalar_value(grad->args[2], &dl))
+            UNREACHABLE();
         double n = (double)ir_op_attr_int(grad, "rows", rows);
         ce_grad_loop(&R, gen, x, m, s, t, kf(k, KN_DIV, kb_const(k, dl), kb_const(k, n)), grad->res[0]);
     }

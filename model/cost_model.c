@@ -58,12 +58,9 @@ int cost_placement_text(const Plan *p, const CostDevice *d, char *buf, size_t n)
     int order[PLAN_MAX_AXES], crossing = -1;
     size_t at = 0;
     buf[0] = 0;
-    for (int i = 0; i < p->naxes && i < PLAN_MAX_AXES; i++) { /* innermost first */
-        int j = i;
-        for (; j > 0 && plan_axis_stride(p, order[j - 1]) > plan_axis_stride(p, i); j--)
-            order[j] = order[j - 1];
-        order[j] = i;
-    }
+    if (p->naxes > PLAN_MAX_AXES)
+        return -1;
+    plan_axes_by_stride(p, order);
     for (int k = 0; k < p->naxes && k < PLAN_MAX_AXES && at < n; k++) {
         const PlanAxis *a = &p->axes[order[k]];
         int64_t span = (int64_t)(a->size - 1) * plan_axis_stride(p, order[k]);

@@ -81,6 +81,21 @@ int64_t plan_axis_stride(const Plan *p, int a)
     return s;
 }
 
+void plan_axes_by_stride(const Plan *p, int *order)
+{
+    for (int i = 0; i < p->naxes; i++) { /* an insertion sort */
+        int64_t si = plan_axis_stride(p, i);
+        int j = i;
+        for (; j > 0; j--) {
+            int64_t sb = plan_axis_stride(p, order[j - 1]);
+            if (sb < si || (sb == si && (p->axes[order[j - 1]].size == 1 || p->axes[i].size > 1)))
+                break;
+            order[j] = order[j - 1];
+        }
+        order[j] = i;
+    }
+}
+
 void plan_coords(const Plan *p, int64_t rank, int *coord)
 {
     for (int a = 0; a < p->naxes; a++)

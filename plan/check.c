@@ -407,16 +407,7 @@ static int check_placement(const Plan *p, char *err, size_t n)
         return 0;
     if (placed != p->naxes || p->naxes > PLAN_MAX_AXES)
         return plan_errorf(err, n, "axes: a stride on %d of %d axes (all or none)", placed, p->naxes);
-    for (int i = 0; i < p->naxes; i++) { /* by stride, axes of size 1 first: an insertion sort */
-        int j = i;
-        for (; j > 0; j--) {
-            const PlanAxis *b = &p->axes[order[j - 1]], *a = &p->axes[i];
-            if (b->stride < a->stride || (b->stride == a->stride && (b->size == 1 || a->size > 1)))
-                break;
-            order[j] = order[j - 1];
-        }
-        order[j] = i;
-    }
+    plan_axes_by_stride(p, order);
     int64_t want = 1;
     for (int k = 0; k < p->naxes; k++) {
         const PlanAxis *a = &p->axes[order[k]];

@@ -102,7 +102,7 @@ static int64_t mesh_devices(const Plan *p)
 static const char *stage_ranks(const Match *m, int s, char *buf, size_t n)
 {
     const Plan *p = m->p;
-    int other[PLAN_MAX_AXES], nother = 0, count = 0;
+    int other[PLAN_MAX_AXES], byst[PLAN_MAX_AXES], nother = 0, count = 0;
     int64_t all = mesh_devices(p), base = 0;
     for (int j = m->npipe - 1; j >= 0; j--) {
         int64_t size = p->axes[m->pipe[j]].size;
@@ -110,16 +110,12 @@ static const char *stage_ranks(const Match *m, int s, char *buf, size_t n)
         base += s % size * plan_axis_stride(p, m->pipe[j]);
         s /= (int)size;
     }
-    if (all < 0)
+    if (all < 0 || p->naxes > PLAN_MAX_AXES)
         return strcpy(buf, "its devices");
-    for (int a = 0; a < p->naxes && a < PLAN_MAX_AXES; a++) { /* by stride, innermost first */
-        if (is_pipe_axis(p, a))
-            continue;
-        int j = nother++;
-        for (; j > 0 && plan_axis_stride(p, other[j - 1]) > plan_axis_stride(p, a); j--)
-            other[j] = other[j - 1];
-        other[j] = a;
-    }
+    plan_axes_by_stride(p, byst);
+    for (int k = 0; k < p->naxes; k++) /* the other axes, innermost first */
+        if (!is_pipe_axis(p, byst[k]))
+            other[nother++] = byst[k];
     size_t at = (size_t)snprintf(buf, n, "rank%s", all > 1 ? "s" : "");
     for (int64_t k = 0; count < 3 && k < all && at < n; k++, count++) {
         int64_t r = base, rest = k;

@@ -261,6 +261,9 @@ int64_t plan_mesh_size(const Plan *p);
  * or row-major when the plan has none); the coordinates of rank r; the rank
  * of coordinates. */
 int64_t plan_axis_stride(const Plan *p, int a);
+/* The axes' indices into order[naxes], innermost first: by stride, an axis of
+ * size 1 before the others of its stride, then by index. */
+void plan_axes_by_stride(const Plan *p, int *order);
 void plan_coords(const Plan *p, int64_t rank, int *coord);
 int64_t plan_rank(const Plan *p, const int *coord);
 /* The devices of a group over axes[0..naxes) (indices into p->axes): the

@@ -201,6 +201,19 @@ static int near(double a, double b)
     return fabs(a - b) <= 1e-12 * fmax(1, fabs(b));
 }
 
+/* This rank's Runtime of p, attached to w; NULL with the reason in err. */
+static Runtime *attached(RtWorld *w, const Plan *p, char *err, size_t n)
+{
+    char msg[512] = "";
+    Runtime *rt = rt_open(p, cache, err, n);
+    if (rt && rt_attach(rt, w, msg, sizeof msg)) {
+        snprintf(err, n, "rank %d: attach: %s", rt_world_rank(w), msg);
+        rt_close(rt);
+        return NULL;
+    }
+    return rt;
+}
+
 /* x = 1 2 3 4, w = 1: one step, then the checks of the file comment on each rank. */
 static int two_stage_rank(RtWorld *w, void *arg, char *err, size_t n)
 {
@@ -209,10 +222,9 @@ static int two_stage_rank(RtWorld *w, void *arg, char *err, size_t n)
     double got[4], h2 = 0;
     char msg[512] = "";
     int rc = 0, rank = rt_world_rank(w);
-    Runtime *rt = rt_open(p, cache, err, n);
+    Runtime *rt = attached(w, p, err, n);
     if (!rt)
         return -1;
-    RANK_CHECK(!rt_attach(rt, w, msg, sizeof msg), "rank %d: attach: %s", rank, msg);
     RANK_CHECK(!rt_set_input(rt, "x", x, sizeof x, msg, sizeof msg), "rank %d: %s", rank, msg);
     /* each device holds its own stage's tensors only: w on stage 0, r on stage 1 */
     double *wt = rt_tensor_data(rt, W), *r = rt_tensor_data(rt, R);
@@ -270,8 +282,8 @@ Test(pipeline, a_plan_with_stages_does_not_run_without_a_mesh)
 
 static int run_rank(RtWorld *w, void *arg, char *err, size_t n)
 {
-    Runtime *rt = rt_open(arg, cache, err, n);
-    int rc = rt && !rt_attach(rt, w, err, n) ? rt_step(rt, 1, err, n) : -1;
+    Runtime *rt = attached(w, arg, err, n);
+    int rc = rt ? rt_step(rt, 1, err, n) : -1;
     rt_close(rt);
     return rc;
 }
@@ -324,12 +336,10 @@ Test(pipeline, two_stages_times_two_replicas_match_one_device)
  * is still the one device's. */
 static int placed_rank(RtWorld *w, void *arg, char *err, size_t n)
 {
-    char msg[512] = "";
     int rc = 0, rank = rt_world_rank(w);
-    Runtime *rt = rt_open(arg, cache, err, n);
+    Runtime *rt = attached(w, arg, err, n);
     if (!rt)
         return -1;
-    RANK_CHECK(!rt_attach(rt, w, msg, sizeof msg), "rank %d: attach: %s", rank, msg);
     RANK_CHECK(!rt_tensor_data(rt, W) == (rank % 2 == 1), "rank %d: holds w: %d", rank,
                rt_tensor_data(rt, W) != NULL);
 done:
