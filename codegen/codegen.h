@@ -112,8 +112,11 @@ enum {
 };
 
 /* What the training state takes on one device of the mesh, in bytes:
- * parameters, gradients (as summed over the microbatches: whole, or with
- * zero >= 2 the shard of the optimizer state) and optimizer state. */
+ * parameters (as stored, and in bf16 the copies the step computes with when
+ * it holds them from the forward to the backward: not under ZeRO-3 or fsdp,
+ * which gather them again), gradients (as summed over the microbatches:
+ * whole, or with zero >= 2 the shard of the optimizer state) and optimizer
+ * state. */
 typedef struct CgMemory {
     double params, grads, state;
     int nparams;

@@ -191,11 +191,37 @@ static const Value *kept_gradient(const Value *v, int zero)
     return v;
 }
 
+/* The bf16 copy of a parameter that the step reads: the cast op makes,
+ * past the all-gathers that bring it to the compute sharding (the
+ * distributed optimizer casts the shard); NULL when that is not a parameter's
+ * bf16 cast or the copy is made again for the backward (ZeRO-3, fsdp). */
+static const Value *held_copy(const Op *op, const Value **gathered, int regather)
+{
+    if (regather || op->kind != OP_CAST || op->phase == PH_OPT || op->res[0]->dtype != DT_BF16 ||
+        !op->args[0]->def || op->args[0]->def->kind != OP_PARAM)
+        return NULL;
+    const Value *v = op->res[0];
+    while (gathered[v->id])
+        v = gathered[v->id];
+    return v;
+}
+
 void cg_memory(const Graph *g, const TrainConfig *tc, CgMemory *m)
 {
     memset(m, 0, sizeof *m);
+    int regather = tc->zero >= 3;
+    for (int i = 0; i < g->mesh.naxes; i++)
+        regather |= g->mesh.axes[i].role == ROLE_FSDP && g->mesh.axes[i].size > 1;
+    const Value **gathered = arena_alloc(g->arena, sizeof *gathered * (size_t)(g->values.len + 1));
+    memset(gathered, 0, sizeof *gathered * (size_t)(g->values.len + 1));
+    for (int i = 0; i < g->ops.len; i++)
+        if (g->ops.data[i]->kind == OP_ALL_GATHER)
+            gathered[g->ops.data[i]->args[0]->id] = g->ops.data[i]->res[0];
     for (int i = 0; i < g->ops.len; i++) {
         const Op *op = g->ops.data[i];
+        const Value *copy = held_copy(op, gathered, regather);
+        if (copy)
+            m->params += local_bytes(g, copy);
         if (op->kind == OP_PARAM)
             m->params += local_bytes(g, op->res[0]), m->nparams += 1;
         else if (op->kind == OP_STATE)

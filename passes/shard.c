@@ -10,7 +10,10 @@
  * operands. A seeded value keeps its seed: the partition pass reshards into
  * it. ZeRO-3 parameters get one gathered copy per phase (forward, backward),
  * made just before its first use there, so the gathered memory lives only
- * while that phase needs it. */
+ * while that phase needs it. In bf16 a parameter the step reads only through
+ * bf16 casts is stored as its optimizer state is (the distributed optimizer:
+ * the f32 master in shards) and its casts are pinned to the compute
+ * sharding, so the bf16 copies are what gets gathered. */
 #include "shard.h"
 
 #include <stdio.h>
@@ -21,7 +24,10 @@ typedef struct SP {
     Graph *g;
     ShardOpts o;
     int zero, sequence_parallel; /* the train settings */
+    int bf16;                    /* precision = bf16 */
     char *pinned;    /* by Value.id */
+    char *cast_read; /* by Value.id: 1 a parameter the step reads only through
+                        bf16 casts, 2 one it also reads otherwise */
     const int *uses; /* by Value.id, before seeding: how many operands read it */
     VEC(struct Gather) gathers; /* the parameters that get gathered copies, in order */
     int errors;
@@ -314,6 +320,40 @@ static void seed_gradient(SP *s, Value *g, const Sharding *to, int split)
         scatter_microbatches(s, g, &g->shard);
 }
 
+/* The distributed optimizer (precision = bf16): the f32 master weights of p
+ * are stored split as its optimizer state is, and each bf16 cast the step
+ * reads p through (one, or one per phase under ZeRO-3 and fsdp) is made from
+ * the shard and gathered into the compute sharding right after it (the
+ * partition pass reshards a pinned result after its op). So no device holds
+ * the whole f32 parameter: only its shard and the step's bf16 copy, and the
+ * update writes the shard without gathering it. gather(cast(x)) is
+ * cast(gather(x)): the step's numbers are those of the f32 layout. */
+static void master_in_shard(SP *s, Value *p, const Sharding *state, const Sharding *compute,
+                            const Sharding *store)
+{
+    for (int i = 0; i < s->g->ops.len; i++) {
+        Op *op = s->g->ops.data[i];
+        if (op->kind != OP_CAST || op->args[0] != p || op->phase == PH_OPT)
+            continue;
+        Value *c = op->res[0];
+        c->shard = *compute;
+        c->shard.why = (Why){WHY_ROLE, LOC_NONE,
+                             fmt(s, "'%s' cast to bf16 in its shards and gathered for the %s pass",
+                                 p->name ? p->name : "?",
+                                 op->phase == PH_FWD ? "forward" : "backward")};
+        s->pinned[c->id] = 1;
+    }
+    p->shard = *state;
+    if (shard_same(store, state, p->rank)) /* ZeRO-3, fsdp: the parameter's own storage */
+        p->shard.why = store->why;
+    else
+        p->shard.why = (Why){WHY_ROLE, LOC_NONE,
+                             fmt(s, "distributed optimizer: the f32 master weights in the "
+                                    "optimizer state's shards (%s)",
+                                 state->why.detail ? state->why.detail : "", NULL)};
+    s->pinned[p->id] = 1;
+}
+
 /* Parameter p updated by op (SGD, AdamW; NULL: plain SGD without state). */
 static void seed_optimizer(SP *s, Value *p, const Op *op)
 {
@@ -327,6 +367,9 @@ static void seed_optimizer(SP *s, Value *p, const Op *op)
     Sharding state = storage(s, p, pr | (s->zero >= 1 ? data : 0),
                              s->zero >= 1 ? "zero shards optimizer state over %s"
                                           : "fsdp axes %s shard optimizer state", 1);
+    int in_shard = s->bf16 && s->cast_read[p->id] == 1 && !shard_same(&state, &compute, p->rank);
+    if (in_shard)
+        master_in_shard(s, p, &state, &compute, &store);
     for (int i = 0; i < nstate; i++) {
         Value *st = op->args[2 + i];
         if (st->def && st->def->kind == OP_STATE && !shard_pinned(&st->shard))
@@ -334,7 +377,7 @@ static void seed_optimizer(SP *s, Value *p, const Op *op)
     }
     if (g && !s->pinned[g->id] && g->def && g->def->phase != PH_OPT)
         seed_gradient(s, g, s->zero >= 1 ? &state : &store, !shard_same(&state, &compute, p->rank));
-    if (!shard_same(&store, &compute, p->rank)) {
+    if (!in_shard && !shard_same(&store, &compute, p->rank)) {
         p->shard = store;
         s->pinned[p->id] = 1;
         VEC_PUSH(s->g->arena, s->gathers, ((Gather){p, compute}));
@@ -349,6 +392,17 @@ static void seed(SP *s)
         s->pinned[v->id] = shard_pinned(&v->shard);
         if (v->def && v->def->kind == OP_INPUT)
             seed_input(s, v), s->pinned[v->id] = 1;
+    }
+    for (int i = 0; s->bf16 && i < s->g->ops.len; i++) {
+        const Op *op = s->g->ops.data[i];
+        if (op->phase == PH_OPT)
+            continue;
+        int cast = op->kind == OP_CAST && op->res[0]->dtype == DT_BF16;
+        for (int a = 0; a < op->nargs; a++) {
+            const Value *v = op->args[a];
+            if (v->def && v->def->kind == OP_PARAM)
+                s->cast_read[v->id] = cast && s->cast_read[v->id] != 2 ? 1 : 2;
+        }
     }
     ShardOpts before;
     shard_opts(s->g, s->sequence_parallel, &before);
@@ -499,11 +553,14 @@ static int seq_split_something(SP *s)
 
 int pass_shard(Ctx *c, Graph *g, const Settings *set)
 {
-    SP s = {c, g, {-1, NULL, 0, NULL}, 0, 0, NULL, NULL, {0}, 0};
+    SP s = {c, g, {-1, NULL, 0, NULL}, 0, 0, 0, NULL, NULL, NULL, {0}, 0};
     s.zero = (int)set->train.zero;
     s.sequence_parallel = (int)set->train.sequence_parallel;
+    s.bf16 = set->train.precision && !strcmp(set->train.precision, "bf16");
     if (sharded(g))
         return 0;
+    s.cast_read = arena_alloc(g->arena, (size_t)g->values.len + 1);
+    memset(s.cast_read, 0, (size_t)g->values.len + 1);
     /* seeding adds at most two values (gathered copies) per parameter */
     s.pinned = arena_alloc(g->arena, (size_t)g->values.len * 3 + 64);
     memset(s.pinned, 0, (size_t)g->values.len * 3 + 64);
