@@ -223,6 +223,7 @@ typedef struct Model {
     MemCat *cat;    /* by tensor */
     char *shared;   /* by tensor: made by an op shared by the microbatches (mb -1) */
     char *summed;   /* by tensor: read by such an op of the backward, or the optimizer */
+    char *sum;      /* by tensor: a loop plan's microbatch sum (what an acc kernel adds into) */
     int zero;       /* the train setting */
     int mbs;        /* microbatches */
     double saved, saved_layers; /* bytes a microbatch's forward holds for later, in layers */
@@ -271,6 +272,9 @@ static void events(const Model *m, Events *e)
  * flight (passes/autodiff.c adds each microbatch's part in its own piece). */
 static int accumulator(const Model *m, int t)
 {
+    if (m->p->nsched > 0) /* a loop plan: the tensor its acc kernels add into (the first
+                             microbatch's run copies the part there) */
+        return m->sum[t] && m->birth[t] >= 0 && m->birth[t] < m->sp.npieces;
     return m->cat[t] == MC_GRADS && !m->shared[t] && (m->death[t] > m->birth[t] || m->summed[t]) &&
            m->birth[t] >= 0 && m->birth[t] < m->sp.npieces;
 }
@@ -280,6 +284,8 @@ static int accumulator(const Model *m, int t)
  * of the piece on, once. */
 static int step_value(const Model *m, int t)
 {
+    if (m->p->nsched > 0 && m->sum[t])
+        return 0; /* a microbatch sum: held from the first run (accumulator) */
     return m->shared[t] && m->death[t] > m->birth[t] && m->birth[t] >= 0 &&
            m->birth[t] < m->sp.npieces;
 }
@@ -331,16 +337,18 @@ static void sweep(Model *m, const Events *e)
         /* the last run adds its parts as a later run does, and makes the step's values
          * from the sums, which are freed as they are read (with one microbatch the
          * parts are the sums) */
-        double k = m->mbs > 1 ? -1 : 0, extra = m->mbs > 1 ? 2 * part : 0;
+        /* (a loop plan adds each part into its sum in place: no new sum beside the old) */
+        double add2 = m->p->nsched > 0 ? 0 : 2 * part;
+        double k = m->mbs > 1 ? -1 : 0, extra = m->mbs > 1 ? add2 : 0;
         if (total(now) + total(step) + k * total(parts) + extra - total(gone) > total(pf->last))
             memcpy(pf->last, now, sizeof(Bytes)), add(pf->last, step, 1), add(pf->last, parts, k),
                 add(pf->last, gone, -1), pf->last[MC_GRADS] += extra, pf->at_last = i;
         /* a later run adds each part into its sum as it is made: the parts are not held
          * (the sums are, from the first run), but the largest one and its new sum are
          * alive beside the old sum for a moment */
-        if (total(now) - total(parts) + 2 * part > total(pf->later))
+        if (total(now) - total(parts) + add2 > total(pf->later))
             memcpy(pf->later, now, sizeof(Bytes)), add(pf->later, parts, -1),
-                pf->later[MC_GRADS] += 2 * part, pf->at_later = i;
+                pf->later[MC_GRADS] += add2, pf->at_later = i;
         for (int t = e->dies[i]; t >= 0; t = e->next_dies[t])
             if (cur < m->sp.npieces && m->death[t] == cur &&
                 ((m->mbs > 1 && accumulator(m, t)) || m->birth[t] < 0))
@@ -799,6 +807,11 @@ int mem_model(Ctx *c, const Graph *g, const TrainConfig *tc, const Graph *local,
     m.cat = arena_alloc(c->arena, sizeof(MemCat) * (size_t)(p->ntensors + 1));
     m.shared = arena_alloc(c->arena, (size_t)p->ntensors + 1);
     m.summed = arena_alloc(c->arena, (size_t)p->ntensors + 1);
+    m.sum = arena_alloc(c->arena, (size_t)p->ntensors + 1);
+    memset(m.sum, 0, (size_t)p->ntensors + 1);
+    for (int i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].acc && p->instrs[i].nargs > 0)
+            m.sum[p->instrs[i].args[0]] = 1;
     for (int s = 0; s < sc.p; s++) {
         model_stage(&m, s, gpu, &sc, &out->stage[s]);
         if (p->nsched > 0)
@@ -810,6 +823,107 @@ int mem_model(Ctx *c, const Graph *g, const TrainConfig *tc, const Graph *local,
 }
 
 /* ---- the plan as it is ---- */
+
+/* The tensors instruction in touches, into ts (at most nargs + 4); their count. */
+static int instr_tensors(const PlanInstr *in, int *ts)
+{
+    int n = 0;
+    for (int a = 0; a < in->nargs; a++)
+        ts[n++] = in->args[a];
+    if (in->kind == PI_GEMM) {
+        ts[n++] = in->gemm.a, ts[n++] = in->gemm.b, ts[n++] = in->gemm.c;
+        if (in->gemm.epilogue == PE_BIAS)
+            ts[n++] = in->gemm.bias;
+    }
+    return n;
+}
+
+/* A loop plan's program as the runtime runs it (plan_expand_order: every
+ * microbatch's pieces in the schedule's order), stage s: its largest moment
+ * into live (which holds the base), by category. A temporary that only
+ * instructions run for every microbatch touch lives, in each microbatch's
+ * run, from its first touch to its last: between runs its bytes are free (a
+ * frame tensor has an instance per microbatch; a piece's own value is made
+ * again in the next run). One carried across the runs (an accumulator, a
+ * value made or read once, in the prologue or epilogue, or by an instruction
+ * run for the first or last microbatch only) lives from its first touch in
+ * the program to its last. -1 when the program cannot be made. */
+static int program_peak(Model *m, int s, double *best)
+{
+    const Plan *p = m->p;
+    PlanItem *items;
+    int n, nt = p->ntensors, k = p->microbatches + 1;
+    char err[256];
+    if (plan_expand_order(p, &items, &n, err, sizeof err) != 0)
+        return -1;
+    char *carried = arena_alloc(m->a, (size_t)nt + 1);
+    memset(carried, 0, (size_t)nt + 1);
+    int *ts = arena_alloc(m->a, sizeof(int) * (size_t)(p->ninstrs ? 8 : 1)), cap = 8;
+    for (int i = 0; i < p->ninstrs; i++) {
+        const PlanInstr *in = &p->instrs[i];
+        if (in->nargs + 4 > cap)
+            cap = in->nargs + 4, ts = arena_alloc(m->a, sizeof(int) * (size_t)cap);
+        int nts = instr_tensors(in, ts);
+        for (int j = 0; j < nts && in->when != PW_EVERY; j++)
+            carried[ts[j]] = 1;
+        if (in->acc)
+            carried[in->args[0]] = 1;
+    }
+    for (int i = 0; i < n; i++) /* the prologue's and epilogue's tensors */
+        if (items[i].mb < 0) {
+            const PlanInstr *in = &p->instrs[items[i].src];
+            int nts = instr_tensors(in, ts);
+            for (int j = 0; j < nts; j++)
+                carried[ts[j]] = 1;
+        }
+    size_t nkeys = (size_t)nt * (size_t)k;
+    int *first = malloc(sizeof(int) * nkeys), *last = malloc(sizeof(int) * nkeys);
+    int *born = malloc(sizeof(int) * ((size_t)n + 1)), *dies = malloc(sizeof(int) * ((size_t)n + 1));
+    int *next_born = malloc(sizeof(int) * nkeys), *next_dies = malloc(sizeof(int) * nkeys);
+    if (!first || !last || !born || !dies || !next_born || !next_dies) {
+        free(first), free(last), free(born), free(dies), free(next_born), free(next_dies);
+        free(items);
+        return -1;
+    }
+    for (size_t q = 0; q < nkeys; q++)
+        first[q] = last[q] = -1;
+    int pos = 0;
+    for (int i = 0; i < n; i++) {
+        const PlanInstr *in = &p->instrs[items[i].src];
+        if (!on_stage(p, in, s))
+            continue;
+        int nts = instr_tensors(in, ts);
+        for (int j = 0; j < nts; j++) {
+            int t = ts[j];
+            size_t key = (size_t)t * (size_t)k + (size_t)(carried[t] ? 0 : items[i].mb + 1);
+            if (first[key] < 0)
+                first[key] = pos;
+            last[key] = pos;
+        }
+        pos++;
+    }
+    free(items);
+    for (int i = 0; i < pos; i++)
+        born[i] = dies[i] = -1;
+    for (size_t q = nkeys; q-- > 0;) {
+        if (first[q] < 0 || p->tensors[q / (size_t)k].role != PT_TEMP)
+            continue;
+        next_born[q] = born[first[q]], born[first[q]] = (int)q;
+        next_dies[q] = dies[last[q]], dies[last[q]] = (int)q;
+    }
+    Bytes live;
+    memcpy(live, best, sizeof(Bytes));
+    for (int i = 0; i < pos; i++) {
+        for (int q = born[i]; q >= 0; q = next_born[q])
+            live[m->cat[q / k]] += aligned(p->tensors[q / k].bytes);
+        if (total(live) > total(best))
+            memcpy(best, live, sizeof(Bytes));
+        for (int q = dies[i]; q >= 0; q = next_dies[q])
+            live[m->cat[q / k]] -= aligned(p->tensors[q / k].bytes);
+    }
+    free(first), free(last), free(born), free(dies), free(next_born), free(next_dies);
+    return 0;
+}
 
 double mem_plan_peak(Arena *a, const Plan *p, const Graph *local, int s, int gpu,
                              double *cat)
@@ -824,25 +938,35 @@ double mem_plan_peak(Arena *a, const Plan *p, const Graph *local, int s, int gpu
     }
     memset(m.base, 0, sizeof(Bytes));
     set_base(&m, s, gpu);
-    Events e;
-    events(&m, &e);
-    Bytes live, best;
-    memcpy(live, m.base, sizeof(Bytes));
-    memcpy(best, live, sizeof(Bytes));
-    for (int i = 0; i < m.sp.n; i++) {
-        for (int t = e.born[i]; t >= 0; t = e.next_born[t])
-            live[m.cat[t]] += aligned(p->tensors[t].bytes);
-        if (total(live) > total(best))
-            memcpy(best, live, sizeof(Bytes));
-        for (int t = e.dies[i]; t >= 0; t = e.next_dies[t])
-            live[m.cat[t]] -= aligned(p->tensors[t].bytes);
-    }
-    if (p->nsched > 0) { /* a loop plan: its slab as laid out, and what is beside it */
+    Bytes best;
+    memcpy(best, m.base, sizeof(Bytes));
+    if (p->nsched > 0 && program_peak(&m, s, best) == 0) {
+        /* a loop plan: its slab as laid out, and what is beside it */
         StageMemory st;
         memcpy(st.cat, best, sizeof(Bytes));
         st.peak = total(best);
         as_laid_out(p, s, &st);
         memcpy(best, st.cat, sizeof(Bytes));
+    } else {
+        Events e;
+        events(&m, &e);
+        Bytes live;
+        memcpy(live, m.base, sizeof(Bytes));
+        for (int i = 0; i < m.sp.n; i++) {
+            for (int t = e.born[i]; t >= 0; t = e.next_born[t])
+                live[m.cat[t]] += aligned(p->tensors[t].bytes);
+            if (total(live) > total(best))
+                memcpy(best, live, sizeof(Bytes));
+            for (int t = e.dies[i]; t >= 0; t = e.next_dies[t])
+                live[m.cat[t]] -= aligned(p->tensors[t].bytes);
+        }
+        if (p->nsched > 0) { /* the program could not be made: the compact plan, laid out */
+            StageMemory st;
+            memcpy(st.cat, best, sizeof(Bytes));
+            st.peak = total(best);
+            as_laid_out(p, s, &st);
+            memcpy(best, st.cat, sizeof(Bytes));
+        }
     }
     if (cat)
         memcpy(cat, best, sizeof(Bytes));

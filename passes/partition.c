@@ -21,6 +21,7 @@ typedef struct Memo {
     Value *from;
     Sharding to;
     Value *v;
+    int bwd; /* made for a backward (or recomputing) op */
 } Memo;
 
 typedef struct Stats {
@@ -84,16 +85,39 @@ static const char *why_for(PP *p, const char *fmt, const Op *op)
     return intern(p->g->strings, buf);
 }
 
-/* x resharded to `to` for op (memoised). */
+static int backward_site(const Op *site)
+{
+    return site->phase == PH_BWD || site->phase == PH_RECOMPUTE;
+}
+
+/* Whether the steps gather a microbatch's activation (a value made from the
+ * step's inputs, not a parameter or its copy): the backward then gathers it
+ * again from the shard the forward saved, as Megatron's sequence parallelism
+ * does, instead of keeping the gathered copy from the forward to the
+ * backward. One all-gather more a step, and the activation held split. */
+static int gathers_activation(const Value *x, const ReStep *steps, int n)
+{
+    if (!x->def || x->def->mb < 0 || x->def->phase != PH_FWD)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (steps[i].kind == OP_ALL_GATHER)
+            return 1;
+    return 0;
+}
+
+/* x resharded to `to` for op (memoised; a forward activation's gather once
+ * for the forward and once for the backward). */
 static Value *reshard(PP *p, Value *x, const Sharding *to, const Op *site)
 {
     if (shard_same(&x->shard, to, x->rank))
         return x;
-    for (int i = 0; i < p->memo.len; i++)
-        if (p->memo.data[i].from == x && shard_same(&p->memo.data[i].to, to, x->rank))
-            return p->memo.data[i].v;
     ReStep steps[SH_MAXSTEPS];
     int n = shard_reshard_plan(&p->g->mesh, x, &x->shard, to, steps);
+    int again = gathers_activation(x, steps, n);
+    for (int i = 0; i < p->memo.len; i++)
+        if (p->memo.data[i].from == x && shard_same(&p->memo.data[i].to, to, x->rank) &&
+            (!again || p->memo.data[i].bwd == backward_site(site)))
+            return p->memo.data[i].v;
     Value *v = x;
     const char *why = why_for(p, "resharded for %s", site);
     /* a value of another pipeline stage: the steps that do not grow it (a
@@ -105,9 +129,14 @@ static Value *reshard(PP *p, Value *x, const Sharding *to, const Op *site)
     for (int i = 0; i < n; i++) {
         home = steps[i].kind == OP_ALL_GATHER ? site : home;
         v = emit_step(p, v, &steps[i], home, why);
+        /* a step runs as soon as its operand is made (its tick), but the
+         * backward's gather of a saved shard runs in the backward's piece,
+         * else it would be made in the forward's and held all the same */
+        if (again && backward_site(site) && v->def->tick < site->tick)
+            v->def->tick = site->tick;
     }
     v->shard.why = to->why.kind ? to->why : v->shard.why;
-    VEC_PUSH(p->g->arena, p->memo, ((Memo){x, *to, v}));
+    VEC_PUSH(p->g->arena, p->memo, ((Memo){x, *to, v, backward_site(site)}));
     return v;
 }
 
