@@ -47,6 +47,12 @@ static void fill_plan(Gen *gen, Plan *p)
     memset(p, 0, sizeof *p);
     p->version = PLAN_VERSION;
     p->model = arena_strdup(gen->a, g->name ? g->name : "model");
+    p->config = arena_alloc(gen->a, sizeof(PlanParam) * (size_t)(g->config.len + 1));
+    p->nconfig = 0;
+    for (int i = 0; i < g->config.len; i++)
+        if (g->config.data[i]->kind == ATTR_INT && g->config.data[i]->key)
+            p->config[p->nconfig++] =
+                (PlanParam){arena_strdup(gen->a, g->config.data[i]->key), g->config.data[i]->i};
     p->naxes = g->mesh.naxes;
     p->axes = arena_alloc(gen->a, sizeof(PlanAxis) * (size_t)(g->mesh.naxes + 1));
     for (int i = 0; i < g->mesh.naxes; i++)
@@ -175,6 +181,29 @@ int cg_build_plan_ir(Ctx *c, const Graph *global, const TrainConfig *tc, int fla
     return cg_build_plan_local(c, global, tc, flags, out, kernels, &local);
 }
 
+/* The instructions of op i, each owned by it, the FLOPs on its GEMM (else its
+ * last kernel: attention). Nonzero when it has none that run. */
+static int lower_one(Gen *gen, int i)
+{
+    const Graph *g = gen->g;
+    double flops = gen->flops;
+    int bad = cg_lower_op(gen, g->ops.data[i]) != 0;
+    if (gen->instrs.len > gen->owner.len) {
+        int at = gen->instrs.len - 1;
+        for (int j = gen->owner.len; j < gen->instrs.len; j++)
+            if (gen->instrs.data[j].kind == PI_GEMM)
+                at = j;
+        gen->instrs.data[at].flops = gen->flops - flops;
+    }
+    while (gen->owner.len < gen->instrs.len) {
+        PlanInstr *in = &gen->instrs.data[gen->owner.len];
+        in->mb = g->ops.data[i]->mb, in->tick = g->ops.data[i]->tick, in->op = i + 1;
+        in->when = cg_loop_when(gen, g->ops.data[i]);
+        VEC_PUSH(gen->a, gen->owner, i);
+    }
+    return bad;
+}
+
 int cg_build_plan_local(Ctx *c, const Graph *global, const TrainConfig *tc, int flags, Plan *out,
                         Kernel ***kernels, const Graph **local)
 {
@@ -193,22 +222,20 @@ int cg_build_plan_local(Ctx *c, const Graph *global, const TrainConfig *tc, int 
     cg_find_fusions(&gen, flags);
     cg_place_values(&gen);
     int bad = 0;
+    /* a sum that a weight gradient's GEMM adds into runs where its matmul is (fusion.c),
+     * not where the sum is in the graph (after the backward): its operands die there */
+    int *early = arena_alloc(c->arena, sizeof(int) * (size_t)(g->ops.len + 1));
+    char *done = arena_alloc(c->arena, (size_t)g->ops.len + 1);
+    memset(early, 0, sizeof(int) * (size_t)(g->ops.len + 1));
+    memset(done, 0, (size_t)g->ops.len + 1);
+    for (int i = 0; gen.acc_gemm && i < g->ops.len; i++)
+        if (gen.acc_gemm[i])
+            early[gen.acc_gemm[i] - 1] = i + 1;
     for (int i = 0; i < g->ops.len; i++) {
-        double flops = gen.flops;
-        bad |= cg_lower_op(&gen, g->ops.data[i]) != 0;
-        if (gen.instrs.len > gen.owner.len) { /* on its GEMM, else its last kernel (attention) */
-            int at = gen.instrs.len - 1;
-            for (int j = gen.owner.len; j < gen.instrs.len; j++)
-                if (gen.instrs.data[j].kind == PI_GEMM)
-                    at = j;
-            gen.instrs.data[at].flops = gen.flops - flops;
-        }
-        while (gen.owner.len < gen.instrs.len) {
-            PlanInstr *in = &gen.instrs.data[gen.owner.len];
-            in->mb = g->ops.data[i]->mb, in->tick = g->ops.data[i]->tick, in->op = i + 1;
-            in->when = cg_loop_when(&gen, g->ops.data[i]);
-            VEC_PUSH(c->arena, gen.owner, i);
-        }
+        if (!done[i])
+            bad |= lower_one(&gen, i);
+        if (early[i] && early[i] - 1 > i)
+            bad |= lower_one(&gen, early[i] - 1), done[early[i] - 1] = 1;
     }
     if (bad || cg_stage_programs(&gen) != 0)
         return -1;

@@ -1,9 +1,11 @@
 /* fusion.c: which values need no memory of their own. Reads the Graph;
  * writes gen->fused (computed inside its only user's kernel, or written by
- * a GEMM: its bias epilogue, its transposed product), gen->kept (computed
+ * a GEMM: its bias epilogue, its transposed product, a weight gradient it
+ * adds into the sum over microbatches), gen->kept (computed
  * and stored by its first reader's kernel), gen->dead (ops whose results
  * nothing reads), gen->view (attention's q, k and v read in place from
- * the fused tensor they are sliced from), gen->bias_add and gen->tgemm; and
+ * the fused tensor they are sliced from), gen->bias_add, gen->tgemm and
+ * gen->acc_gemm; and
  * says what a GEMM
  * operand reads through transposes (cg_gemm_source), as the instructions
  * then do (instrs.c).
@@ -117,6 +119,57 @@ static void find_bias_adds(Gen *gen, const int *uses)
     }
 }
 
+/* One gradient buffer: a matmul (a weight's gradient) whose only reader
+ * sums it over the microbatches is a GEMM that adds its product into the
+ * sum, beta 1, with no tensor of its own. In a loop plan the sum is a
+ * microbatch_sum (its instruction an `acc`: the first microbatch's run
+ * writes with beta 0, plan/expand.c); in a plan of adds (--verify's) it is
+ * the add of the running sum and this microbatch's product, which takes
+ * the running sum's tensor (tensors.c), the first product written there by
+ * its own GEMM. Both run the same GEMMs on the same tensors, so the two
+ * plans keep one step's bits. Not across stages or for a product of another
+ * dtype or shape than its sum. */
+static int acc_operand(const Gen *gen, const Op *sum, const Value *m, const int *uses)
+{
+    const Value *s = sum->res[0];
+    return m->def && m->def->kind == OP_MATMUL && uses[m->id] == 1 && !gen->fused[m->id] &&
+           m->def->stage == sum->stage && m->dtype == s->dtype && m->rank == s->rank &&
+           !memcmp(m->shape, s->shape, sizeof(int64_t) * (size_t)s->rank);
+}
+
+static void find_acc_gemms(Gen *gen, const int *uses)
+{
+    const Graph *g = gen->g;
+    gen->acc_gemm = arena_alloc(gen->a, sizeof(int) * (size_t)(g->ops.len + 1));
+    memset(gen->acc_gemm, 0, sizeof(int) * (size_t)(g->ops.len + 1));
+    for (int i = 0; i < g->ops.len; i++) {
+        const Op *op = g->ops.data[i];
+        const Value *m = NULL;
+        if (!gen->tc.grad_accumulation_fusion)
+            break; /* the train setting: a part, its cast and an add per microbatch */
+        if (op->kind == OP_MB_SUM && gen->loop && acc_operand(gen, op, op->args[0], uses) &&
+            op->args[0]->def->mb >= 0)
+            m = op->args[0];
+        if (op->kind == OP_ADD && !gen->loop && op->mb < 0 && op->phase == PH_BWD) {
+            /* ((p0 + p1) + p2) + ...: the microbatch's product (args[1]) is added; the
+             * running sum or the first product (args[0]) lends its tensor */
+            const Value *y = op->args[1], *x = op->args[0];
+            const Op *xd = x->def;
+            const Value *s = op->res[0];
+            if (acc_operand(gen, op, y, uses) && y->def->mb >= 0 && xd && uses[x->id] == 1 &&
+                xd->stage == op->stage && x->dtype == y->dtype && x->rank == s->rank &&
+                !memcmp(x->shape, s->shape, sizeof(int64_t) * (size_t)s->rank) &&
+                ((xd->kind == OP_MATMUL && xd->mb >= 0) || gen->acc_gemm[xd->id]) &&
+                !gen->fused[x->id])
+                m = y;
+        }
+        if (!m)
+            continue;
+        gen->acc_gemm[i] = m->def->id + 1;
+        gen->fused[m->id] = 1; /* no memory of its own: the GEMM adds it into the sum */
+    }
+}
+
 /* A forward value and its recomputed copy (passes/recompute.c) fuse as the
  * forward value did without recomputation: both count the readers it had then,
  * its own and its copy's other than recompute ops. Fusion decides the
@@ -225,7 +278,8 @@ static void find_kept(Gen *gen, const int *uses, const int *recomputed)
             is_twin[twin[i]->id] = 1;
     for (int i = g->ops.len - 1; i >= 0; i--) { /* a reader's own result decided first */
         const Op *op = g->ops.data[i];
-        if (!cg_fusable(op) || op->nres != 1 || op->kind == OP_CONSTANT || gen->tgemm[op->id])
+        if (!cg_fusable(op) || op->nres != 1 || op->kind == OP_CONSTANT || gen->tgemm[op->id] ||
+            gen->acc_gemm[op->id])
             continue;
         const Value *v = op->res[0];
         const Op *u = first[v->id];
@@ -409,11 +463,12 @@ void cg_find_fusions(Gen *gen, int flags)
         uses[g->outputs.data[i]->id] += 2;
     twin_uses(gen, uses, recomputed);
     find_bias_adds(gen, uses);
+    find_acc_gemms(gen, uses);
     int *leaves = arena_alloc(gen->a, sizeof(int) * (size_t)(g->values.len + 1));
     for (int i = 0; i < g->ops.len; i++) {
         const Op *op = g->ops.data[i];
         if (!cg_fusable(op) || op->nres != 1 || uses[op->res[0]->id] != 1 || gen->bias_add[op->id] ||
-            gen->tgemm[op->id])
+            gen->tgemm[op->id] || gen->acc_gemm[op->id])
             continue;
         int n = 0; /* the loads it brings along: a bound keeps kernels small */
         for (int j = 0; j < op->nargs; j++)

@@ -1,6 +1,7 @@
 /* instrs.c: the instructions of one op. Reads an op of the graph and the
  * tensors of its values; appends to gen->instrs a GEMM for a matmul (with
- * its bias epilogue, or writing its transpose, as fusion.c decided), a copy
+ * its bias epilogue, or writing its transpose, as fusion.c decided; a sum of
+ * weight gradients as its matmul's GEMM adding into it), a copy
  * for an update (none when written in place), a collective for each
  * collective op and shard_slice, and one or more kernels for the rest
  * (kernels.c); nothing for ops that are fused, dead or without work.
@@ -124,6 +125,14 @@ int cg_lower_op(Gen *gen, const Op *op)
         }
         return cg_op_kernels(gen, op);
     case OP_UPDATE: copy(gen, op); return 0;
+    case OP_MB_SUM:
+        if (gen->acc_gemm && gen->acc_gemm[op->id]) { /* the product added into the sum */
+            gemm_into(gen, gen->g->ops.data[gen->acc_gemm[op->id] - 1], op->res[0], NULL, 0);
+            gen->instrs.data[gen->instrs.len - 1].gemm.beta = 1;
+            gen->instrs.data[gen->instrs.len - 1].acc = 1; /* beta 0 for the first microbatch */
+            return 0;
+        }
+        return cg_op_kernels(gen, op);
     case OP_LR: cg_learning_rate(gen, op); return 0;
     case OP_SGD: cg_sgd(gen, op); return 0;
     case OP_ADAMW: cg_adamw(gen, op); return 0;
@@ -133,6 +142,11 @@ int cg_lower_op(Gen *gen, const Op *op)
         if (gen->bias_add && gen->bias_add[op->id]) {
             const Value *bias, *m = cg_bias_matmul(op, NULL, &bias);
             gemm_into(gen, m->def, op->res[0], bias, 0);
+            return 0;
+        }
+        if (gen->acc_gemm && gen->acc_gemm[op->id]) { /* into the running sum's tensor */
+            gemm_into(gen, gen->g->ops.data[gen->acc_gemm[op->id] - 1], op->res[0], NULL, 0);
+            gen->instrs.data[gen->instrs.len - 1].gemm.beta = 1;
             return 0;
         }
         /* fall through */

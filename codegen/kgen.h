@@ -34,6 +34,8 @@ typedef struct Gen {
                        place (fusion.c, kernels.c), no memory, no kernel; NULL: none */
     char *bias_add; /* by op index: an add of a bias that its matmul's GEMM does (epilogue) */
     char *tgemm;    /* by op index: a transpose of a product that its matmul's GEMM writes */
+    int *acc_gemm;  /* by op index: a sum of weight gradients whose GEMM adds its product
+                       into it (beta 1): 1 + that matmul's index, else 0 (fusion.c) */
     int *ce_pair;   /* by op index: a cross_entropy whose row kernel also writes its gradient:
                        1 + the cross_entropy_grad's index; that gradient: -(1 + the
                        cross_entropy's), no kernel of its own; 0 otherwise (fusion.c) */

@@ -215,8 +215,12 @@ int cg_stage_programs(Gen *gen)
     Event *ev = arena_alloc(gen->a, sizeof(Event) * (size_t)(n + 1));
     for (int i = 0; i < n; i++) {
         const Op *op = g->ops.data[gen->owner.data[i]];
+        /* a sum that its weight gradient's GEMM adds into runs where the matmul is
+         * (fusion.c), so the GEMM's operands are not held to the end of the backward */
+        const Op *at = gen->acc_gemm && gen->acc_gemm[op->id] ? g->ops.data[gen->acc_gemm[op->id] - 1]
+                                                              : op;
         gen->instrs.data[i].stage = stages > 1 ? op->stage : 0;
-        ev[i] = (Event){gen->instrs.data[i].stage, op->tick, op->id, i, i};
+        ev[i] = (Event){gen->instrs.data[i].stage, at->tick, at->id, i, i};
     }
     int ticked = 0; /* one stage with ticks: its microbatches in the schedule's order */
     for (int i = 0; i < g->ops.len; i++)

@@ -178,7 +178,9 @@ static void logits_in_place(Gen *gen, const Op *f, const Op *b, const int *uses,
     into[v->id] = x->id;
 }
 
-/* By value id, the value whose tensor it takes (-1: its own): the
+/* By value id, the value whose tensor it takes (-1: its own): a running
+ * sum of weight gradients that its GEMM adds into (fusion.c), the tensor of
+ * the sum so far; the
  * optimizer's new parameter or state (an adamw or sgd result that only its
  * update reads) is written straight into its target, whose kernel reads
  * each element before it writes it, when nothing reads the target later:
@@ -221,6 +223,13 @@ static int *in_place_updates(Gen *gen)
             gen->fused[v->id] || last[t->id] > d->id || t->def->stage != d->stage)
             continue;
         into[v->id] = t->id;
+    }
+    for (int i = 0; i < g->ops.len && gen->acc_gemm; i++) { /* a running sum of products */
+        const Op *op = g->ops.data[i];
+        if (op->kind != OP_ADD || !gen->acc_gemm[i])
+            continue;
+        const Value *m = g->ops.data[gen->acc_gemm[i] - 1]->res[0];
+        into[op->res[0]->id] = (op->args[0] == m ? op->args[1] : op->args[0])->id;
     }
     for (int i = 0; i < g->ops.len && gen->ce_pair; i++) /* the logits' gradient */
         if (gen->ce_pair[i] > 0)

@@ -49,6 +49,8 @@ void cg_train_hash(Gen *gen, Plan *p)
         tc.eps,       tc.weight_decay, tc.schedule, (double)tc.warmup, (double)tc.total_steps,
         tc.min_lr,    tc.grad_clip};
     h = fnv_text(fnv(h, x, sizeof x), tc.precision);
+    if (!tc.grad_accumulation_fusion) /* (the default keeps the hashes of runs before it) */
+        h = fnv_text(h, "grad_accumulation_fusion = false");
     for (int i = 0; i < p->ntensors; i++) {
         PlanRole r = p->tensors[i].role;
         if (r == PT_PARAM || r == PT_STATE || r == PT_INPUT || r == PT_HYPER)

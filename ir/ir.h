@@ -264,6 +264,7 @@ typedef struct TrainConfig {
     double grad_clip; /* 0: no clipping */
     int64_t microbatches, virtual_stages, zero, steps, seed;
     int64_t sequence_parallel; /* 1: norms and elementwise ops split the sequence over the tensor axis */
+    int64_t grad_accumulation_fusion; /* 1 (default): a weight gradient's GEMM adds into its f32 sum */
     const char *recompute, *precision, *pipeline;
     const Attr *stage_starts; /* the list of stage_starts (the pipeline pass checks it); NULL: none */
 } TrainConfig;

@@ -254,8 +254,8 @@ static int infer_broadcast(Infer *in)
     int r = a->rank > b->rank ? a->rank : b->rank;
     int64_t out[IR_MAX_RANK];
     for (int i = 0; i < r; i++) {
-        int ia = i - (r - a->rank), ib = i - (r - b->rank);
-        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+        int64_t ia = i - (r - a->rank), ib = i - (r - b->rank), da = ia >= 0 ? a->shape[ia] : 1,
+                db = ib >= 0 ? b->shape[ib] : 1;
         if (da != db && da != 1 && db != 1)
             return fail(in, "shapes %s and %s do not broadcast", ts(a).s, ts(b).s);
         out[i] = da == 1 ? db : da;
@@ -314,23 +314,25 @@ static int infer_cast(Infer *in)
 static int infer_matmul(Infer *in)
 {
     const Value *a = arg(in, 0), *b = arg(in, 1);
-    if (need_float(in, a) || need_float(in, b) || same_dtype(in, a, b))
-        return -1;
-    if (need_rank(in, a, "operand a", 2) || need_rank(in, b, "operand b", 2))
+    if (need_float(in, a) || need_float(in, b) || same_dtype(in, a, b) ||
+        need_rank(in, a, "operand a", 2) || need_rank(in, b, "operand b", 2))
         return -1;
     if (b->rank > 2 && b->rank != a->rank)
         return fail(in, "batched matmul needs operands of equal rank: %s x %s", ts(a).s, ts(b).s);
     for (int i = 0; b->rank > 2 && i < a->rank - 2; i++)
         if (a->shape[i] != b->shape[i])
             return fail(in, "batched matmul leading dimensions differ: %s x %s", ts(a).s, ts(b).s);
-    int64_t ka = a->shape[a->rank - 1], kb = b->shape[b->rank - 2];
+    int64_t ka = a->shape[a->rank - 1], kb = b->shape[b->rank - 2], out[IR_MAX_RANK];
     if (ka != kb)
         return fail(in, "matmul inner dimensions differ: %s x %s (%lld vs %lld)", ts(a).s, ts(b).s,
                     (long long)ka, (long long)kb);
-    int64_t out[IR_MAX_RANK];
     memcpy(out, a->shape, sizeof(int64_t) * (size_t)a->rank);
     out[a->rank - 1] = b->shape[b->rank - 1];
-    return set_result(in, a->dtype, a->rank, out);
+    const Attr *d = ir_op_attr(in->op, "dtype"); /* "f32": 16-bit operands' f32 sums, kept */
+    if (d && (d->kind != ATTR_STR || !d->s || strcmp(d->s, "f32") || a->dtype != DT_BF16))
+        return fail(in, "dtype = \"%s\" of %s operands: only \"f32\" of bf16 ones",
+                    d->kind == ATTR_STR && d->s ? d->s : "?", ir_dtype_name(a->dtype));
+    return set_result(in, d ? DT_F32 : a->dtype, a->rank, out);
 }
 
 static int infer_softmax(Infer *in)
@@ -777,8 +779,7 @@ static int infer_sum_to(Infer *in)
     for (int i = 0; i < n; i++) {
         int64_t d = x->shape[x->rank - n + i];
         if (s[i] != d && s[i] != 1)
-            return fail(in, "sum_to target %s does not broadcast to %s", dims_str(n, s).s,
-                        ts(x).s);
+            return fail(in, "sum_to target %s does not broadcast to %s", dims_str(n, s).s, ts(x).s);
     }
     return set_result(in, x->dtype, n, s);
 }
@@ -937,9 +938,8 @@ static int same_type(Infer *in, const Value *a, const Value *b, const char *what
 static int infer_scalar_fn(Infer *in)
 {
     const Value *x = arg(in, 0);
-    if (need_scalar(in, x, "operand") != 0)
-        return -1;
-    if (in->op->kind == OP_LR && ir_op_attr(in->op, "lr") && attr_positive(in, "lr") != 0)
+    if (need_scalar(in, x, "operand") != 0 ||
+        (in->op->kind == OP_LR && ir_op_attr(in->op, "lr") && attr_positive(in, "lr") != 0))
         return -1;
     return same_as(in, x);
 }

@@ -151,6 +151,12 @@ int ir_train_set(TrainConfig *tc, const Attr *a, char *err, size_t n)
         tc->stage_starts = a;
         return 0;
     }
+    if (!strcmp(k, "grad_accumulation_fusion")) {
+        if (!a || (a->kind != ATTR_BOOL && a->kind != ATTR_INT) || a->i < 0 || a->i > 1)
+            return fail(err, n, "'grad_accumulation_fusion' must be true or false");
+        tc->grad_accumulation_fusion = a->i;
+        return 0;
+    }
     if (!strcmp(k, "sequence_parallel")) {
         if (!a || (a->kind != ATTR_BOOL && a->kind != ATTR_INT) || a->i < 0 || a->i > 1)
             return fail(err, n, "'sequence_parallel' must be true or false");
@@ -180,6 +186,7 @@ void ir_train_defaults(TrainConfig *tc)
     tc->eps = 1e-8;
     tc->lr_override = tc->wd_override = -1;
     tc->microbatches = tc->virtual_stages = 1;
+    tc->grad_accumulation_fusion = 1;
     tc->seed = -1; /* not set: the program's own default */
     tc->recompute = "none";
     tc->precision = "f32";

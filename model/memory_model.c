@@ -810,8 +810,8 @@ int mem_model(Ctx *c, const Graph *g, const TrainConfig *tc, const Graph *local,
     m.sum = arena_alloc(c->arena, (size_t)p->ntensors + 1);
     memset(m.sum, 0, (size_t)p->ntensors + 1);
     for (int i = 0; i < p->ninstrs; i++)
-        if (p->instrs[i].acc && p->instrs[i].nargs > 0)
-            m.sum[p->instrs[i].args[0]] = 1;
+        if (p->instrs[i].acc)
+            m.sum[p->instrs[i].kind == PI_GEMM ? p->instrs[i].gemm.c : p->instrs[i].args[0]] = 1;
     for (int s = 0; s < sc.p; s++) {
         model_stage(&m, s, gpu, &sc, &out->stage[s]);
         if (p->nsched > 0)
@@ -867,7 +867,7 @@ static int program_peak(Model *m, int s, double *best)
         for (int j = 0; j < nts && in->when != PW_EVERY; j++)
             carried[ts[j]] = 1;
         if (in->acc)
-            carried[in->args[0]] = 1;
+            carried[in->kind == PI_GEMM ? in->gemm.c : in->args[0]] = 1;
     }
     for (int i = 0; i < n; i++) /* the prologue's and epilogue's tensors */
         if (items[i].mb < 0) {

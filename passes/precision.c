@@ -67,14 +67,18 @@ static Value *cast_to(Prec *p, Value *v, DType dt)
 }
 
 /* The adds whose results flow only by adds into gradient output v (a chain as
- * long as the microbatches: a worklist, not recursion). */
+ * long as the microbatches: a worklist, not recursion), and the transposes
+ * and reshapes of the backward between them (a tied embedding's gradient:
+ * the output projection's sum over microbatches, transposed, plus the
+ * embedding's). */
 static void mark_chain(Prec *p, Value *v)
 {
     VEC(Value *) todo = {0};
     VEC_PUSH(p->g->arena, todo, v);
     while (todo.len) {
         Op *d = todo.data[--todo.len]->def;
-        if (!d || (d->kind != OP_ADD && d->kind != OP_MB_SUM) || d->phase != PH_BWD ||
+        int layout = d && (d->kind == OP_TRANSPOSE || d->kind == OP_RESHAPE) && d->mb < 0;
+        if (!d || (d->kind != OP_ADD && d->kind != OP_MB_SUM && !layout) || d->phase != PH_BWD ||
             p->f32[d->id])
             continue;
         p->f32[d->id] = 1;
@@ -164,6 +168,54 @@ static void widen_loss(Prec *p, Op *op)
     p->g->outputs.data[0] = wide;
 }
 
+/* A backward matmul of bf16 operands whose only reader is a cast to f32 (a
+ * weight gradient on its way into the f32 sum over microbatches, or to the
+ * optimizer) makes f32 itself (matmul's dtype = "f32"): the GEMM's f32
+ * accumulation is kept instead of rounded to bf16 and widened, and the
+ * GEMM can add it into the sum in place (codegen/fusion.c). The cast goes:
+ * its readers read the matmul. */
+static void widen_gradient_matmuls(Graph *g)
+{
+    int nv = g->values.len;
+    int *uses = arena_alloc(g->arena, sizeof(int) * (size_t)(nv + 1));
+    memset(uses, 0, sizeof(int) * (size_t)(nv + 1));
+    for (int i = 0; i < g->ops.len; i++)
+        for (int a = 0; a < g->ops.data[i]->nargs; a++)
+            uses[g->ops.data[i]->args[a]->id]++;
+    for (int i = 0; i < g->outputs.len; i++)
+        uses[g->outputs.data[i]->id]++;
+    Value **to = arena_alloc(g->arena, sizeof(Value *) * (size_t)(nv + 1));
+    memset(to, 0, sizeof(Value *) * (size_t)(nv + 1));
+    int k = 0;
+    for (int i = 0; i < g->ops.len; i++) {
+        Op *c = g->ops.data[i];
+        Value *m = c->kind == OP_CAST ? c->args[0] : NULL;
+        if (!m || c->res[0]->dtype != DT_F32 || m->dtype != DT_BF16 || !m->def ||
+            m->def->kind != OP_MATMUL || m->def->phase != PH_BWD || uses[m->id] != 1 ||
+            ir_op_attr(m->def, "dtype")) {
+            g->ops.data[k++] = c;
+            continue;
+        }
+        ir_op_set_attr(g, m->def, ir_attr_str(g->arena, "dtype", "f32"));
+        m->dtype = DT_F32;
+        to[c->res[0]->id] = m;
+        if (c->res[0]->name && !m->name)
+            m->name = c->res[0]->name;
+        c->res[0]->name = NULL; /* the cast is gone: no value of the graph's is it */
+    }
+    g->ops.len = k;
+    for (int i = 0; i < g->ops.len; i++) {
+        Op *op = g->ops.data[i];
+        op->id = i;
+        for (int a = 0; a < op->nargs; a++)
+            if (to[op->args[a]->id])
+                op->args[a] = to[op->args[a]->id];
+    }
+    for (int i = 0; i < g->outputs.len; i++)
+        if (to[g->outputs.data[i]->id])
+            g->outputs.data[i] = to[g->outputs.data[i]->id];
+}
+
 /* Already applied: some parameter is read through a bf16 cast. */
 static int applied(const Graph *g)
 {
@@ -240,6 +292,8 @@ int pass_precision(Ctx *c, Graph *g, const Settings *s)
             g->outputs.data[i] = cast_to(&p, v, DT_F32);
         }
     }
+    if (tc.grad_accumulation_fusion)
+        widen_gradient_matmuls(g);
     for (int i = 0; i < g->ops.len; i++)
         g->ops.data[i]->id = i;
     return 0;

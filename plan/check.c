@@ -649,10 +649,13 @@ static int check_loop(const Plan *p, char *err, size_t n)
             (in->when == PW_EVERY && (in->piece == 0 || in->piece == -1)))
             bad = "piece, when: not a piece of its stage's table, or a per-microbatch "
                   "instruction outside one";
-        else if (in->acc && (in->kind != PI_KERNEL || in->nargs != 2 || in->when != PW_EVERY ||
-                             p->tensors[in->args[0]].bytes != p->tensors[in->args[1]].bytes))
-            bad = "acc: a microbatch_sum adds one tensor into another of its size, for every "
-                  "microbatch";
+        else if ((in->acc && in->kind == PI_GEMM)
+                     ? in->when != PW_EVERY || in->gemm.beta != 1 || in->gemm.c == in->gemm.a ||
+                           in->gemm.c == in->gemm.b
+                 : in->acc && (in->kind != PI_KERNEL || in->nargs != 2 || in->when != PW_EVERY ||
+                               p->tensors[in->args[0]].bytes != p->tensors[in->args[1]].bytes))
+            bad = "acc: a microbatch_sum adds one tensor into another of its size (a kernel) or "
+                  "a product into its C (a gemm, beta 1), for every microbatch";
         else if (in->rows &&
                  (in->kind != PI_COPY || in->when != PW_EVERY ||
                   p->tensors[in->args[1]].role != PT_INPUT ||

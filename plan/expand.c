@@ -326,7 +326,9 @@ int plan_expand(Plan *p, int owned, int *at, char *err, size_t n)
         }
         if (src->nargs)
             memcpy(in.args, src->args, sizeof(int) * (size_t)src->nargs);
-        if (in.acc && mb == 0) { /* the first microbatch's part: a copy, not an add */
+        if (in.acc && mb == 0 && in.kind == PI_GEMM) /* the first microbatch's product */
+            in.gemm.beta = 0;
+        else if (in.acc && mb == 0) { /* the first microbatch's part: a copy, not an add */
             in.kind = PI_COPY;
             in.kernel = 0;
             in.nargs = 2;

@@ -145,6 +145,8 @@ void plan_hash(const Plan *p, char out[17])
     int ni = p->instrs ? p->ninstrs : 0, nk = p->kernels ? p->nkernels : 0;
     fnv_i64(&f, p->version);
     fnv_str(&f, p->model);
+    for (int i = 0; p->config && i < p->nconfig; i++) /* (none in older plans: their hash stays) */
+        fnv_str(&f, p->config[i].name), fnv_i64(&f, p->config[i].value);
     fnv_str(&f, p->train_hash);
     fnv_i64(&f, nax < 0 ? 0 : nax);
     for (int i = 0; i < nax; i++) {

@@ -319,7 +319,7 @@ static int rd_instr(const cJSON *o, const char *at, PlanInstr *in, char *err, si
 {
     static const char *const keys[PI_COUNT][16] = {
         {"kind", "kernel", "args", "phase", "layer", "stage", "piece", "when", "acc", "group", NULL},
-        {"kind", "args", "gemm", "phase", "layer", "stage", "piece", "when", NULL},
+        {"kind", "args", "gemm", "phase", "layer", "stage", "piece", "when", "acc", NULL},
         {"kind", "args", "phase", "layer", "stage", "piece", "when", "rows", NULL},
         {"kind", "op", "args", "axes", "dim", "dim2", "bytes", "peer", "tag", "phase", "layer",
          "stage", "piece", "when", NULL},
@@ -352,7 +352,7 @@ static int rd_instr(const cJSON *o, const char *at, PlanInstr *in, char *err, si
         rd_opt_i32(o, at, "stage", 0, &in->stage, err, n) ||
         rd_opt_i32(o, at, "piece", 0, &in->piece, err, n) ||
         rd_opt_i32(o, at, "when", 0, &when, err, n) ||
-        (kind == PI_KERNEL && rd_opt_i32(o, at, "acc", 0, &in->acc, err, n)) ||
+        ((kind == PI_KERNEL || kind == PI_GEMM) && rd_opt_i32(o, at, "acc", 0, &in->acc, err, n)) ||
         (kind == PI_KERNEL && rd_opt_i32(o, at, "group", 0, &in->group, err, n)) ||
         (kind == PI_COPY && rd_opt_i32(o, at, "rows", 0, &in->rows, err, n)))
         return -1;
@@ -524,6 +524,31 @@ static int rd_stage_slabs(const cJSON *root, Plan *p, char *err, size_t n)
     return 0;
 }
 
+/* config: the model's integer parameters, {"NAME": integer, ...}; absent in
+ * plans written before it. */
+static int rd_config(const cJSON *root, Plan *p, char *err, size_t n)
+{
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "config");
+    p->nconfig = 0, p->config = NULL;
+    if (!c)
+        return 0;
+    if (!cJSON_IsObject(c))
+        return plan_errorf(err, n, "config: expected an object of integers");
+    int k = cJSON_GetArraySize(c);
+    if (!(p->config = calloc((size_t)k + 1, sizeof *p->config)))
+        return plan_errorf(err, n, "calloc: out of memory");
+    for (const cJSON *e = c->child; e; e = e->next) {
+        int64_t v;
+        if (!e->string || !e->string[0] || !json_int(e, &v))
+            return plan_errorf(err, n, "config.%s: expected an integer",
+                               e->string ? e->string : "");
+        if (!(p->config[p->nconfig].name = strdup(e->string)))
+            return plan_errorf(err, n, "strdup: out of memory");
+        p->config[p->nconfig++].value = v;
+    }
+    return 0;
+}
+
 /* steps and seed, the train block's: absent in plans written before them
  * (then 0 and -1, not set). */
 static int rd_defaults(const cJSON *root, Plan *p, char *err, size_t n)
@@ -544,14 +569,15 @@ static int rd_plan(const cJSON *root, Plan *p, char *hash, char *err, size_t n)
         "format",     "version",          "hash",    "model",         "train_hash", "axes",
         "slab_bytes", "stage_slab_bytes", "tensors", "kernels",       "instrs",     "loss",
         "lr",         "grad_norm",        "flops",   "kernel_source", "gpu_source", "steps",
-        "seed",       "microbatches", "ntags", "sched", "frames", NULL};
+        "seed",       "microbatches", "ntags", "sched", "frames", "config", NULL};
     int rc;
     if (rd_header(root, p, hash, err, n) || rd_keys(root, "", keys, err, n) ||
         rd_str(root, "", "model", &p->model, err, n) ||
         rd_u64(root, "", "slab_bytes", &p->slab_bytes, err, n))
         return -1;
     p->axes = rd_each(root, "axes", sizeof(PlanAxis), &p->naxes, rd_axis_one, &rc, err, n);
-    if (rc || rd_train_hash(root, p, err, n) || rd_stage_slabs(root, p, err, n))
+    if (rc || rd_train_hash(root, p, err, n) || rd_stage_slabs(root, p, err, n) ||
+        rd_config(root, p, err, n))
         return -1;
     p->tensors =
         rd_each(root, "tensors", sizeof(PlanTensor), &p->ntensors, rd_tensor_one, &rc, err, n);
@@ -754,6 +780,9 @@ void plan_free(Plan *p)
     free(p->instrs);
     free(p->kernels);
     free(p->model);
+    for (int i = 0; p->config && i < p->nconfig; i++)
+        free(p->config[i].name);
+    free(p->config);
     free(p->kernel_source);
     free(p->gpu_source);
     free(p);

@@ -280,6 +280,13 @@ static cJSON *wr_plan(Wr *w, const Plan *p)
     wr_int(w, root, "", "version", p->version);
     wr_str(w, root, "hash", p->hash);
     wr_str(w, root, "model", p->model);
+    if (p->nconfig > 0) {
+        cJSON *cfg = cJSON_AddObjectToObject(root, "config");
+        if (!cfg)
+            wr_fail(w, "cJSON: out of memory");
+        for (int i = 0; cfg && i < p->nconfig; i++)
+            wr_int(w, cfg, "config", p->config[i].name, p->config[i].value);
+    }
     wr_str(w, root, "train_hash", p->train_hash);
     wr_lists(w, root, p);
     wr_int(w, root, "", "loss", p->loss);

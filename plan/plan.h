@@ -149,7 +149,8 @@ typedef struct PlanInstr {
     int stage;     /* the pipeline stage whose devices run it (0 in one-stage plans) */
     /* loop plans (Plan.nsched > 0): the piece it belongs to (a tick of the schedule table;
      * one outside the table runs once, before or after the table's pieces), when it runs,
-     * and acc: a microbatch_sum's add of args[1] into args[0], a copy for microbatch 0 */
+     * and acc: a microbatch_sum's add of args[1] into args[0], a copy for microbatch 0
+     * (a gemm: its product added into C, beta 1; beta 0 for microbatch 0) */
     int piece;
     PlanWhen when;
     int acc;
@@ -203,9 +204,19 @@ typedef struct PlanFrame {
     uint64_t *base; /* Plan.microbatches offsets */
 } PlanFrame;
 
+/* A parameter of the TDL model, after -D: what a checkpoint made elsewhere
+ * (runtime/hf.c) is checked against. */
+typedef struct PlanParam {
+    char *name;
+    int64_t value;
+} PlanParam;
+
 typedef struct Plan {
     int version;
     char *model;
+    int nconfig;
+    PlanParam *config;          /* the model's integer parameters (V, D, H, L, ...); nconfig 0
+                                   in plans written before them */
     int naxes;
     PlanAxis *axes;
     uint64_t slab_bytes;        /* the largest slab of a device: max of stage_slab_bytes */

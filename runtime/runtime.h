@@ -352,6 +352,20 @@ int rt_ckpt_save(Runtime *rt, const char *dir, const CkptMeta *meta, char *err, 
  * model, another plan hash, a tensor missing or of another shape or dtype, a
  * corrupt file); rt is unchanged then. Never falls back to an older one. */
 int rt_ckpt_load_latest(Runtime *rt, const char *dir, CkptMeta *meta, char *err, size_t n);
+/* The parameters of a Hugging Face model directory (config.json and
+ * model.safetensors, or the shards of model.safetensors.index.json) into rt,
+ * each device keeping its blocks; optimizer state is left as it is. GPT-2
+ * (model_type "gpt2") into a model named as samples/gpt2.tdl names it; the
+ * config is checked against the plan (its shapes and its parameter H). 0, or
+ * -1 with a message naming the file and what differs; rt is unchanged then.
+ * runtime/hf.c. */
+int rt_hf_init(Runtime *rt, const char *dir, char *err, size_t n);
+/* rt's parameters as a Hugging Face GPT-2 directory dir (made if missing):
+ * config.json from the plan, model.safetensors with every parameter whole
+ * in F32 under transformers' names. Collective on a mesh (every parameter
+ * is gathered); the writer (rank 0) writes. 0, or -1 with a message (on
+ * the writer, or on every rank for a model that is not GPT-2). */
+int rt_hf_export(Runtime *rt, const char *dir, int writer, char *err, size_t n);
 /* After the checkpoint of `step` was written: remove dir's checkpoints of
  * earlier steps but the newest keep - 1 of them (keep >= 1; later steps are
  * not touched). 0, or -1 with a message naming the first file that could not

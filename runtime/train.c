@@ -34,7 +34,7 @@
 enum { MAX_FILE_INPUTS = 16 };
 
 typedef struct Options {
-    const char *data, *val, *ckpt, *comm, *device, *metrics;
+    const char *data, *val, *ckpt, *comm, *device, *metrics, *init_from, *export_hf;
     char input[MAX_FILE_INPUTS][128];     /* --input NAME=PATTERN: the name */
     const char *pattern[MAX_FILE_INPUTS]; /* and the pattern (in argv) */
     int ninputs;
@@ -102,6 +102,10 @@ static void usage(const char *prog, FILE *f)
             "  --ckpt DIR          write checkpoints to DIR\n"
             "  --ckpt-every N      a checkpoint every N steps (default: only at the end)\n"
             "  --resume            continue from the newest checkpoint in --ckpt DIR\n"
+            "  --init-from DIR     start from a Hugging Face model directory (config.json,\n"
+            "                      model.safetensors or its shards): GPT-2\n"
+            "  --export-hf DIR     after the last step, write the parameters as a Hugging\n"
+            "                      Face model directory (GPT-2)\n"
             "  --keep N            keep only the newest N checkpoints in --ckpt DIR\n"
             "                      (default: all)\n"
             "  --log-every N       a log line every N steps (default 1)\n"
@@ -194,6 +198,10 @@ static int parse_one(Options *o, const char *a, const char *v, char *msg, size_t
         o->metrics = v;
     } else if (!strcmp(a, "--ckpt")) {
         o->ckpt = v;
+    } else if (!strcmp(a, "--init-from")) {
+        o->init_from = v;
+    } else if (!strcmp(a, "--export-hf")) {
+        o->export_hf = v;
     } else if (!strcmp(a, "--comm")) {
         if (strcmp(v, "threads") && strcmp(v, "mpi"))
             return failf(msg, n, "--comm expects 'threads' or 'mpi', got '%s'", v);
@@ -236,7 +244,8 @@ static int parse_args(Options *o, int argc, char **argv, char *msg, size_t n)
         "--steps",         "--seed",         "--ckpt-every",     "--log-every",
         "--eval-every",    "--eval-batches", "--comm",           "--device",
         "--resume",        "--exact",        "--help",           "-h",
-        "--report-memory", "--keep",         "--skip-nonfinite", "--timeout",          "--metrics"};
+        "--report-memory", "--keep",         "--skip-nonfinite", "--timeout",          "--metrics",
+        "--init-from",     "--export-hf"};
     const size_t nknown = sizeof known / sizeof *known;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -264,6 +273,8 @@ static int parse_args(Options *o, int argc, char **argv, char *msg, size_t n)
     }
     if (o->resume && !o->ckpt)
         return failf(msg, n, "--resume needs --ckpt DIR");
+    if (o->resume && o->init_from)
+        return failf(msg, n, "--init-from and --resume: a run starts from one of them");
     if (o->keep && !o->ckpt)
         return failf(msg, n, "--keep needs --ckpt DIR");
     if (o->eval_every && !o->val)
@@ -578,6 +589,21 @@ static int evaluate(Loop *L, int64_t step, double *loss)
     return 0;
 }
 
+/* --export-hf: collective on a mesh, as a checkpoint: every rank gathers, rank 0 writes. */
+static int export_hf(Loop *L)
+{
+    char err[512];
+    if (agree(L, rt_sync_host(L->rt, err, sizeof err) ? fail(L, "--export-hf: %s", err) : 0))
+        return 1;
+    if (agree(L, rt_hf_export(L->rt, L->o->export_hf, L->lead, err, sizeof err)
+                     ? fail(L, "--export-hf: %s", err)
+                     : 0))
+        return 1;
+    if (L->lead)
+        printf("exported to %s\n", L->o->export_hf);
+    return 0;
+}
+
 /* Collective on a mesh: every rank gathers, rank 0 writes. */
 static int save(Loop *L, int64_t step)
 {
@@ -631,10 +657,14 @@ static int start(Loop *L, int64_t *first)
         rc = fail(L, "--skip-nonfinite: this plan cannot hold its update back (it updates "
                      "parameters before its loss or gradient norm is known)");
     *first = 1;
+    if (!rc && L->o->init_from && rt_hf_init(L->rt, L->o->init_from, err, sizeof err))
+        rc = fail(L, "--init-from %s", err);
     if (agree(L, rc))
         return 1;
     if (!L->o->resume) {
         say_device(L);
+        if (L->o->init_from && L->lead)
+            printf("initialized from %s\n", L->o->init_from);
         return 0;
     }
     CkptMeta m;
@@ -875,6 +905,8 @@ static int train(Loop *L)
         evaluate(L, L->o->steps, &vloss))
         return 1;
     if (L->o->ckpt && (!L->o->ckpt_every || L->o->steps % L->o->ckpt_every) && save(L, L->o->steps))
+        return 1;
+    if (L->o->export_hf && export_hf(L))
         return 1;
     if (L->lead)
         printf("trained %" PRId64 " step%s of %s in %.2f s: %.1f ms/step, %.2f GFLOP/s, loss "

@@ -257,6 +257,16 @@ Test(shape, matmul_plain_and_with_shared_weight)
     EXPECT(OPN(OP_MATMUL, in("f32[2,3,5,7]"), in("f32[7,11]")), "f32[2,3,5,11]");
 }
 
+/* dtype = "f32" keeps the f32 sums of 16-bit operands (a weight gradient's) */
+Test(shape, matmul_widens_16_bit_operands_to_f32_only)
+{
+    EXPECT(as(OPN(OP_MATMUL, in("bf16[8,4]"), in("bf16[4,3]")), "dtype", "f32"), "f32[8,3]");
+    EXPECT(as(OPN(OP_MATMUL, in("f32[8,4]"), in("f32[4,3]")), "dtype", "f32"),
+           "error: dtype = \"f32\" of f32 operands: only \"f32\" of bf16 ones");
+    EXPECT(as(OPN(OP_MATMUL, in("bf16[8,4]"), in("bf16[4,3]")), "dtype", "f64"),
+           "error: dtype = \"f64\" of bf16 operands: only \"f32\" of bf16 ones");
+}
+
 Test(shape, matmul_batched_needs_equal_leading_dims)
 {
     EXPECT(OPN(OP_MATMUL, in("f32[3,5,7]"), in("f32[3,7,11]")), "f32[3,5,11]");

@@ -204,6 +204,7 @@ static int find(const Plan *p, int (*pred)(const PlanInstr *))
 }
 
 static int is_acc(const PlanInstr *in) { return in->acc; }
+static int is_acc_gemm(const PlanInstr *in) { return in->acc && in->kind == PI_GEMM; }
 static int is_rows(const PlanInstr *in) { return in->rows; }
 static int is_every(const PlanInstr *in) { return in->when == PW_EVERY && in->piece > 0; }
 static int is_send(const PlanInstr *in)
@@ -242,6 +243,14 @@ Test(loop, misplaced_instructions_are_refused)
     b.p.instrs[a].when = PW_LAST;
     refused(&b.p, "acc: a microbatch_sum adds one tensor into another of its size");
     b.p.instrs[a].when = PW_EVERY;
+    /* a weight gradient's GEMM that adds into its sum: beta 1, every microbatch */
+    int g = find(&b.p, is_acc_gemm);
+    b.p.instrs[g].gemm.beta = 0;
+    refused(&b.p, "a product into its C (a gemm, beta 1)");
+    b.p.instrs[g].gemm.beta = 1;
+    b.p.instrs[g].when = PW_LAST;
+    refused(&b.p, "a product into its C (a gemm, beta 1)");
+    b.p.instrs[g].when = PW_EVERY;
     int e = find(&b.p, is_every);
     b.p.instrs[e].piece = 0; /* a microbatch's instruction in the prologue */
     refused(&b.p, "a per-microbatch instruction outside one");

@@ -918,3 +918,41 @@ Test(plan, strides_that_are_no_placement_are_refused)
                                     "placement of the mesh)");
     refused(stride_on_some_axes, "axes: a stride on 2 of 3 axes (all or none)");
 }
+
+/* ---- the model's parameters (--init-from checks a checkpoint's config by them) ---- */
+
+Test(plan, the_model_config_round_trips_and_is_hashed)
+{
+    char err[512] = "", before[17], after[17];
+    Plan *p = sample();
+    plan_hash(p, before);
+    p->config = calloc(3, sizeof *p->config);
+    p->config[0] = (PlanParam){strdup("H"), 12};
+    p->config[1] = (PlanParam){strdup("D"), 768};
+    p->nconfig = 2;
+    plan_hash(p, after);
+    cr_assert_str_neq(before, after, "the config is part of the plan's hash");
+    write_ok(p);
+    Plan *q = plan_load(path, err, sizeof err);
+    cr_assert_not_null(q, "%s", err);
+    cr_assert_eq(q->nconfig, 2);
+    cr_assert_str_eq(q->config[0].name, "H");
+    cr_assert_eq(q->config[0].value, 12);
+    cr_assert_str_eq(q->config[1].name, "D");
+    cr_assert_eq(q->config[1].value, 768);
+    plan_free(q);
+    plan_free(p);
+}
+
+Test(plan, a_config_of_other_than_integers_is_refused)
+{
+    load_json();
+    cJSON *c = cJSON_AddObjectToObject(json, "config");
+    cJSON_AddNumberToObject(c, "H", 1.5);
+    store_json();
+    expect_error("config.H: expected an integer");
+    load_json();
+    cJSON_AddStringToObject(json, "config", "H=12");
+    store_json();
+    expect_error("config: expected an object of integers");
+}

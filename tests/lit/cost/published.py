@@ -80,8 +80,8 @@ def command(tcc, samples, r, out, extra, consts=""):
         cmd += ["--set", "recompute=none", "--set", "zero=1"]
         if tp > 1:
             cmd += ["--set", "sequence_parallel=true"]
-    else:
-        cmd += ["--set", "recompute=full"]
+    else:  # Megatron-LM of 2021 added each microbatch's gradient into main_grad
+        cmd += ["--set", "recompute=full", "--set", "grad_accumulation_fusion=false"]
     if pp > 1:
         cmd += ["--set", "schedule=interleaved", "--set", "virtual_stages=%d" % chunks(r)]
     return cmd + extra + ["--emit=cost", "-o", out]
