@@ -240,6 +240,10 @@ static void tensor_pieces(Model *m)
         Span s = sp->span[t];
         m->birth[t] = s.first < 0 ? -1 : sp->piece[s.first];
         m->death[t] = s.first < 0 ? -1 : sp->piece[s.last];
+        /* made by the first microbatch's run alone (a weight received from another
+         * stage) and read by every run: held as the prologue's values are */
+        if (s.first >= 0 && m->p->instrs[sp->instr[s.first]].when == PW_FIRST)
+            m->birth[t] = -1;
     }
 }
 
@@ -324,6 +328,8 @@ static void sweep(Model *m, const Events *e)
         }
         for (int t = e->born[i]; t >= 0; t = e->next_born[t]) {
             double b = aligned(m->p->tensors[t].bytes);
+            if (m->birth[t] < 0)
+                continue; /* held from the start (tensor_pieces) */
             if (step_value(m, t)) {
                 step[m->cat[t]] += b;
                 continue;
