@@ -209,9 +209,7 @@ static const Value *held_copy(const Op *op, const Value **gathered, int regather
 void cg_memory(const Graph *g, const TrainConfig *tc, CgMemory *m)
 {
     memset(m, 0, sizeof *m);
-    int regather = tc->zero >= 3;
-    for (int i = 0; i < g->mesh.naxes; i++)
-        regather |= g->mesh.axes[i].role == ROLE_FSDP && g->mesh.axes[i].size > 1;
+    int regather = ir_regathers(g, tc);
     const Value **gathered = arena_alloc(g->arena, sizeof *gathered * (size_t)(g->values.len + 1));
     memset(gathered, 0, sizeof *gathered * (size_t)(g->values.len + 1));
     for (int i = 0; i < g->ops.len; i++)

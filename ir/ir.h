@@ -270,6 +270,9 @@ typedef struct TrainConfig {
 } TrainConfig;
 
 void ir_train_defaults(TrainConfig *tc);
+/* Whether g's parameters are gathered again for the backward (zero = 3, or
+ * an fsdp axis of more than one device): each phase makes its own copies. */
+int ir_regathers(const Graph *g, const TrainConfig *tc);
 /* Apply one keyed setting of a train block; -1 with a message in err when the
  * key is unknown or the value has the wrong form. */
 int ir_train_set(TrainConfig *tc, const Attr *a, char *err, size_t n);

@@ -176,6 +176,14 @@ int ir_train_set(TrainConfig *tc, const Attr *a, char *err, size_t n)
     return fail(err, n, "unknown training setting '%s'", k);
 }
 
+int ir_regathers(const Graph *g, const TrainConfig *tc)
+{
+    int r = tc->zero >= 3;
+    for (int i = 0; i < g->mesh.naxes; i++)
+        r |= g->mesh.axes[i].role == ROLE_FSDP && g->mesh.axes[i].size > 1;
+    return r;
+}
+
 void ir_train_defaults(TrainConfig *tc)
 {
     memset(tc, 0, sizeof *tc);

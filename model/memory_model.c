@@ -830,20 +830,6 @@ int mem_model(Ctx *c, const Graph *g, const TrainConfig *tc, const Graph *local,
 
 /* ---- the plan as it is ---- */
 
-/* The tensors instruction in touches, into ts (at most nargs + 4); their count. */
-static int instr_tensors(const PlanInstr *in, int *ts)
-{
-    int n = 0;
-    for (int a = 0; a < in->nargs; a++)
-        ts[n++] = in->args[a];
-    if (in->kind == PI_GEMM) {
-        ts[n++] = in->gemm.a, ts[n++] = in->gemm.b, ts[n++] = in->gemm.c;
-        if (in->gemm.epilogue == PE_BIAS)
-            ts[n++] = in->gemm.bias;
-    }
-    return n;
-}
-
 /* A loop plan's program as the runtime runs it (plan_expand_order: every
  * microbatch's pieces in the schedule's order), stage s: its largest moment
  * into live (which holds the base), by category. A temporary that only
@@ -864,24 +850,16 @@ static int program_peak(Model *m, int s, double *best)
         return -1;
     char *carried = arena_alloc(m->a, (size_t)nt + 1);
     memset(carried, 0, (size_t)nt + 1);
-    int *ts = arena_alloc(m->a, sizeof(int) * (size_t)(p->ninstrs ? 8 : 1)), cap = 8;
     for (int i = 0; i < p->ninstrs; i++) {
         const PlanInstr *in = &p->instrs[i];
-        if (in->nargs + 4 > cap)
-            cap = in->nargs + 4, ts = arena_alloc(m->a, sizeof(int) * (size_t)cap);
-        int nts = instr_tensors(in, ts);
-        for (int j = 0; j < nts && in->when != PW_EVERY; j++)
-            carried[ts[j]] = 1;
+        for (int j = 0; j < plan_instr_ntensors(in) && in->when != PW_EVERY; j++)
+            carried[plan_instr_tensor(in, j)] = 1;
         if (in->acc)
             carried[in->kind == PI_GEMM ? in->gemm.c : in->args[0]] = 1;
     }
     for (int i = 0; i < n; i++) /* the prologue's and epilogue's tensors */
-        if (items[i].mb < 0) {
-            const PlanInstr *in = &p->instrs[items[i].src];
-            int nts = instr_tensors(in, ts);
-            for (int j = 0; j < nts; j++)
-                carried[ts[j]] = 1;
-        }
+        for (int j = 0; items[i].mb < 0 && j < plan_instr_ntensors(&p->instrs[items[i].src]); j++)
+            carried[plan_instr_tensor(&p->instrs[items[i].src], j)] = 1;
     size_t nkeys = (size_t)nt * (size_t)k;
     int *first = malloc(sizeof(int) * nkeys), *last = malloc(sizeof(int) * nkeys);
     int *born = malloc(sizeof(int) * ((size_t)n + 1)), *dies = malloc(sizeof(int) * ((size_t)n + 1));
@@ -898,9 +876,8 @@ static int program_peak(Model *m, int s, double *best)
         const PlanInstr *in = &p->instrs[items[i].src];
         if (!on_stage(p, in, s))
             continue;
-        int nts = instr_tensors(in, ts);
-        for (int j = 0; j < nts; j++) {
-            int t = ts[j];
+        for (int j = 0; j < plan_instr_ntensors(in); j++) {
+            int t = plan_instr_tensor(in, j);
             size_t key = (size_t)t * (size_t)k + (size_t)(carried[t] ? 0 : items[i].mb + 1);
             if (first[key] < 0)
                 first[key] = pos;

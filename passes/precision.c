@@ -270,9 +270,7 @@ int pass_precision(Ctx *c, Graph *g, const Settings *s)
               .cast_f32 = arena_alloc(g->arena, sizeof(Value *) * (size_t)(2 * nv + 2))};
     memset(p.cast_bf16, 0, sizeof(Value *) * (size_t)(2 * nv + 2));
     memset(p.cast_f32, 0, sizeof(Value *) * (size_t)(2 * nv + 2));
-    p.regather = tc.zero >= 3;
-    for (int i = 0; i < g->mesh.naxes; i++)
-        p.regather |= g->mesh.axes[i].role == ROLE_FSDP && g->mesh.axes[i].size > 1;
+    p.regather = ir_regathers(g, &tc);
     memset(p.f32, 0, (size_t)n + 1);
     for (int i = 1; i < g->outputs.len; i++)
         mark_chain(&p, g->outputs.data[i]);

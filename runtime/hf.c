@@ -334,26 +334,44 @@ static const char *gpt2_name(const char *name, char *out, size_t n, HfMove *move
     return NULL;
 }
 
+/* The model's GPT-2 shape from the plan alone: every parameter mapped, and
+ * V, D, S, L and the heads. */
+static int gpt2_shape(const Plan *p, int64_t *v, char *err, size_t n)
+{
+    int64_t shape[PLAN_MAX_RANK];
+    char name[512];
+    HfMove m;
+    v[0] = v[1] = v[2] = -1, v[3] = 0, v[4] = plan_param(p, "H");
+    for (int i = 0; i < p->ntensors; i++) {
+        const PlanTensor *t = &p->tensors[i];
+        if (t->role != PT_PARAM)
+            continue;
+        if ((t->dtype != PD_F32 && t->dtype != PD_F64) || !gpt2_name(t->name, name, sizeof name, &m))
+            return plan_errorf(err, n, "parameter '%s' has no place in a gpt2 checkpoint",
+                               t->name);
+        rt_global_shape(p, t, shape);
+        if (!strcmp(t->name, "wte"))
+            v[0] = shape[0], v[1] = shape[1];
+        if (!strcmp(t->name, "wpe"))
+            v[2] = shape[0];
+        int layer, at = 0;
+        if (sscanf(t->name, "h.%d.%n", &layer, &at) == 1 && at && !strcmp(t->name + at, "ln1.g"))
+            v[3]++;
+    }
+    if (v[0] < 0 || v[2] < 0 || v[4] < 1 || v[1] % v[4])
+        return plan_errorf(err, n, "the model is not GPT-2 as samples/gpt2.tdl writes it "
+                                   "(parameters wte, wpe, h.N.*, and heads H)");
+    return 0;
+}
+
 /* The model's shape against config.json: every difference named. */
 static int check_gpt2(Hf *h, const Plan *p, int64_t *heads)
 {
-    int64_t V = -1, D = -1, S = -1, L = 0, shape[PLAN_MAX_RANK];
-    for (int i = 0; i < p->ntensors; i++) {
-        const PlanTensor *t = &p->tensors[i];
-        rt_global_shape(p, t, shape);
-        if (t->role == PT_PARAM && !strcmp(t->name, "wte"))
-            V = shape[0], D = shape[1];
-        if (t->role == PT_PARAM && !strcmp(t->name, "wpe"))
-            S = shape[0];
-        int layer, at = 0;
-        if (t->role == PT_PARAM && sscanf(t->name, "h.%d.%n", &layer, &at) == 1 && at &&
-            !strcmp(t->name + at, "ln1.g"))
-            L++;
-    }
-    *heads = plan_param(p, "H");
-    if (V < 0 || S < 0 || *heads < 1 || D % *heads)
-        return plan_errorf(h->err, h->n, "the model is not GPT-2 as samples/gpt2.tdl writes it "
-                                          "(parameters wte, wpe, h.N.*, and heads H)");
+    int64_t dims[5]; /* V, D, S, L, H */
+    if (gpt2_shape(p, dims, h->err, h->n))
+        return -1;
+    int64_t V = dims[0], D = dims[1], S = dims[2], L = dims[3];
+    *heads = dims[4];
     struct {
         const char *key, *ours;
         int64_t mine;
@@ -479,15 +497,8 @@ int rt_hf_init(Runtime *rt, const char *dir, char *err, size_t n)
         memcpy(want, shape, sizeof(int64_t) * (size_t)t->rank);
         StFile *f = NULL;
         const cJSON *e;
-        if (t->dtype != PD_F32 && t->dtype != PD_F64) {
-            rc = plan_errorf(err, n, "parameter '%s' is %s: --init-from fills f32 or f64 "
-                                     "parameters",
-                             t->name, plan_dtype_name(t->dtype));
-        } else if (!gpt2_name(t->name, name, sizeof name, &m)) {
-            rc = plan_errorf(err, n, "parameter '%s' of the model has no counterpart in a gpt2 "
-                                     "checkpoint",
-                             t->name);
-        } else if (!(e = find(&h, name, &f, key, sizeof key))) {
+        gpt2_name(t->name, name, sizeof name, &m); /* every one maps (gpt2_shape) */
+        if (!(e = find(&h, name, &f, key, sizeof key))) {
             rc = -1;
         } else {
             if (m == HF_ROWS)
@@ -527,36 +538,6 @@ int rt_hf_init(Runtime *rt, const char *dir, char *err, size_t n)
 }
 
 /* ---- export ---- */
-
-/* The model's GPT-2 shape from the plan alone: every parameter mapped, and
- * V, D, S, L and the heads. */
-static int gpt2_shape(const Plan *p, int64_t *v, char *err, size_t n)
-{
-    int64_t shape[PLAN_MAX_RANK];
-    char name[512];
-    HfMove m;
-    v[0] = v[1] = v[2] = -1, v[3] = 0, v[4] = plan_param(p, "H");
-    for (int i = 0; i < p->ntensors; i++) {
-        const PlanTensor *t = &p->tensors[i];
-        if (t->role != PT_PARAM)
-            continue;
-        if ((t->dtype != PD_F32 && t->dtype != PD_F64) || !gpt2_name(t->name, name, sizeof name, &m))
-            return plan_errorf(err, n, "parameter '%s' has no place in a gpt2 checkpoint",
-                               t->name);
-        rt_global_shape(p, t, shape);
-        if (!strcmp(t->name, "wte"))
-            v[0] = shape[0], v[1] = shape[1];
-        if (!strcmp(t->name, "wpe"))
-            v[2] = shape[0];
-        int layer, at = 0;
-        if (sscanf(t->name, "h.%d.%n", &layer, &at) == 1 && at && !strcmp(t->name + at, "ln1.g"))
-            v[3]++;
-    }
-    if (v[0] < 0 || v[2] < 0 || v[4] < 1 || v[1] % v[4])
-        return plan_errorf(err, n, "the model is not GPT-2 as samples/gpt2.tdl writes it "
-                                   "(parameters wte, wpe, h.N.*, and heads H)");
-    return 0;
-}
 
 static int write_config(const char *dir, const int64_t *v, char *err, size_t n)
 {
